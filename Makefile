@@ -1,0 +1,50 @@
+# The two commands a new user needs: `make demo` and `make test`.
+# Both set up everything on a fresh Debian machine: the venv, the pip packages and,
+# when run as root, the Debian packages the tests use (prometheus, chromium).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha1sum | cut -c1-12)
+DEBS   := prometheus chromium
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint setup debs bench clean proto
+
+$(STAMP):
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+setup: $(STAMP) debs
+
+# Debian packages for the end-to-end tests; installed only when we are root and they are missing.
+debs:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = "0" ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else echo "not root: Debian packages$$missing are missing; the tests that need them will say so"; fi; \
+	fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: setup lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/rocketscope demo
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I broker/protocol --python_out=broker/protocol \
+	  --grpc_python_out=broker/protocol --pyi_out=broker/protocol broker/protocol/*.proto
+	sed -i -E 's/^import (\w+_pb2)/from . import \1/' broker/protocol/*_pb2*.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""High-availability layers: replication events, Master/Slave, DLedger, controller."""

@@ -1,0 +1,229 @@
+"""The commit log: every message of every topic, appended in one sequence of records.
+
+Physical offsets are byte positions in this log and identical on every replica, which
+is what makes replication (byte streams, Raft entries) and offset-based joins work.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import record
+from .record import BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK, RecordError, StoredMessage
+from .segments import SegmentedLog
+
+log = logging.getLogger(__name__)
+
+_SCAN_CHUNK = 4 * 1024 * 1024
+_PHYS_OFFSET_AT = 28  # byte position of physical_offset inside a record
+
+
+@dataclass
+class ScanResult:
+    """What recovery found: where valid data ends, and corrupt ranges to never serve."""
+
+    end: int
+    corrupt: list[tuple[int, int]] = field(default_factory=list)
+    records: int = 0
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.log = SegmentedLog(directory, segment_size)
+        self.corrupt: list[tuple[int, int]] = []
+
+    @property
+    def min_offset(self) -> int:
+        return self.log.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.log.max_offset
+
+    def close(self) -> None:
+        self.log.close()
+
+    # ------------------------------------------------------------------ writes
+    def append(self, msg: StoredMessage) -> bytes:
+        """Encode ``msg`` at the end of the log, rolling segments as needed; return its bytes."""
+        msg.physical_offset = self.log.max_offset
+        data = record.encode(msg)
+        if len(data) > self.log.segment_size - MIN_BLANK:
+            raise RecordError(f"record of {len(data)} bytes is larger than a commit-log segment")
+        remaining = self.log.remaining()
+        if len(data) > remaining or remaining - len(data) < 0:
+            if self.log.segments and remaining > 0:
+                self.log.append(record.encode_blank(remaining))
+            self.log.roll()
+            msg.physical_offset = self.log.max_offset
+            data = record.encode(msg)
+        self.log.append(data)
+        return data
+
+    def append_raw(self, offset: int, data: bytes) -> None:
+        """Append bytes copied from a master at the same offset (replication)."""
+        if not self.log.segments and offset:
+            self.log.set_start(offset)
+        if offset != self.log.max_offset:
+            raise ValueError(f"replicated bytes start at {offset}, local log ends at {self.log.max_offset}")
+        view = memoryview(data)
+        while view:
+            room = self.log.remaining()
+            if room == 0:
+                self.log.roll()
+                continue
+            chunk = view[:room]
+            self.log.append(bytes(chunk))
+            view = view[len(chunk):]
+
+    def truncate(self, offset: int) -> None:
+        self.log.truncate(offset)
+        self.corrupt = [(s, e) for s, e in self.corrupt if s < offset]
+
+    # ------------------------------------------------------------------- reads
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        return self.log.read(offset, max_bytes)
+
+    def read(self, offset: int, size: int | None = None) -> StoredMessage | None:
+        """The message at ``offset``, or None when there is none or it fails its CRC."""
+        if size is None:
+            head = self.log.read(offset, 8)
+            if len(head) < 8:
+                return None
+            size, magic = struct.unpack(">II", head)
+            if magic != MESSAGE_MAGIC:
+                return None
+        data = self.log.read(offset, size)
+        if len(data) != size:
+            return None
+        try:
+            msg = record.decode(data)
+        except RecordError as exc:
+            log.error("refusing to serve the record at %d: %s", offset, exc)
+            return None
+        return msg
+
+    def next_record_offset(self, offset: int) -> int:
+        """Skip a segment-end filler: the offset where the record at/after ``offset`` starts."""
+        seg = self.log.segment_for(offset)
+        if seg is None:
+            return offset
+        if seg.limit - offset < MIN_BLANK:
+            return seg.limit
+        head = self.log.read(offset, 8)
+        if len(head) == 8 and struct.unpack(">II", head)[1] == BLANK_MAGIC:
+            return seg.limit
+        return offset
+
+    def iter_messages(self, start: int, end: int) -> Iterator[StoredMessage]:
+        """Every valid message in [start, end), skipping fillers and corrupt ranges."""
+        pos = start
+        while pos < end:
+            pos = self._skip_corrupt(pos)
+            nxt = self.next_record_offset(pos)
+            if nxt != pos:
+                pos = nxt
+                continue
+            if pos >= end:
+                break
+            msg = self.read(pos)
+            if msg is None:
+                break
+            yield msg
+            pos += msg.size
+
+    def _skip_corrupt(self, pos: int) -> int:
+        for s, e in self.corrupt:
+            if s <= pos < e:
+                return e
+        return pos
+
+    # ---------------------------------------------------------------- recovery
+    def recover(self, start: int) -> ScanResult:
+        """Verify every record from ``start``; truncate a torn tail; remember corrupt ranges.
+
+        A record that fails its checks is *corrupt in the middle* when a valid record
+        (right magic, right CRC, physical_offset equal to its own position) follows it in
+        the same segment: we keep everything and never serve the bad range.  Otherwise it
+        is a torn tail: the log is truncated there.
+        """
+        start = max(start, self.log.min_offset)
+        result = ScanResult(end=start)
+        pos = start
+        for seg in list(self.log.segments):
+            if seg.end <= pos:
+                continue
+            pos = max(pos, seg.start)
+            pos = self._scan_segment(seg.start, seg.end, seg.limit, pos, result)
+            if pos < seg.end:
+                break  # torn tail inside this segment
+        result.end = pos
+        if pos < self.log.max_offset:
+            log.warning("recovery truncates the commit log at %d (was %d)", pos, self.log.max_offset)
+            self.log.truncate(pos)
+        self.corrupt = result.corrupt
+        for s, e in result.corrupt:
+            log.error("commit log range [%d, %d) is corrupt; it will never be served", s, e)
+        return result
+
+    def _scan_segment(self, seg_start: int, seg_end: int, seg_limit: int, pos: int, result: ScanResult) -> int:
+        buf = b""
+        buf_at = pos
+        while pos < seg_end:
+            if seg_limit - pos < MIN_BLANK:
+                return seg_end if seg_end == seg_limit else pos
+            if pos + MIN_BLANK > buf_at + len(buf):
+                buf, buf_at = self.log.read(pos, _SCAN_CHUNK), pos
+            rel = pos - buf_at
+            size, magic = record.peek_header(buf, rel)
+            if magic == BLANK_MAGIC and size == seg_limit - pos:
+                return pos + min(size, seg_end - pos) if pos + size <= seg_end else pos
+            if magic == MESSAGE_MAGIC and FIXED_SIZE <= size <= seg_end - pos:
+                if rel + size > len(buf):
+                    buf, buf_at = self.log.read(pos, max(size, _SCAN_CHUNK)), pos
+                    rel = 0
+                if self._valid_at(buf, rel, size, pos):
+                    pos += size
+                    result.records += 1
+                    continue
+            # invalid here: corruption in the middle, or the torn tail?
+            resync = self._find_next_valid(pos + 1, seg_end)
+            if resync is None:
+                return pos
+            result.corrupt.append((pos, resync))
+            pos = resync
+            buf, buf_at = b"", pos
+        return pos
+
+    @staticmethod
+    def _valid_at(buf: bytes, rel: int, size: int, pos: int) -> bool:
+        if not record.crc_ok(buf, rel, size):
+            return False
+        (phys,) = struct.unpack_from(">q", buf, rel + _PHYS_OFFSET_AT)
+        return phys == pos
+
+    def _find_next_valid(self, start: int, seg_end: int) -> int | None:
+        magic = struct.pack(">I", MESSAGE_MAGIC)
+        pos = start
+        while pos < seg_end:
+            chunk = self.log.read(pos, _SCAN_CHUNK + 8)
+            if len(chunk) < 8:
+                return None
+            idx = chunk.find(magic, 0)
+            while idx != -1:
+                cand = pos + idx - 4
+                if cand >= start:
+                    head = self.log.read(cand, 8)
+                    if len(head) == 8:
+                        size, _ = struct.unpack(">II", head)
+                        if FIXED_SIZE <= size <= seg_end - cand:
+                            data = self.log.read(cand, size)
+                            if len(data) == size and self._valid_at(data, 0, size, cand):
+                                return cand
+                idx = chunk.find(magic, idx + 1)
+            pos += _SCAN_CHUNK
+        return None

@@ -1,0 +1,138 @@
+"""Consume queues: per topic and queue id, fixed 20-byte entries pointing into the commit log.
+
+Entry: commit-log offset (int64), record size (int32), tag hash (int64).  The logical
+queue offset of an entry is its byte position divided by 20, so lookups by queue offset
+are one positional read, and filtering by tag needs no commit-log read.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+from typing import NamedTuple
+
+from .segments import SegmentedLog
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = ENTRY.size  # 20
+
+
+def tag_hash(tag: str) -> int:
+    return zlib.crc32(tag.encode("utf-8")) if tag else 0
+
+
+class CqEntry(NamedTuple):
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tag_hash: int
+
+
+class ConsumeQueue:
+    def __init__(self, root: Path, topic: str, queue_id: int, entries_per_segment: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.log = SegmentedLog(Path(root) / topic / str(queue_id), entries_per_segment * ENTRY_SIZE)
+        self.dirty = False
+        self._min_logical = self.log.min_offset // ENTRY_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return max(self._min_logical, self.log.min_offset // ENTRY_SIZE)
+
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset to be written (one past the last entry)."""
+        return self.log.max_offset // ENTRY_SIZE
+
+    def close(self) -> None:
+        self.log.close()
+
+    def append(self, queue_offset: int, physical_offset: int, size: int, tag_hash_value: int) -> bool:
+        """Write the entry at ``queue_offset``; an entry already present is left as is."""
+        expected = self.max_offset
+        if queue_offset < expected:
+            return False
+        if not self.log.segments and queue_offset > 0:
+            self.log.set_start(queue_offset * ENTRY_SIZE)
+            self._min_logical = queue_offset
+            expected = queue_offset
+        while expected < queue_offset:  # a gap (should not happen): fill so offsets stay true
+            self._append_bytes(ENTRY.pack(-1, 0, 0))
+            expected += 1
+        self._append_bytes(ENTRY.pack(physical_offset, size, tag_hash_value))
+        self.dirty = True
+        return True
+
+    def _append_bytes(self, data: bytes) -> None:
+        if self.log.remaining() < len(data):
+            self.log.roll()
+        self.log.append(data)
+
+    def get(self, queue_offset: int, max_count: int) -> list[CqEntry]:
+        if queue_offset < self.min_offset:
+            queue_offset = self.min_offset
+        out: list[CqEntry] = []
+        pos = queue_offset * ENTRY_SIZE
+        end = self.log.max_offset
+        while len(out) < max_count and pos < end:
+            data = self.log.read(pos, (max_count - len(out)) * ENTRY_SIZE)
+            if not data:
+                break
+            for i in range(0, len(data) - ENTRY_SIZE + 1, ENTRY_SIZE):
+                phys, size, th = ENTRY.unpack_from(data, i)
+                if phys >= 0:
+                    out.append(CqEntry((pos + i) // ENTRY_SIZE, phys, size, th))
+            pos += len(data) - len(data) % ENTRY_SIZE
+        return out
+
+    def entry(self, queue_offset: int) -> CqEntry | None:
+        got = self.get(queue_offset, 1)
+        return got[0] if got and got[0].queue_offset == queue_offset else None
+
+    def last_physical_end(self) -> int:
+        """End of the commit-log record the last entry points at (0 when empty)."""
+        if self.max_offset <= self.min_offset:
+            return 0
+        e = self.entry(self.max_offset - 1)
+        return e.physical_offset + e.size if e else 0
+
+    def truncate_physical(self, physical_offset: int) -> None:
+        """Drop trailing entries that point at or beyond ``physical_offset`` (recovery)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:  # first entry with phys >= physical_offset; entries are sorted by phys
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e.physical_offset >= physical_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo < self.max_offset:
+            self.log.truncate(lo * ENTRY_SIZE)
+            self.dirty = True
+
+    def delete_below_physical(self, min_physical: int) -> None:
+        """Retention: forget segments whose entries all point below ``min_physical``."""
+        while len(self.log.segments) > 1:
+            seg = self.log.segments[0]
+            last = seg.end - ENTRY_SIZE
+            data = self.log.read(last, ENTRY_SIZE)
+            if len(data) == ENTRY_SIZE and ENTRY.unpack(data)[0] + 0 < min_physical:
+                self.log.delete_segment(seg)
+            else:
+                break
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e.physical_offset >= min_physical:
+                hi = mid
+            else:
+                lo = mid + 1
+        self._min_logical = lo
+
+    def sync(self) -> None:
+        if self.dirty:
+            self.dirty = False
+            self.log.sync()

@@ -1,0 +1,167 @@
+"""Index files: a hash index from ``topic#key`` to commit-log offsets, bounded by time.
+
+The same structure as RocketMQ's IndexFile: a header, a table of hash slots holding the
+newest entry of each chain, and entries (key hash, commit-log offset, seconds since the
+file began, previous entry).  Files are memory-mapped so a lookup is a few page reads:
+this is what makes lookup of a message or of its trace by ID constant-time.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import time
+import zlib
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">qqqqii")  # begin_ts, end_ts, begin_phy, end_phy, slot_count(used), index_count
+HEADER_SIZE = HEADER.size  # 40
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), prev entry
+ENTRY_SIZE = ENTRY.size  # 20
+
+
+def key_hash(key: str) -> int:
+    return zlib.crc32(key.encode("utf-8")) & 0x7FFFFFFF
+
+
+class IndexFile:
+    def __init__(self, path: Path, slot_num: int, index_num: int) -> None:
+        self.path = path
+        self.slot_num = slot_num
+        self.index_num = index_num
+        size = HEADER_SIZE + slot_num * SLOT.size + index_num * ENTRY_SIZE
+        fresh = not path.exists()
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self.fd).st_size < size:
+            os.ftruncate(self.fd, size)
+        self.mm = mmap.mmap(self.fd, size)
+        if fresh:
+            self.begin_ts = self.end_ts = 0
+            self.begin_phy = self.end_phy = 0
+            self.slots_used = 0
+            self.count = 1  # entry 0 means "none"
+        else:
+            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slots_used,
+             self.count) = HEADER.unpack_from(self.mm, 0)
+            self.count = max(self.count, 1)
+        self.dirty = fresh
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.index_num
+
+    def close(self) -> None:
+        self.flush()
+        self.mm.close()
+        os.close(self.fd)
+
+    def put(self, key: str, phy: int, store_ts_ms: int) -> bool:
+        if self.full:
+            return False
+        h = key_hash(key)
+        slot_pos = HEADER_SIZE + (h % self.slot_num) * SLOT.size
+        (prev,) = SLOT.unpack_from(self.mm, slot_pos)
+        if prev <= 0 or prev >= self.count:
+            prev = 0
+            self.slots_used += 1
+        if self.begin_ts == 0:
+            self.begin_ts = store_ts_ms
+            self.begin_phy = phy
+        diff = max(0, (store_ts_ms - self.begin_ts) // 1000)
+        entry_pos = HEADER_SIZE + self.slot_num * SLOT.size + self.count * ENTRY_SIZE
+        ENTRY.pack_into(self.mm, entry_pos, h, phy, diff, prev)
+        SLOT.pack_into(self.mm, slot_pos, self.count)
+        self.count += 1
+        self.end_ts = max(self.end_ts, store_ts_ms)
+        self.end_phy = max(self.end_phy, phy)
+        self.dirty = True
+        return True
+
+    def query(self, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
+        if self.count <= 1 or self.end_ts < begin_ms or self.begin_ts > end_ms:
+            return []
+        h = key_hash(key)
+        (cur,) = SLOT.unpack_from(self.mm, HEADER_SIZE + (h % self.slot_num) * SLOT.size)
+        out: list[int] = []
+        base = HEADER_SIZE + self.slot_num * SLOT.size
+        seen = 0
+        while 0 < cur < self.count and len(out) < limit and seen < self.index_num:
+            eh, phy, diff, prev = ENTRY.unpack_from(self.mm, base + cur * ENTRY_SIZE)
+            ts = self.begin_ts + diff * 1000
+            if eh == h and begin_ms - 1000 <= ts <= end_ms + 1000:
+                out.append(phy)
+            if prev >= cur:
+                break
+            cur = prev
+            seen += 1
+        return out
+
+    def flush(self) -> None:
+        if not self.dirty:
+            return
+        HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+                         self.slots_used, self.count)
+        self.mm.flush()
+        self.dirty = False
+
+
+class IndexService:
+    """All index files of a store, newest last; writes go to the newest."""
+
+    def __init__(self, directory: Path, slot_num: int, index_num: int) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = [
+            IndexFile(p, slot_num, index_num)
+            for p in sorted(self.directory.iterdir(), key=lambda p: p.name)
+            if p.name.isdigit()
+        ]
+
+    def _writable(self) -> IndexFile:
+        if not self.files or self.files[-1].full:
+            if self.files:
+                self.files[-1].flush()
+            name = f"{int(time.time() * 1000):017d}"
+            while (self.directory / name).exists():
+                name = f"{int(name) + 1:017d}"
+            self.files.append(IndexFile(self.directory / name, self.slot_num, self.index_num))
+            log.info("created index file %s", self.files[-1].path)
+        return self.files[-1]
+
+    def put(self, topic: str, keys: list[str], phy: int, store_ts_ms: int) -> None:
+        for key in keys:
+            if key:
+                f = self._writable()
+                f.put(f"{topic}#{key}", phy, store_ts_ms)
+
+    def query(self, topic: str, key: str, limit: int, begin_ms: int = 0, end_ms: int = 2**62) -> list[int]:
+        out: list[int] = []
+        full_key = f"{topic}#{key}"
+        for f in reversed(self.files):
+            if len(out) >= limit:
+                break
+            out.extend(f.query(full_key, begin_ms, end_ms, limit - len(out)))
+        return out
+
+    def flush(self) -> None:
+        for f in self.files[-2:]:
+            f.flush()
+
+    def delete_below(self, min_phy: int) -> None:
+        while len(self.files) > 1 and self.files[0].end_phy < min_phy:
+            f = self.files.pop(0)
+            f.close()
+            f.path.unlink(missing_ok=True)
+            log.info("deleted index file %s", f.path)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []

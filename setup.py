@@ -1,0 +1,35 @@
+"""Map the top-level folders onto the ``rocketscope`` namespace.
+
+The folders broker/, telemetry/, trace/, spark/ and dashboards/ are the architecture
+(DESIGN section 2), but a top-level package named ``trace`` would be shadowed by the
+standard library's module of that name.  Every folder is therefore installed as a
+sub-package of ``rocketscope`` (``rocketscope.trace`` lives in ``trace/``), both for
+``pip install .`` and for ``pip install -e .`` (setuptools' editable finder honours
+``package_dir``).
+"""
+
+from setuptools import find_packages, setup
+
+FOLDERS = {
+    "rocketscope": "rocketscope",
+    "rocketscope.broker": "broker",
+    "rocketscope.telemetry": "telemetry",
+    "rocketscope.trace": "trace",
+    "rocketscope.spark": "spark",
+    "rocketscope.dashboards": "dashboards",
+}
+
+packages: list[str] = []
+package_dir: dict[str, str] = {}
+for name, folder in FOLDERS.items():
+    packages.append(name)
+    package_dir[name] = folder
+    for sub in find_packages(where=folder):
+        packages.append(f"{name}.{sub}")
+        package_dir[f"{name}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
+
+setup(
+    packages=packages,
+    package_dir=package_dir,
+    package_data={"rocketscope.dashboards": ["*.toml", "pages/*.py"], "rocketscope.broker": ["protocol/*.proto"]},
+)

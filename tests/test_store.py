@@ -1,0 +1,330 @@
+"""Unit tests of the store: records, segments, queues, index, recovery, retention."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rocketscope.broker.store import record
+from rocketscope.broker.store.message_store import MessageStore, PutStatus, StoreConfig
+from rocketscope.broker.store.record import RecordError, StoredMessage
+from rocketscope.broker.store.retention import RetentionPolicy
+
+
+def make_msg(i: int, topic: str = "T", queue_id: int = 0, body: bytes | None = None, keys: str = "") -> StoredMessage:
+    props = {"UNIQ_KEY": f"ID{i:08d}", "TAGS": "tagA" if i % 2 else "tagB"}
+    if keys:
+        props["KEYS"] = keys
+    return StoredMessage(topic=topic, queue_id=queue_id, body=body if body is not None else f"body-{i}".encode(),
+                         properties=props, born_timestamp=1_700_000_000_000 + i, born_host="10.0.0.1:5000")
+
+
+def small_config(root: Path, **kw: object) -> StoreConfig:
+    base: dict[str, object] = dict(root=root, commitlog_segment_size=4096, cq_entries_per_segment=16,
+                                   index_slot_num=64, index_num=256, checkpoint_interval_s=3600)
+    base.update(kw)
+    return StoreConfig(**base)  # type: ignore[arg-type]
+
+
+def run(coro):  # noqa: ANN001, ANN201
+    return asyncio.run(coro)
+
+
+async def fill(store: MessageStore, n: int, **kw: object) -> list[StoredMessage]:
+    out = []
+    for i in range(n):
+        (res,) = await store.put([make_msg(i, **kw)])  # type: ignore[arg-type]
+        assert res.status is PutStatus.PUT_OK
+        out.append(res.message)
+    return out
+
+
+# ------------------------------------------------------------------ record codec
+@given(
+    topic=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=60),
+    body=st.binary(max_size=2000),
+    props=st.dictionaries(st.text(alphabet="abcdefXYZ_", min_size=1, max_size=10),
+                          st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=30), max_size=5),
+    qid=st.integers(0, 1000), qoff=st.integers(0, 2**40), phys=st.integers(0, 2**50),
+)
+@settings(max_examples=150, deadline=None)
+def test_record_round_trip(topic: str, body: bytes, props: dict[str, str], qid: int, qoff: int, phys: int) -> None:
+    msg = StoredMessage(topic=topic, queue_id=qid, body=body, properties=props, queue_offset=qoff,
+                        physical_offset=phys, born_host="1.2.3.4:5", store_host="5.6.7.8:9", reconsume_times=3)
+    data = record.encode(msg)
+    back = record.decode(data)
+    assert (back.topic, back.body, back.properties, back.queue_id, back.queue_offset, back.physical_offset) == (
+        topic, body, props, qid, qoff, phys)
+    assert back.size == len(data) == msg.size
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_record_decode_of_garbage_raises_record_error(data: bytes) -> None:
+    try:
+        record.decode(data)
+    except RecordError:
+        pass
+
+
+def test_record_bit_flip_is_detected() -> None:
+    data = bytearray(record.encode(make_msg(1)))
+    for pos in range(12, len(data), 7):
+        flipped = bytearray(data)
+        flipped[pos] ^= 0x40
+        with pytest.raises(RecordError):
+            record.decode(bytes(flipped))
+
+
+def test_properties_over_limit_rejected(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20))
+        await store.start()
+        msg = make_msg(1)
+        msg.properties["big"] = "x" * 40000
+        (res,) = await store.put([msg])
+        assert res.status is PutStatus.PROPERTIES_SIZE_EXCEEDED
+        assert "properties" in res.reason
+        await store.shutdown()
+    run(go())
+
+
+# ------------------------------------------------------------------ put / get
+def test_put_get_across_segments_and_restart(tmp_path: Path) -> None:
+    async def first() -> list[StoredMessage]:
+        store = MessageStore(small_config(tmp_path))
+        await store.start()
+        msgs = await fill(store, 120)
+        assert len(store.commit_log.log.segments) > 3  # rolled several times
+        got = store.get("T", 0, 0, 1000)
+        assert [m.body for m in got.messages] == [m.body for m in msgs]
+        assert got.next_offset == 120 and got.max_offset == 120
+        page = store.get("T", 0, 50, 10)
+        assert [m.queue_offset for m in page.messages] == list(range(50, 60))
+        await store.shutdown()
+        return msgs
+
+    msgs = run(first())
+
+    async def second() -> None:
+        store = MessageStore(small_config(tmp_path))
+        await store.start()
+        got = store.get("T", 0, 0, 1000)
+        assert [m.body for m in got.messages] == [m.body for m in msgs]
+        (res,) = await store.put([make_msg(999)])
+        assert res.message.queue_offset == 120
+        await store.shutdown()
+
+    run(second())
+
+
+def test_tag_filter(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path))
+        await store.start()
+        await fill(store, 20)
+        got = store.get("T", 0, 0, 100, tags={"tagA"})
+        assert got.messages and all(m.tags == "tagA" for m in got.messages)
+        assert len(got.messages) == 10
+        await store.shutdown()
+    run(go())
+
+
+def test_lookup_by_id_and_key_filters_other_topics(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path, index_slot_num=4))  # tiny: forces hash collisions
+        await store.start()
+        await fill(store, 30, keys="order-1 shared")
+        await fill(store, 5, topic="Other", keys="shared")
+        found = store.lookup("T", "ID00000007")
+        assert [m.msg_id for m in found] == ["ID00000007"]
+        assert len(store.lookup("T", "shared", limit=100)) == 30
+        assert len(store.lookup("Other", "shared", limit=100)) == 5
+        assert store.lookup("T", "nope") == []
+        assert sorted(m.topic for m in store.lookup(None, "ID00000003")) == ["Other", "T"]
+        await store.shutdown()
+    run(go())
+
+
+def test_offset_by_time(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path))
+        await store.start()
+        for i in range(10):
+            m = make_msg(i)
+            m.store_timestamp = 1000 * (i + 1)
+            await store.put([m])
+        assert store.offset_by_time("T", 0, 0) == 0
+        assert store.offset_by_time("T", 0, 3500) == 3
+        assert store.offset_by_time("T", 0, 10**9) == 10
+        await store.shutdown()
+    run(go())
+
+
+# ------------------------------------------------------------------ recovery
+def _commitlog_files(root: Path) -> list[Path]:
+    return sorted((root / "commitlog").iterdir())
+
+
+def test_recovery_truncates_torn_tail(tmp_path: Path) -> None:
+    async def write() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20))
+        await store.start()
+        await fill(store, 10)
+        await store.flush.flush()
+        # simulate kill -9: no checkpoint save, no clean close
+        for t in store._tasks:
+            t.cancel()
+    run(write())
+    last = _commitlog_files(tmp_path)[-1]
+    size = last.stat().st_size
+    with open(last, "r+b") as fh:  # tear the last record in half
+        fh.truncate(size - 10)
+
+    async def check() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20))
+        await store.start()
+        got = store.get("T", 0, 0, 100)
+        assert [m.msg_id for m in got.messages] == [f"ID{i:08d}" for i in range(9)]
+        (res,) = await store.put([make_msg(100)])
+        assert res.message.queue_offset == 9
+        assert store.get("T", 0, 9, 1).messages[0].msg_id == "ID00000100"
+        await store.shutdown()
+    run(check())
+
+
+def test_recovery_skips_corrupted_record_in_the_middle(tmp_path: Path) -> None:
+    positions: list[int] = []
+
+    async def write() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20))
+        await store.start()
+        msgs = await fill(store, 10)
+        positions.extend(m.physical_offset for m in msgs)
+        await store.shutdown()
+    run(write())
+    (tmp_path / "checkpoint").unlink()  # force a full re-dispatch
+    for cq in (tmp_path / "consumequeue").rglob("*"):
+        if cq.is_file():
+            cq.unlink()
+    seg = _commitlog_files(tmp_path)[0]
+    with open(seg, "r+b") as fh:  # corrupt the body of message 4
+        fh.seek(positions[4] + 90)
+        fh.write(b"\xff\xfe\xfd")
+
+    async def check() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20))
+        await store.start()
+        ids = [m.msg_id for m in store.get("T", 0, 0, 100).messages]
+        assert ids == [f"ID{i:08d}" for i in range(10) if i != 4]
+        assert store.commit_log.corrupt == [(positions[4], positions[5])]
+        assert store.commit_log.read(positions[4]) is None  # never served
+        await store.shutdown()
+    run(check())
+
+
+def test_recovery_with_garbage_size_field_in_the_middle(tmp_path: Path) -> None:
+    positions: list[int] = []
+
+    async def write() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20))
+        await store.start()
+        positions.extend(m.physical_offset for m in await fill(store, 6))
+        await store.shutdown()
+    run(write())
+    (tmp_path / "checkpoint").unlink()
+    seg = _commitlog_files(tmp_path)[0]
+    with open(seg, "r+b") as fh:
+        fh.seek(positions[2])
+        fh.write(struct.pack(">I", 0x7FFFFFF0))
+
+    async def check() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20))
+        await store.start()
+        ids = [m.msg_id for m in store.get("T", 0, 0, 100).messages]
+        assert ids == [f"ID{i:08d}" for i in (0, 1, 3, 4, 5)]
+        await store.shutdown()
+    run(check())
+
+
+def test_consume_queue_rebuilt_past_checkpoint(tmp_path: Path) -> None:
+    async def write() -> None:
+        store = MessageStore(small_config(tmp_path))
+        await store.start()
+        await fill(store, 30)
+        await store.shutdown()
+    run(write())
+    for f in (tmp_path / "consumequeue").rglob("*"):
+        if f.is_file():
+            f.unlink()
+    (tmp_path / "checkpoint").write_text('{"dispatched": 0}')
+
+    async def check() -> None:
+        store = MessageStore(small_config(tmp_path))
+        await store.start()
+        assert store.max_offset("T", 0) == 30
+        assert len(store.get("T", 0, 0, 100).messages) == 30
+        assert [m.msg_id for m in store.lookup("T", "ID00000011")] == ["ID00000011"]
+        await store.shutdown()
+    run(check())
+
+
+# ------------------------------------------------------------------ flush
+def test_sync_flush_acknowledges_after_fsync(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20, sync_flush=True))
+        await store.start()
+        results = await asyncio.gather(*(store.put([make_msg(i)]) for i in range(50)))
+        end = max(r[0].message.physical_offset + r[0].message.size for r in results)
+        assert all(r[0].status is PutStatus.PUT_OK for r in results)
+        assert store.commit_log.log.synced_offset >= end
+        await store.shutdown()
+    run(go())
+
+
+def test_sync_flush_timeout_reported(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path, sync_flush=True, sync_flush_timeout_s=0.2))
+        await store.start()
+
+        def broken_sync() -> int:
+            raise OSError("disk gone")
+        store.flush._sync = broken_sync
+        (res,) = await store.put([make_msg(1)])
+        assert res.status is PutStatus.FLUSH_DISK_TIMEOUT
+        assert store.get("T", 0, 0, 10).messages  # stored, as RocketMQ says for this status
+        store.flush._sync = store.commit_log.log.sync
+        await store.shutdown()
+    run(go())
+
+
+# ------------------------------------------------------------------ retention
+def test_retention_by_age_and_by_disk_ratio(tmp_path: Path) -> None:
+    async def go() -> None:
+        now = time.time()
+        hour = time.localtime(now).tm_hour
+        policy = RetentionPolicy(file_reserved_hours=1, delete_when=f"{hour:02d}", disk_max_used_ratio=0.99)
+        store = MessageStore(small_config(tmp_path, retention=policy))
+        await store.start()
+        await fill(store, 200)
+        files = _commitlog_files(tmp_path)
+        assert len(files) > 4
+        old = now - 2 * 3600
+        for f in files[:2]:
+            os.utime(f, (old, old))
+        assert store.apply_retention(now) == 2
+        assert store.min_offset("T", 0) > 0
+        got = store.get("T", 0, 0, 1000)
+        assert got.messages and got.messages[0].queue_offset == store.min_offset("T", 0)
+        store.config.retention.disk_max_used_ratio = 0.0  # pretend the disk is full
+        store.apply_retention(now)
+        assert len(store.commit_log.log.segments) == 1  # the active segment is never deleted
+        await store.shutdown()
+    run(go())
