@@ -33,7 +33,7 @@ def small_config(root: Path, **kw: object) -> StoreConfig:
     return StoreConfig(**base)  # type: ignore[arg-type]
 
 
-def run(coro):  # noqa: ANN001, ANN201
+def run(coro):
     return asyncio.run(coro)
 
 
@@ -51,7 +51,8 @@ async def fill(store: MessageStore, n: int, **kw: object) -> list[StoredMessage]
     topic=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=60),
     body=st.binary(max_size=2000),
     props=st.dictionaries(st.text(alphabet="abcdefXYZ_", min_size=1, max_size=10),
-                          st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=30), max_size=5),
+                          st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=30),
+                          max_size=5),
     qid=st.integers(0, 1000), qoff=st.integers(0, 2**40), phys=st.integers(0, 2**50),
 )
 @settings(max_examples=150, deadline=None)

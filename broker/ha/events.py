@@ -58,9 +58,9 @@ class HaEvent:
 
     ``address`` is the emitting node's client-facing ``ip:port`` (the store host that
     Pub trace records and offsetMsgIds carry), so consumers of the events can map a
-    message's store host to its broker group.  ``term`` is the DLedger/Raft term and ``epoch`` the controller-mode master epoch;
-    the one that does not apply is -1.  Type-specific fields keep their empty default
-    when they do not apply to the type.
+    message's store host to its broker group.  ``term`` is the DLedger/Raft term and
+    ``epoch`` the controller-mode master epoch; the one that does not apply is -1.
+    Type-specific fields keep their empty default when they do not apply to the type.
     """
 
     type: str

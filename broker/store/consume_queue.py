@@ -33,7 +33,7 @@ class ConsumeQueue:
     def __init__(self, root: Path, topic: str, queue_id: int, entries_per_segment: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.log = SegmentedLog(Path(root) / topic / str(queue_id), entries_per_segment * ENTRY_SIZE)
+        self.log = SegmentedLog(Path(root) / topic / str(queue_id), entries_per_segment * ENTRY_SIZE, quiet=True)
         self.dirty = False
         self._min_logical = self.log.min_offset // ENTRY_SIZE
 

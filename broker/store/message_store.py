@@ -124,8 +124,8 @@ class MessageStore:
         self.dispatched = end
         self._save_checkpoint()
         log.info("store recovered in %.2fs: commit log [%d, %d), %d records re-dispatched, "
-                 "%d corrupt ranges, %d queues", time.monotonic() - started, self.commit_log.min_offset, end, replayed, len(scan.corrupt),
-                 len(self.cqs))
+                 "%d corrupt ranges, %d queues", time.monotonic() - started, self.commit_log.min_offset, end,
+                 replayed, len(scan.corrupt), len(self.cqs))
 
     def _load_consume_queues(self) -> None:
         root = self.root / "consumequeue"

@@ -39,13 +39,14 @@ class Segment:
 class SegmentedLog:
     """A log addressed by absolute byte offsets across many segment files."""
 
-    def __init__(self, directory: Path, segment_size: int) -> None:
+    def __init__(self, directory: Path, segment_size: int, quiet: bool = False) -> None:
         if segment_size <= 0:
             raise ValueError(f"segment size must be positive, got {segment_size}")
         self.directory = Path(directory)
         self.segment_size = segment_size
         self.segments: list[Segment] = []
         self._synced = 0
+        self._log_level = logging.DEBUG if quiet else logging.INFO
         self.directory.mkdir(parents=True, exist_ok=True)
         self._load()
 
@@ -115,7 +116,7 @@ class SegmentedLog:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         seg = Segment(start, self.segment_size, path, fd, 0)
         self.segments.append(seg)
-        log.info("created segment %s", path)
+        log.log(self._log_level, "created segment %s", path)
         return seg
 
     def roll(self) -> None:

@@ -1,0 +1,283 @@
+"""The broker process: store, metadata, POP engine, gRPC services, name-server link.
+
+`rocketscope broker -c broker.conf` builds one Broker from RocketMQ's keys.  Listeners:
+grpcServerPort for the RocketMQ 5 clients, listenPort for the internal admin service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import signal
+import time
+import zlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
+from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, namesrv_pb2
+from rocketscope.config import Settings
+
+from .admin_service import BrokerAdminService
+from .broker_config import namesrv_addresses
+from .clients import ClientRegistry
+from .groups import GroupManager
+from .grpc_service import MessagingService, status
+from .namesrv_client import NamesrvClient, NamesrvUnavailable
+from .offsets import OffsetManager
+from .pop import Delivery, PopService
+from .store.message_store import MessageStore, PutResult, StoreConfig
+from .store.record import StoredMessage
+from .store.retention import RetentionPolicy
+from .topics import TopicConfig, TopicManager, is_system_topic
+from .validation import RequestError
+
+log = logging.getLogger(__name__)
+Code = pb.Code
+HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
+
+
+def store_config(s: Settings, store_host: str) -> StoreConfig:
+    return StoreConfig(
+        root=Path(s.storePathRootDir),
+        commitlog_segment_size=s.mappedFileSizeCommitLog,
+        cq_entries_per_segment=s.mappedFileSizeConsumeQueue // 20,
+        sync_flush=s.flushDiskType == "SYNC_FLUSH",
+        sync_flush_timeout_s=s.syncFlushTimeout / 1000,
+        flush_interval_s=s.flushIntervalCommitLog / 1000,
+        max_message_size=s.maxMessageSize,
+        index_slot_num=s.maxHashSlotNum,
+        index_num=s.maxIndexNum,
+        store_host=store_host,
+        retention=RetentionPolicy(file_reserved_hours=s.fileReservedTime, delete_when=s.deleteWhen,
+                                  disk_max_used_ratio=s.diskMaxUsedSpaceRatio / 100,
+                                  interval_s=s.cleanResourceInterval / 1000),
+    )
+
+
+class Broker:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        s = settings
+        self.cluster = s.brokerClusterName
+        self.broker_name = s.brokerName
+        self.broker_id = s.brokerId
+        self.grpc_addr = f"{s.brokerIP1}:{s.grpcServerPort}"
+        self.internal_addr = f"{s.brokerIP1}:{s.listenPort}"
+        root = Path(s.storePathRootDir)
+        self.store = MessageStore(store_config(s, self.grpc_addr))
+        self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
+        self.groups = GroupManager(root / "config" / "subscriptionGroup.json")
+        self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
+        self.clients = ClientRegistry()
+        self.pop = PopService(self.store, self.offsets, self.groups, self.topics, self.broker_name)
+        self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000)
+        self.topics_on_change = self.namesrv.register_now
+        self._rr = itertools.count()
+        self._servers: list[grpc.aio.Server] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._route_cache: dict[str, tuple[float, namesrv_pb2.TopicRouteData | None]] = {}
+        self.started_at = time.time()
+        self.rpc_stats: dict[tuple[str, int], int] = {}
+
+    # ----------------------------------------------------------- properties
+    @property
+    def writable(self) -> bool:
+        return bool(self.settings.brokerPermission & 2)
+
+    @property
+    def role(self) -> str:
+        return str(self.settings.brokerRole)
+
+    def registration(self) -> namesrv_pb2.BrokerRegistration:
+        reg = namesrv_pb2.BrokerRegistration(
+            cluster_name=self.cluster, broker_name=self.broker_name, broker_id=self.broker_id,
+            broker_addr=self.internal_addr, grpc_addr=self.grpc_addr, role=self.role, term=-1, epoch=-1,
+            data_version=common_pb2.DataVersion(timestamp=self.topics.data_version[0],
+                                                counter=self.topics.data_version[1]))
+        for cfg in self.topics.all():
+            perm = cfg.perm & self.settings.brokerPermission
+            tc = reg.topics.add(topic_name=cfg.name, read_queue_nums=cfg.read_queue_nums,
+                                write_queue_nums=cfg.write_queue_nums, perm=perm, order=cfg.order)
+            tc.attributes.update(cfg.attributes)
+        return reg
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        s = self.settings
+        await self.store.start()
+        self._create_system_topics()
+        self.pop.start()
+        self.client_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                                                      ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+        svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), self.client_server)
+        if not self.client_server.add_insecure_port(f"0.0.0.0:{s.grpcServerPort}"):
+            raise OSError(f"cannot bind grpcServerPort {s.grpcServerPort}")
+        self.admin_server = grpc.aio.server()
+        admin_pb2_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self), self.admin_server)
+        if not self.admin_server.add_insecure_port(f"0.0.0.0:{s.listenPort}"):
+            raise OSError(f"cannot bind listenPort {s.listenPort}")
+        self._servers = [self.client_server, self.admin_server]
+        for server in self._servers:
+            await server.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self.offsets.flush_loop(s.consumerOffsetFlushInterval / 1000)))
+        self._tasks.append(loop.create_task(self._housekeeping()))
+        self.namesrv.start()
+        log.info("broker %s (cluster %s, id %d, role %s) serving clients on %s and admin on %s; store %s",
+                 self.broker_name, self.cluster, self.broker_id, self.role, self.grpc_addr, self.internal_addr,
+                 s.storePathRootDir)
+
+    def _create_system_topics(self) -> None:
+        s = self.settings
+        if s.traceTopicEnable:
+            self.topics.create_if_absent(s.msgTraceTopicName, 1, system=True)
+        self.topics.create_if_absent(HA_EVENTS_TOPIC, 1, system=True)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(5)
+            self.clients.expire()
+
+    async def stop(self) -> None:
+        log.info("broker %s shutting down", self.broker_name)
+        await self.namesrv.stop()
+        for server in self._servers:
+            await server.stop(grace=1)
+        for t in self._tasks:
+            t.cancel()
+        await self.pop.stop()
+        self.offsets.flush()
+        await self.store.shutdown()
+        log.info("broker %s stopped", self.broker_name)
+
+    # --------------------------------------------------------------- routes
+    def local_route(self, topic: str) -> namesrv_pb2.TopicRouteData | None:
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            return None
+        route = namesrv_pb2.TopicRouteData(order=cfg.order)
+        route.attributes.update(cfg.attributes)
+        route.queue_datas.add(broker_name=self.broker_name, read_queue_nums=cfg.read_queue_nums,
+                              write_queue_nums=cfg.write_queue_nums, perm=cfg.perm & self.settings.brokerPermission)
+        bd = route.broker_datas.add(cluster=self.cluster, broker_name=self.broker_name)
+        bd.broker_addrs[self.broker_id] = self.internal_addr
+        bd.grpc_addrs[self.broker_id] = self.grpc_addr
+        return route
+
+    async def route_for(self, topic: str) -> namesrv_pb2.TopicRouteData | None:
+        """The cluster-wide route of ``topic``; creates it here when auto-creation is on."""
+        cached = self._route_cache.get(topic)
+        if cached and time.monotonic() - cached[0] < 1.0:
+            return cached[1]
+        try:
+            route = await self.namesrv.get_route(topic) if self.namesrv.addresses else self.local_route(topic)
+        except NamesrvUnavailable as exc:
+            log.warning("answering the route of %s from local topics only: %s", topic, exc)
+            route = self.local_route(topic)
+        if route is None and self.topics.get(topic) is not None:
+            route = self.local_route(topic)  # created here but not registered yet
+        if route is None and self.settings.autoCreateTopicEnable and not is_system_topic(topic):
+            self.topics.create_if_absent(topic)
+            self.topics_on_change()
+            route = self.local_route(topic)
+        self._route_cache[topic] = (time.monotonic(), route)
+        return route
+
+    async def topic_for_send(self, name: str) -> TopicConfig:
+        cfg = self.topics.get(name)
+        if cfg is None:
+            if self.settings.autoCreateTopicEnable and not is_system_topic(name):
+                cfg = self.topics.create_if_absent(name)
+                self.topics_on_change()
+            else:
+                raise RequestError(Code.TOPIC_NOT_FOUND,
+                                   f"topic.name: topic {name} does not exist on broker {self.broker_name}")
+        if not (cfg.writable and self.writable):
+            raise RequestError(Code.FORBIDDEN, f"topic.name: topic {name} is not writable on broker "
+                                               f"{self.broker_name}")
+        return cfg
+
+    def select_queue(self, cfg: TopicConfig, message_group: str) -> int:
+        if message_group:
+            return zlib.crc32(message_group.encode("utf-8")) % cfg.write_queue_nums
+        return next(self._rr) % cfg.write_queue_nums
+
+    def check_send_type(self, msg: pb.Message, index: int) -> None:
+        """Reject what this broker cannot honour yet rather than store it wrongly."""
+        mtype = msg.system_properties.message_type
+        if mtype in (pb.DELAY, pb.TRANSACTION, pb.LITE, pb.PRIORITY):
+            raise RequestError(Code.UNSUPPORTED, f"messages[{index}].system_properties.message_type "
+                                                 f"{pb.MessageType.Name(mtype)} is not supported by this broker yet")
+        if msg.system_properties.HasField("delivery_timestamp"):
+            raise RequestError(Code.UNSUPPORTED, f"messages[{index}].system_properties.delivery_timestamp: delay "
+                                                 "messages are not supported by this broker yet")
+
+    # ---------------------------------------------------------- produce path
+    async def put_messages(self, stored: list[StoredMessage], originals: list[pb.Message]) -> list[PutResult]:
+        s = self.settings
+        for m in stored:
+            m.properties.setdefault("MSG_REGION", s.regionId)
+            m.properties.setdefault("TRACE_ON", "true" if s.traceOn else "false")
+        return await self.store.put(stored)
+
+    # ---------------------------------------------------------- consume path
+    async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+                      tags: set[str] | None, poll_s: float) -> list[Delivery]:
+        return await self.pop.receive(group, topic, queue_id, batch, invisible_ms, tags, poll_s)
+
+    def ack(self, group: str, handle: str, message_id: str) -> None:
+        self.pop.ack(group, handle)
+
+    def change_invisible(self, group: str, handle: str, invisible_ms: int, message_id: str) -> str:
+        return self.pop.change_invisible(group, handle, invisible_ms)
+
+    async def forward_to_dlq(self, group: str, handle: str, message_id: str) -> None:
+        await self.pop.forward_to_dlq(group, handle)
+
+    # ------------------------------------------------- hooks for later layers
+    def record_rpc(self, method: str, code: int, seconds: float, long_polling: bool = False) -> None:
+        key = (method, code)
+        self.rpc_stats[key] = self.rpc_stats.get(key, 0) + 1
+
+    def apply_metric_settings(self, settings: pb.Settings) -> None:
+        settings.metric.on = False
+
+    async def on_telemetry_command(self, client_id: str, cmd: svc.TelemetryCommand) -> None:
+        log.debug("ignoring telemetry command %s from %s", cmd.WhichOneof("command"), client_id)
+
+    async def end_transaction(self, request: svc.EndTransactionRequest, context: Any) -> svc.EndTransactionResponse:
+        raise RequestError(Code.UNSUPPORTED, "transactional messages are not supported by this broker yet")
+
+    async def recall_message(self, request: svc.RecallMessageRequest) -> svc.RecallMessageResponse:
+        raise RequestError(Code.UNSUPPORTED, "RecallMessage is not supported by this broker yet")
+
+    async def pull_message(self, request: svc.PullMessageRequest, context: Any
+                           ) -> AsyncIterator[svc.PullMessageResponse]:
+        yield svc.PullMessageResponse(status=status(Code.UNSUPPORTED, "PullMessage is not supported yet"))
+
+    async def get_offset(self, request: svc.GetOffsetRequest) -> svc.GetOffsetResponse:
+        raise RequestError(Code.UNSUPPORTED, "GetOffset is not supported by this broker yet")
+
+    async def query_offset(self, request: svc.QueryOffsetRequest) -> svc.QueryOffsetResponse:
+        raise RequestError(Code.UNSUPPORTED, "QueryOffset is not supported by this broker yet")
+
+    async def update_offset(self, request: svc.UpdateOffsetRequest) -> svc.UpdateOffsetResponse:
+        raise RequestError(Code.UNSUPPORTED, "UpdateOffset is not supported by this broker yet")
+
+
+async def run_broker(settings: Settings) -> None:
+    broker = Broker(settings)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await broker.stop()

@@ -1,0 +1,89 @@
+"""The broker's configuration keys: RocketMQ's names and defaults, one doc line each.
+
+Where RocketMQ's broker and 5.x proxy disagree on a key's home we follow the proxy for
+client-facing gRPC settings (grpcServerPort, the invisible-time bounds) because that is
+the process RocketMQ 5 clients actually talk to.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from rocketscope.config import Key, Settings, load_settings, non_negative, port, positive
+
+GiB = 1 << 30
+ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+BROKER_KEYS: list[Key] = [
+    Key("brokerClusterName", str, "DefaultCluster", "cluster this broker belongs to"),
+    Key("brokerName", str, "broker-a", "broker group name (master and slaves share it)"),
+    Key("brokerId", int, 0, "0 for the master, >0 for a slave", check=non_negative),
+    Key("brokerRole", str, "ASYNC_MASTER", "ASYNC_MASTER, SYNC_MASTER or SLAVE", choices=ROLES),
+    Key("namesrvAddr", str, "", "name servers, `host:port;host:port` (default: env NAMESRV_ADDR)"),
+    Key("brokerIP1", str, "127.0.0.1", "address this broker advertises to clients and the name server"),
+    Key("grpcServerPort", int, 8081, "client-facing RocketMQ 5 gRPC port (the proxy's key)", check=port),
+    Key("listenPort", int, 10911, "internal gRPC port: admin and broker-to-broker traffic", check=port),
+    Key("storePathRootDir", str, str(Path.home() / "store"), "root directory of the store"),
+    Key("flushDiskType", str, "ASYNC_FLUSH",
+        "SYNC_FLUSH acknowledges after fsync; ASYNC_FLUSH flushes in the background",
+        choices=("SYNC_FLUSH", "ASYNC_FLUSH")),
+    Key("syncFlushTimeout", int, 5000, "ms a SYNC_FLUSH send waits for fsync before FLUSH_DISK_TIMEOUT",
+        check=positive),
+    Key("flushIntervalCommitLog", int, 500, "ms between background flushes (ASYNC_FLUSH)", check=positive),
+    Key("mappedFileSizeCommitLog", int, GiB, "bytes per commit-log segment file", check=positive),
+    Key("mappedFileSizeConsumeQueue", int, 300_000 * 20, "bytes per consume-queue file (multiple of 20)",
+        check=lambda v: None if v > 0 and v % 20 == 0 else "must be a positive multiple of 20"),
+    Key("maxHashSlotNum", int, 500_000, "hash slots per index file", check=positive),
+    Key("maxIndexNum", int, 2_000_000, "entries per index file", check=positive),
+    Key("maxMessageSize", int, 4 * 1024 * 1024, "largest message body accepted, bytes", check=positive),
+    Key("fileReservedTime", float, 72.0, "hours a commit-log file is kept", check=non_negative),
+    Key("deleteWhen", str, "04", "hours (`;`-separated) when expired files are deleted"),
+    Key("diskMaxUsedSpaceRatio", int, 75, "disk usage percent above which the oldest files are deleted at once",
+        check=lambda v: None if 1 <= v <= 100 else "must be a percentage"),
+    Key("cleanResourceInterval", int, 10000, "ms between retention checks", check=positive),
+    Key("autoCreateTopicEnable", bool, True, "create a topic on first route query or send"),
+    Key("autoCreateSubscriptionGroup", bool, True, "create a consumer group on first use"),
+    Key("defaultTopicQueueNums", int, 8, "queues of an auto-created topic", check=positive),
+    Key("brokerPermission", int, 6, "6 read-write, 4 read-only, 2 write-only",
+        check=lambda v: None if v in (2, 4, 6) else "must be 2, 4 or 6"),
+    Key("registerNameServerPeriod", int, 30000, "ms between registrations with the name servers",
+        check=lambda v: None if 1000 <= v <= 60000 else "must be between 1000 and 60000"),
+    Key("minInvisibleTimeMillsForRecv", int, 10000, "smallest invisible duration a receive may ask for, ms",
+        check=positive),
+    Key("defaultInvisibleTimeMills", int, 60_000, "invisible duration of a push consumer's (auto-renew) receive, ms",
+        check=positive),
+    Key("maxInvisibleTimeMills", int, 12 * 3600 * 1000, "largest invisible duration, ms", check=positive),
+    Key("grpcClientConsumerMaxLongPollingTimeoutMillis", int, 20000, "cap on a receive's long polling, ms",
+        check=positive),
+    Key("consumerOffsetFlushInterval", int, 1000, "ms between consumer-offset persistence", check=positive),
+    Key("traceTopicEnable", bool, False, "create the trace topic on this broker"),
+    Key("msgTraceTopicName", str, "RMQ_SYS_TRACE_TOPIC", "name of the trace topic"),
+    Key("traceOn", bool, True, "tell clients to write trace records (TRACE_ON)"),
+    Key("regionId", str, "DefaultRegion", "region written into trace records (MSG_REGION)"),
+    Key("brokerTraceEnable", bool, False, "the broker writes trace records itself (RocketScope)"),
+]
+
+TELEMETRY_KEYS = (
+    "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "metricsGrpcExporterTarget",
+    "metricsGrpcExporterHeader", "metricGrpcExporterTimeOutInMills", "metricGrpcExporterIntervalInMills",
+    "metricLoggingExporterIntervalInMills", "metricsLabel", "metricsInDelta", "metricsOtelCardinalityLimit",
+    "metricsExportBatchMaxDataPoints", "metricsOtlpHttpTarget", "enablePerQueueLagMetrics", "metricCollectorMode",
+    "metricCollectorAddress",
+)
+
+
+def load_broker_config(raw: Mapping[str, str]) -> Settings:
+    settings = load_settings(BROKER_KEYS, raw, extra_known=TELEMETRY_KEYS, what="broker")
+    if not settings.namesrvAddr:
+        settings.set("namesrvAddr", os.environ.get("NAMESRV_ADDR", ""))
+    if settings.brokerRole == "SLAVE" and settings.brokerId == 0:
+        from rocketscope.config import ConfigError
+
+        raise ConfigError("config key brokerId has bad value '0': a SLAVE needs brokerId > 0")
+    return settings
+
+
+def namesrv_addresses(settings: Settings) -> list[str]:
+    return [a.strip() for a in str(settings.namesrvAddr).split(";") if a.strip()]

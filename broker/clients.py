@@ -1,0 +1,77 @@
+"""Who is connected: producers and consumers seen through Heartbeat and Telemetry.
+
+Feeds the connection metrics, consumerConnection in admin, FIFO/settings decisions,
+and (for transactions) the Telemetry stream on which to ask a producer to check back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+CLIENT_EXPIRY_S = 120.0
+
+
+@dataclass
+class ClientInfo:
+    client_id: str
+    client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
+    group: str = ""
+    language: str = ""
+    version: str = ""
+    address: str = ""
+    topics: set[str] = field(default_factory=set)
+    last_seen: float = field(default_factory=time.time)
+    outbox: asyncio.Queue[object] | None = None  # server-to-client Telemetry commands
+
+    @property
+    def type_name(self) -> str:
+        return pb.ClientType.Name(self.client_type)
+
+
+class ClientRegistry:
+    def __init__(self) -> None:
+        self.clients: dict[str, ClientInfo] = {}
+
+    def touch(self, client_id: str, **fields: object) -> ClientInfo:
+        info = self.clients.get(client_id)
+        if info is None:
+            info = ClientInfo(client_id)
+            self.clients[client_id] = info
+        fresh = info.client_type == pb.CLIENT_TYPE_UNSPECIFIED and fields.get("client_type") not in (
+            None, pb.CLIENT_TYPE_UNSPECIFIED)
+        for name, value in fields.items():
+            if value not in (None, "", pb.CLIENT_TYPE_UNSPECIFIED):
+                setattr(info, name, value)
+        info.last_seen = time.time()
+        if fresh:
+            log.info("client connected: id=%s type=%s group=%s language=%s address=%s", client_id, info.type_name,
+                     info.group or "-", info.language or "-", info.address or "-")
+        return info
+
+    def remove(self, client_id: str, reason: str) -> None:
+        info = self.clients.pop(client_id, None)
+        if info is not None:
+            log.info("client disconnected: id=%s type=%s group=%s (%s)", client_id, info.type_name,
+                     info.group or "-", reason)
+
+    def expire(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        for cid, info in list(self.clients.items()):
+            if now - info.last_seen > CLIENT_EXPIRY_S and info.outbox is None:
+                self.remove(cid, "no heartbeat")
+
+    def of_group(self, group: str) -> list[ClientInfo]:
+        return [c for c in self.clients.values() if c.group == group]
+
+    def producers(self) -> list[ClientInfo]:
+        return [c for c in self.clients.values() if c.client_type == pb.PRODUCER]
+
+    def consumers(self) -> list[ClientInfo]:
+        return [c for c in self.clients.values() if c.client_type not in (pb.PRODUCER, pb.CLIENT_TYPE_UNSPECIFIED)]

@@ -1,0 +1,77 @@
+"""Subscription-group (consumer group) configurations of one broker."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .persistence import load_json, save_json
+
+log = logging.getLogger(__name__)
+
+GROUP_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+GROUP_MAX_LENGTH = 255
+DEFAULT_RETRY_MAX_TIMES = 16
+
+
+def group_name_problem(name: str) -> str | None:
+    if not name or not name.strip():
+        return "consumer group name is blank"
+    if len(name) > GROUP_MAX_LENGTH:
+        return f"consumer group name is longer than {GROUP_MAX_LENGTH} characters"
+    if not GROUP_PATTERN.match(name):
+        return f"consumer group name {name!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+@dataclass
+class GroupConfig:
+    name: str
+    consume_enable: bool = True
+    consume_message_orderly: bool = False
+    retry_max_times: int = DEFAULT_RETRY_MAX_TIMES
+    retry_queue_nums: int = 1
+    consume_broadcast_enable: bool = False
+    which_broker_when_consume_slowly: int = 1
+
+
+class GroupManager:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        raw = load_json(self.path, {"groups": {}})
+        self.groups: dict[str, GroupConfig] = {n: GroupConfig(**c) for n, c in raw.get("groups", {}).items()}
+
+    def _save(self) -> None:
+        save_json(self.path, {"groups": {n: asdict(c) for n, c in self.groups.items()}})
+
+    def get(self, name: str) -> GroupConfig | None:
+        return self.groups.get(name)
+
+    def all(self) -> list[GroupConfig]:
+        return [self.groups[n] for n in sorted(self.groups)]
+
+    def update(self, cfg: GroupConfig) -> GroupConfig:
+        problem = group_name_problem(cfg.name)
+        if problem:
+            raise ValueError(problem)
+        if cfg.retry_max_times < 0:
+            raise ValueError("retryMaxTimes must not be negative")
+        old = self.groups.get(cfg.name)
+        self.groups[cfg.name] = cfg
+        self._save()
+        log.info("consumer group %s %s: orderly=%s retryMaxTimes=%d", cfg.name, "updated" if old else "created",
+                 cfg.consume_message_orderly, cfg.retry_max_times)
+        return cfg
+
+    def create_if_absent(self, name: str) -> GroupConfig:
+        cfg = self.groups.get(name)
+        return cfg if cfg is not None else self.update(GroupConfig(name))
+
+    def delete(self, name: str) -> bool:
+        if self.groups.pop(name, None) is None:
+            return False
+        self._save()
+        log.info("consumer group %s deleted", name)
+        return True

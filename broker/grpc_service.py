@@ -1,0 +1,461 @@
+"""apache.rocketmq.v2.MessagingService: what the official RocketMQ 5 clients talk to.
+
+Each handler validates its request (validation.py), does its work against the store,
+the POP engine and the route service, and answers with the v2 status code RocketMQ's
+proxy would use.  No exception escapes a handler: an unexpected one is logged and
+answered with INTERNAL_SERVER_ERROR, so a client can never crash or stall the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
+from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+
+from .convert import to_grpc, to_stored
+from .pop import PopError
+from .route_view import message_queues
+from .store.message_store import PutStatus
+from .validation import RequestError, check_group, check_message, check_topic, parse_tag_filter
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+Code = pb.Code
+R = TypeVar("R")
+
+PUT_STATUS_CODES = {
+    PutStatus.PUT_OK: Code.OK,
+    PutStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    PutStatus.SERVICE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: Code.HA_NOT_AVAILABLE,
+    PutStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
+    PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
+}
+POP_ERROR_CODES = {
+    "INVALID_RECEIPT_HANDLE": Code.INVALID_RECEIPT_HANDLE,
+    "MESSAGE_NOT_FOUND": Code.MESSAGE_NOT_FOUND,
+}
+# RocketMQ's delay levels 3..18: the default retry back-off of a push consumer
+DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+
+
+def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)
+
+
+def guarded(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+    """Turn RequestError into a status, and any other exception into INTERNAL_SERVER_ERROR."""
+
+    def wrap(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        @functools.wraps(fn)
+        async def inner(self: MessagingService, request: Any, context: grpc.aio.ServicerContext) -> R:
+            started = time.perf_counter()
+            code = Code.OK
+            try:
+                resp = await fn(self, request, context)
+                code = resp.status.code  # type: ignore[attr-defined]
+                return resp
+            except RequestError as exc:
+                code = exc.code
+                return response_type(status=status(exc.code, exc.message))  # type: ignore[call-arg]
+            except Exception as exc:
+                code = Code.INTERNAL_SERVER_ERROR
+                log.exception("%s failed", fn.__name__)
+                return response_type(status=status(Code.INTERNAL_SERVER_ERROR,  # type: ignore[call-arg]
+                                                   f"internal error in {fn.__name__}: {exc}"))
+            finally:
+                self.broker.record_rpc(fn.__name__, code, time.perf_counter() - started)
+
+        return inner
+
+    return wrap
+
+
+def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode("utf-8", "replace")
+    return ""
+
+
+def peer_host(context: grpc.aio.ServicerContext) -> str:
+    peer = context.peer() or ""
+    if peer.startswith("ipv4:"):
+        return peer[5:]
+    if peer.startswith("ipv6:"):
+        return peer[5:]
+    return peer
+
+
+class MessagingService(svc_grpc.MessagingServiceServicer):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # ------------------------------------------------------------------ helpers
+    def _client(self, context: grpc.aio.ServicerContext, **fields: object) -> str:
+        cid = metadata_value(context, "x-mq-client-id")
+        if cid:
+            self.broker.clients.touch(cid, language=metadata_value(context, "x-mq-language"),
+                                      version=metadata_value(context, "x-mq-client-version"),
+                                      address=peer_host(context), **fields)
+        return cid
+
+    def _group(self, name: str) -> None:
+        check_group(name)
+        b = self.broker
+        if b.groups.get(name) is None:
+            if not b.settings.autoCreateSubscriptionGroup:
+                raise RequestError(Code.CONSUMER_GROUP_NOT_FOUND,
+                                   f"group.name: consumer group {name} does not exist on broker {b.broker_name}")
+            b.groups.create_if_absent(name)
+
+    def _local_topic(self, name: str, *, for_write: bool = False, for_read: bool = False) -> Any:
+        check_topic(name)
+        cfg = self.broker.topics.get(name)
+        if cfg is None:
+            raise RequestError(Code.TOPIC_NOT_FOUND, f"topic.name: topic {name} does not exist on broker "
+                                                     f"{self.broker.broker_name}")
+        if for_write and not (cfg.writable and self.broker.writable):
+            raise RequestError(Code.FORBIDDEN, f"topic.name: topic {name} is not writable on this broker")
+        if for_read and not cfg.readable:
+            raise RequestError(Code.FORBIDDEN, f"topic.name: topic {name} is not readable on this broker")
+        return cfg
+
+    def _queue(self, mq: pb.MessageQueue, for_read: bool = True) -> Any:
+        cfg = self._local_topic(mq.topic.name, for_read=for_read)
+        if mq.broker.name and mq.broker.name != self.broker.broker_name:
+            raise RequestError(Code.BAD_REQUEST, f"message_queue.broker.name {mq.broker.name} is not this broker "
+                                                 f"({self.broker.broker_name})")
+        limit = cfg.read_queue_nums if for_read else cfg.write_queue_nums
+        if not 0 <= mq.id < limit:
+            raise RequestError(Code.BAD_REQUEST, f"message_queue.id {mq.id} is outside 0..{limit - 1} of topic "
+                                                 f"{cfg.name}")
+        return cfg
+
+    def _invisible_ms(self, duration_ms: int, field: str, minimum_ms: int) -> int:
+        maximum = self.broker.settings.maxInvisibleTimeMills
+        if duration_ms < minimum_ms or duration_ms > maximum:
+            raise RequestError(Code.ILLEGAL_INVISIBLE_TIME,
+                               f"{field} is {duration_ms} ms; it must be between {minimum_ms} and {maximum} ms")
+        return duration_ms
+
+    # ------------------------------------------------------------------- route
+    @guarded(svc.QueryRouteResponse)
+    async def QueryRoute(self, request: svc.QueryRouteRequest,
+                         context: grpc.aio.ServicerContext) -> svc.QueryRouteResponse:
+        check_topic(request.topic.name)
+        route = await self.broker.route_for(request.topic.name)
+        if route is None:
+            raise RequestError(Code.TOPIC_NOT_FOUND, f"topic.name: topic {request.topic.name} does not exist")
+        queues = message_queues(request.topic.name, route, request.topic.resource_namespace)
+        return svc.QueryRouteResponse(status=status(), message_queues=queues)
+
+    @guarded(svc.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: svc.QueryAssignmentRequest,
+                              context: grpc.aio.ServicerContext) -> svc.QueryAssignmentResponse:
+        check_topic(request.topic.name)
+        self._group(request.group.name)
+        self._client(context, group=request.group.name)
+        route = await self.broker.route_for(request.topic.name)
+        if route is None:
+            raise RequestError(Code.TOPIC_NOT_FOUND, f"topic.name: topic {request.topic.name} does not exist")
+        resp = svc.QueryAssignmentResponse(status=status())
+        for mq in message_queues(request.topic.name, route, request.topic.resource_namespace):
+            if mq.permission in (pb.READ, pb.READ_WRITE):
+                resp.assignments.add(message_queue=mq)
+        return resp
+
+    # ------------------------------------------------------------- heartbeat
+    @guarded(svc.HeartbeatResponse)
+    async def Heartbeat(self, request: svc.HeartbeatRequest,
+                        context: grpc.aio.ServicerContext) -> svc.HeartbeatResponse:
+        group = request.group.name if request.HasField("group") else ""
+        if group:
+            self._group(group)
+        if not self._client(context, client_type=request.client_type, group=group):
+            raise RequestError(Code.CLIENT_ID_REQUIRED, "metadata x-mq-client-id is missing")
+        return svc.HeartbeatResponse(status=status())
+
+    @guarded(svc.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request: svc.NotifyClientTerminationRequest,
+                                      context: grpc.aio.ServicerContext) -> svc.NotifyClientTerminationResponse:
+        cid = metadata_value(context, "x-mq-client-id")
+        if cid:
+            self.broker.clients.remove(cid, "client terminated")
+        return svc.NotifyClientTerminationResponse(status=status())
+
+    # ------------------------------------------------------------- telemetry
+    def settings_for(self, client_settings: pb.Settings) -> pb.Settings:
+        """The server's Settings answer: publishing limits, subscription mode and back-off."""
+        out = pb.Settings()
+        out.CopyFrom(client_settings)
+        b = self.broker
+        kind = client_settings.WhichOneof("pub_sub")
+        if kind == "publishing":
+            out.publishing.max_body_size = b.settings.maxMessageSize
+            out.publishing.validate_message_type = True
+            out.backoff_policy.max_attempts = 3
+            out.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
+            out.backoff_policy.exponential_backoff.max.FromMilliseconds(1000)
+            out.backoff_policy.exponential_backoff.multiplier = 2.0
+        elif kind == "subscription":
+            group = client_settings.subscription.group.name
+            cfg = b.groups.get(group)
+            retry_max = cfg.retry_max_times if cfg else 16
+            out.subscription.fifo = bool(cfg and cfg.consume_message_orderly)
+            out.subscription.receive_batch_size = 32
+            if not client_settings.subscription.HasField("long_polling_timeout"):
+                out.subscription.long_polling_timeout.FromSeconds(20)
+            out.backoff_policy.max_attempts = retry_max + 1
+            for seconds in DEFAULT_BACKOFF_S:
+                out.backoff_policy.customized_backoff.next.add().FromSeconds(seconds)
+        b.apply_metric_settings(out)
+        return out
+
+    async def Telemetry(self, request_iterator: AsyncIterator[svc.TelemetryCommand],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[svc.TelemetryCommand]:
+        cid = metadata_value(context, "x-mq-client-id")
+        if not cid:
+            yield svc.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED, "metadata x-mq-client-id is missing"))
+            return
+        self._client(context)
+        client = self.broker.clients.clients[cid]
+        outbox: asyncio.Queue[object] = asyncio.Queue()
+        client.outbox = outbox
+
+        async def reader() -> None:
+            try:
+                async for cmd in request_iterator:
+                    await self._on_telemetry(cmd, cid, outbox)
+            except (grpc.aio.AioRpcError, asyncio.CancelledError):
+                pass
+            except Exception:
+                log.exception("telemetry stream of %s failed", cid)
+            finally:
+                await outbox.put(None)
+
+        task = asyncio.get_running_loop().create_task(reader())
+        try:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    break
+                yield item  # type: ignore[misc]
+        finally:
+            task.cancel()
+            if client.outbox is outbox:
+                client.outbox = None
+
+    async def _on_telemetry(self, cmd: svc.TelemetryCommand, cid: str, outbox: asyncio.Queue[object]) -> None:
+        kind = cmd.WhichOneof("command")
+        if kind == "settings":
+            s = cmd.settings
+            fields: dict[str, object] = {"client_type": s.client_type}
+            if s.HasField("user_agent"):
+                fields["language"] = pb.Language.Name(s.user_agent.language) if s.user_agent.language else ""
+                fields["version"] = s.user_agent.version
+            if s.WhichOneof("pub_sub") == "subscription":
+                group = s.subscription.group.name
+                try:
+                    self._group(group)
+                except RequestError as exc:
+                    await outbox.put(svc.TelemetryCommand(status=status(exc.code, exc.message)))
+                    return
+                fields["group"] = group
+                fields["topics"] = {e.topic.name for e in s.subscription.subscriptions}
+            elif s.WhichOneof("pub_sub") == "publishing":
+                fields["topics"] = {t.name for t in s.publishing.topics}
+            self.broker.clients.touch(cid, **fields)
+            await outbox.put(svc.TelemetryCommand(status=status(), settings=self.settings_for(s)))
+        elif kind == "thread_stack_trace" or kind == "verify_message_result":
+            log.info("client %s answered %s", cid, kind)
+        else:
+            await self.broker.on_telemetry_command(cid, cmd)
+
+    # ------------------------------------------------------------------ send
+    @guarded(svc.SendMessageResponse)
+    async def SendMessage(self, request: svc.SendMessageRequest,
+                          context: grpc.aio.ServicerContext) -> svc.SendMessageResponse:
+        if not request.messages:
+            raise RequestError(Code.BAD_REQUEST, "messages is empty")
+        self._client(context, client_type=pb.PRODUCER)
+        b = self.broker
+        host = peer_host(context)
+        stored = []
+        for i, msg in enumerate(request.messages):
+            check_message(msg, b.settings.maxMessageSize, i)
+            if msg.topic.name != request.messages[0].topic.name:
+                raise RequestError(Code.BAD_REQUEST, f"messages[{i}].topic.name differs from messages[0]: one "
+                                                     "request carries messages of one topic")
+            b.check_send_type(msg, i)
+            cfg = await b.topic_for_send(msg.topic.name)
+            queue_id = b.select_queue(cfg, msg.system_properties.message_group)
+            stored.append(to_stored(msg, queue_id, host))
+        results = await b.put_messages(stored, request.messages)
+        resp = svc.SendMessageResponse()
+        codes = set()
+        for msg, res in zip(request.messages, results, strict=True):
+            code = PUT_STATUS_CODES.get(res.status, Code.INTERNAL_SERVER_ERROR)
+            codes.add(code)
+            entry = resp.entries.add(status=status(code, res.reason or res.status.value),
+                                     message_id=msg.system_properties.message_id)
+            if res.message is not None:
+                entry.offset = res.message.queue_offset
+                entry.transaction_id = res.message.properties.get("TRANSACTION_ID", "")
+                entry.recall_handle = res.message.properties.get("__RECALL_HANDLE", "")
+        if codes == {Code.OK}:
+            resp.status.CopyFrom(status())
+        elif len(codes) == 1:
+            resp.status.CopyFrom(resp.entries[0].status)
+        else:
+            resp.status.CopyFrom(status(Code.MULTIPLE_RESULTS, "entries have different results"))
+        return resp
+
+    # --------------------------------------------------------------- receive
+    async def ReceiveMessage(self, request: svc.ReceiveMessageRequest,
+                             context: grpc.aio.ServicerContext) -> AsyncIterator[svc.ReceiveMessageResponse]:
+        started = time.perf_counter()
+        code = Code.OK
+        try:
+            deliveries = await self._receive(request, context)
+            if not deliveries:
+                code = Code.MESSAGE_NOT_FOUND
+                yield svc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+                return
+            yield svc.ReceiveMessageResponse(status=status())
+            ts = svc.ReceiveMessageResponse()
+            ts.delivery_timestamp.GetCurrentTime()
+            yield ts
+            ns = request.message_queue.topic.resource_namespace
+            for d in deliveries:
+                yield svc.ReceiveMessageResponse(message=to_grpc(d.message, d.topic, ns, d.handle, d.attempt,
+                                                                 d.invisible_ms))
+        except RequestError as exc:
+            code = exc.code
+            yield svc.ReceiveMessageResponse(status=status(exc.code, exc.message))
+        except Exception as exc:
+            code = Code.INTERNAL_SERVER_ERROR
+            log.exception("ReceiveMessage failed")
+            yield svc.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}"))
+        finally:
+            self.broker.record_rpc("ReceiveMessage", code, time.perf_counter() - started, long_polling=True)
+
+    async def _receive(self, request: svc.ReceiveMessageRequest, context: grpc.aio.ServicerContext) -> list[Any]:
+        b = self.broker
+        group = request.group.name
+        self._group(group)
+        cfg = self._queue(request.message_queue)
+        self._client(context, group=group)
+        tags = parse_tag_filter(request.filter_expression)
+        if request.batch_size <= 0 or request.batch_size > 1024:
+            raise RequestError(Code.BAD_REQUEST, f"batch_size {request.batch_size} must be between 1 and 1024")
+        if request.HasField("invisible_duration"):
+            invisible = self._invisible_ms(request.invisible_duration.ToMilliseconds(), "invisible_duration",
+                                           b.settings.minInvisibleTimeMillsForRecv)
+        elif request.auto_renew:
+            invisible = b.settings.defaultInvisibleTimeMills
+        else:
+            raise RequestError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required without auto_renew")
+        poll_ms = request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else 0
+        if poll_ms < 0:
+            raise RequestError(Code.ILLEGAL_POLLING_TIME, "long_polling_timeout must not be negative")
+        poll_ms = min(poll_ms, b.settings.grpcClientConsumerMaxLongPollingTimeoutMillis)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 500))
+        return await b.receive(group, cfg.name, request.message_queue.id, request.batch_size, invisible, tags,
+                               poll_ms / 1000)
+
+    # -------------------------------------------------------------------- ack
+    @guarded(svc.AckMessageResponse)
+    async def AckMessage(self, request: svc.AckMessageRequest,
+                         context: grpc.aio.ServicerContext) -> svc.AckMessageResponse:
+        self._group(request.group.name)
+        check_topic(request.topic.name)
+        if not request.entries:
+            raise RequestError(Code.BAD_REQUEST, "entries is empty")
+        resp = svc.AckMessageResponse()
+        codes = set()
+        for i, entry in enumerate(request.entries):
+            try:
+                self.broker.ack(request.group.name, entry.receipt_handle, entry.message_id)
+                st = status()
+            except PopError as exc:
+                st = status(POP_ERROR_CODES.get(exc.kind, Code.BAD_REQUEST), f"entries[{i}].receipt_handle: {exc}")
+            codes.add(st.code)
+            resp.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
+        if codes == {Code.OK}:
+            resp.status.CopyFrom(status())
+        elif len(codes) == 1:
+            resp.status.CopyFrom(resp.entries[0].status)
+        else:
+            resp.status.CopyFrom(status(Code.MULTIPLE_RESULTS, "entries have different results"))
+        return resp
+
+    @guarded(svc.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request: svc.ChangeInvisibleDurationRequest,
+                                      context: grpc.aio.ServicerContext) -> svc.ChangeInvisibleDurationResponse:
+        self._group(request.group.name)
+        check_topic(request.topic.name)
+        invisible = self._invisible_ms(request.invisible_duration.ToMilliseconds(), "invisible_duration", 0)
+        try:
+            handle = self.broker.change_invisible(request.group.name, request.receipt_handle, invisible,
+                                                  request.message_id)
+        except PopError as exc:
+            raise RequestError(POP_ERROR_CODES.get(exc.kind, Code.BAD_REQUEST), f"receipt_handle: {exc}") from None
+        return svc.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
+
+    @guarded(svc.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(
+            self, request: svc.ForwardMessageToDeadLetterQueueRequest,
+            context: grpc.aio.ServicerContext) -> svc.ForwardMessageToDeadLetterQueueResponse:
+        self._group(request.group.name)
+        check_topic(request.topic.name)
+        try:
+            await self.broker.forward_to_dlq(request.group.name, request.receipt_handle, request.message_id)
+        except PopError as exc:
+            raise RequestError(POP_ERROR_CODES.get(exc.kind, Code.BAD_REQUEST), f"receipt_handle: {exc}") from None
+        return svc.ForwardMessageToDeadLetterQueueResponse(status=status())
+
+    # ------------------------------------------- message types and pull APIs
+    @guarded(svc.EndTransactionResponse)
+    async def EndTransaction(self, request: svc.EndTransactionRequest,
+                             context: grpc.aio.ServicerContext) -> svc.EndTransactionResponse:
+        return await self.broker.end_transaction(request, context)
+
+    @guarded(svc.RecallMessageResponse)
+    async def RecallMessage(self, request: svc.RecallMessageRequest,
+                            context: grpc.aio.ServicerContext) -> svc.RecallMessageResponse:
+        return await self.broker.recall_message(request)
+
+    async def PullMessage(self, request: svc.PullMessageRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[svc.PullMessageResponse]:
+        async for resp in self.broker.pull_message(request, context):
+            yield resp
+
+    @guarded(svc.GetOffsetResponse)
+    async def GetOffset(self, request: svc.GetOffsetRequest,
+                        context: grpc.aio.ServicerContext) -> svc.GetOffsetResponse:
+        return await self.broker.get_offset(request)
+
+    @guarded(svc.QueryOffsetResponse)
+    async def QueryOffset(self, request: svc.QueryOffsetRequest,
+                          context: grpc.aio.ServicerContext) -> svc.QueryOffsetResponse:
+        return await self.broker.query_offset(request)
+
+    @guarded(svc.UpdateOffsetResponse)
+    async def UpdateOffset(self, request: svc.UpdateOffsetRequest,
+                           context: grpc.aio.ServicerContext) -> svc.UpdateOffsetResponse:
+        return await self.broker.update_offset(request)

@@ -1,0 +1,1 @@
+"""The name server (mqnamesrv): which brokers are alive and which queues each topic has."""

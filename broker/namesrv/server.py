@@ -1,0 +1,72 @@
+"""The name server process: `rocketscope namesrv [-c namesrv.conf] [-p PORT]`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping
+
+import grpc
+
+from rocketscope.broker.protocol import namesrv_pb2_grpc
+from rocketscope.config import Key, Settings, load_settings, port, positive
+
+from .route_info import RouteInfo
+from .service import NameServerService, scan_loop
+
+log = logging.getLogger(__name__)
+
+NAMESRV_KEYS: list[Key] = [
+    Key("listenPort", int, 9876, "port of the name server's gRPC service", check=port),
+    Key("listenHost", str, "0.0.0.0", "address to bind"),
+    Key("scanNotActiveBrokerInterval", int, 5000, "ms between scans for brokers that stopped registering",
+        check=positive),
+    Key("brokerChannelExpiredTime", int, 120_000, "ms without registration after which a broker is removed",
+        check=positive),
+]
+
+
+def load_namesrv_config(raw: Mapping[str, str]) -> Settings:
+    from rocketscope.broker.broker_config import TELEMETRY_KEYS
+
+    return load_settings(NAMESRV_KEYS, raw, extra_known=(*TELEMETRY_KEYS, "enableControllerInNamesrv"),
+                         what="name server")
+
+
+class NameServer:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.routes = RouteInfo(expired_ms=settings.brokerChannelExpiredTime)
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self._scan: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.server = grpc.aio.server()
+        namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.routes), self.server)
+        self.port = self.server.add_insecure_port(f"{self.settings.listenHost}:{self.settings.listenPort}")
+        if not self.port:
+            raise OSError(f"name server cannot bind {self.settings.listenHost}:{self.settings.listenPort}")
+        await self.server.start()
+        self._scan = asyncio.get_running_loop().create_task(
+            scan_loop(self.routes, self.settings.scanNotActiveBrokerInterval / 1000))
+        log.info("name server listening on %s:%d", self.settings.listenHost, self.port)
+
+    async def stop(self) -> None:
+        if self._scan:
+            self._scan.cancel()
+        if self.server:
+            await self.server.stop(grace=1)
+        log.info("name server stopped")
+
+
+async def run_namesrv(settings: Settings) -> None:
+    ns = NameServer(settings)
+    await ns.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await ns.stop()

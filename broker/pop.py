@@ -1,0 +1,376 @@
+"""POP consumption: hand messages out with an invisible deadline, take acks, redeliver.
+
+The model of RocketMQ 5's gRPC consumers.  Per (group, topic, queue) we keep the
+committed offset (everything below is acked, persisted), the next offset never handed
+out, the in-flight hand-outs and the out-of-order acks above the committed offset.  An
+in-flight message whose deadline passes is *revived*: copied into the group's retry
+topic ``%RETRY%<group>`` with reconsume times + 1 (or into ``%DLQ%<group>`` once it has
+been retried ``retryMaxTimes`` times) and the original is acked, so redelivery survives
+a restart like any other message.  Back-off is the invisible duration the client asks
+for (the push consumer sends the server's customized back-off through
+ChangeInvisibleDuration), as in RocketMQ 5.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .groups import GroupManager
+from .offsets import OffsetManager
+from .receipt import ReceiptHandle, ReceiptHandleError
+from .store.message_store import MessageStore, PutStatus
+from .store.record import StoredMessage
+from .topics import DLQ_PREFIX, RETRY_PREFIX, TopicManager
+
+log = logging.getLogger(__name__)
+
+RETRY_TOPIC_PROPERTY = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+RETRY_SCAN_LIMIT = 512
+
+
+def retry_topic(group: str) -> str:
+    return f"{RETRY_PREFIX}{group}"
+
+
+def dlq_topic(group: str) -> str:
+    return f"{DLQ_PREFIX}{group}"
+
+
+def origin_topic(msg: StoredMessage) -> str:
+    return msg.properties.get(RETRY_TOPIC_PROPERTY, msg.topic)
+
+
+class PopError(Exception):
+    """A refused POP operation; ``kind`` maps to a v2 status code in the gRPC layer."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class Inflight:
+    seq: int
+    deadline_ms: int
+
+
+@dataclass
+class QueueState:
+    committed: int
+    next_pop: int
+    inflight: dict[int, Inflight] = field(default_factory=dict)
+    acked: set[int] = field(default_factory=set)
+
+    def mark_acked(self, offset: int) -> bool:
+        """Record an ack; return True when the committed offset moved."""
+        self.inflight.pop(offset, None)
+        if offset < self.committed:
+            return False
+        self.acked.add(offset)
+        moved = False
+        while self.committed in self.acked:
+            self.acked.discard(self.committed)
+            self.committed += 1
+            moved = True
+        # nothing below next_pop can stay un-acked without being in flight (except retry scans)
+        return moved
+
+
+@dataclass
+class Delivery:
+    message: StoredMessage
+    handle: str
+    attempt: int
+    invisible_ms: int
+    topic: str  # topic the consumer sees (the origin topic for retries)
+
+
+class PopService:
+    def __init__(self, store: MessageStore, offsets: OffsetManager, groups: GroupManager, topics: TopicManager,
+                 broker_name: str, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.groups = groups
+        self.topics = topics
+        self.broker_name = broker_name
+        self.clock = clock
+        self.states: dict[tuple[str, str, int], QueueState] = {}
+        self._seq = itertools.count(int(clock() * 1000) * 1000)
+        self._deadlines: list[tuple[int, int, str, str, int, int]] = []
+        self._queue_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self._group_waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._revive_task: asyncio.Task[None] | None = None
+        self._revive_wake = asyncio.Event()
+        self.on_dlq: list[Callable[[str, StoredMessage], None]] = []
+        self.on_ack: list[Callable[[str, StoredMessage | None, ReceiptHandle], None]] = []
+        store.dispatch_listeners.append(self._on_dispatch)
+
+    # --------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        self._revive_task = asyncio.get_running_loop().create_task(self._revive_loop(), name="pop-revive")
+
+    async def stop(self) -> None:
+        if self._revive_task:
+            self._revive_task.cancel()
+            try:
+                await self._revive_task
+            except asyncio.CancelledError:
+                pass
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # ------------------------------------------------------------------ states
+    def state(self, group: str, topic: str, queue_id: int) -> QueueState:
+        key = (group, topic, queue_id)
+        st = self.states.get(key)
+        if st is None:
+            committed = self.offsets.get(group, topic, queue_id)
+            if committed is None:
+                lo = self.store.min_offset(topic, queue_id)
+                committed = lo if lo == 0 or topic.startswith(RETRY_PREFIX) else self.store.max_offset(topic, queue_id)
+            committed = max(committed, self.store.min_offset(topic, queue_id))
+            st = QueueState(committed, committed)
+            self.states[key] = st
+        return st
+
+    def _commit(self, group: str, topic: str, queue_id: int, st: QueueState) -> None:
+        self.offsets.commit(group, topic, queue_id, st.committed)
+
+    # --------------------------------------------------------------- hand out
+    def _hand_out(self, group: str, st: QueueState, topic: str, queue_id: int, msg: StoredMessage,
+                  invisible_ms: int) -> Delivery:
+        seq = next(self._seq)
+        deadline = self.now_ms() + invisible_ms
+        st.inflight[msg.queue_offset] = Inflight(seq, deadline)
+        heapq.heappush(self._deadlines, (deadline, seq, group, topic, queue_id, msg.queue_offset))
+        handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline)
+        return Delivery(msg, handle.encode(), msg.reconsume_times + 1, invisible_ms, origin_topic(msg))
+
+    def pop(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+            tags: set[str] | None) -> list[Delivery]:
+        """Hand out up to ``batch`` visible messages: due retries of ``topic`` first, then new ones."""
+        out = self._pop_retries(group, topic, batch, invisible_ms, tags)
+        if len(out) >= batch:
+            return out
+        st = self.state(group, topic, queue_id)
+        st.next_pop = max(st.next_pop, self.store.min_offset(topic, queue_id), st.committed)
+        got = self.store.get(topic, queue_id, st.next_pop, batch - len(out))
+        moved = False
+        for msg in got.messages:
+            if tags is not None and msg.tags not in tags:
+                moved |= st.mark_acked(msg.queue_offset)
+                continue
+            out.append(self._hand_out(group, st, topic, queue_id, msg, invisible_ms))
+        # entries the store skipped (unreadable, corrupt) are consumed too: nothing to deliver
+        returned = {m.queue_offset for m in got.messages}
+        for off in range(st.next_pop, got.next_offset):
+            if off not in returned and off not in st.inflight and off >= st.committed and off not in st.acked:
+                moved |= st.mark_acked(off)
+        st.next_pop = max(st.next_pop, got.next_offset)
+        if moved:
+            self._commit(group, topic, queue_id, st)
+        return out
+
+    def _pop_retries(self, group: str, topic: str, batch: int, invisible_ms: int,
+                     tags: set[str] | None) -> list[Delivery]:
+        rtopic = retry_topic(group)
+        if self.store.max_offset(rtopic, 0) == 0:
+            return []
+        st = self.state(group, rtopic, 0)
+        out: list[Delivery] = []
+        pos = max(st.committed, self.store.min_offset(rtopic, 0))
+        end = self.store.max_offset(rtopic, 0)
+        scanned = 0
+        moved = False
+        while pos < end and len(out) < batch and scanned < RETRY_SCAN_LIMIT:
+            got = self.store.get(rtopic, 0, pos, min(64, RETRY_SCAN_LIMIT - scanned))
+            if not got.messages:
+                pos = got.next_offset if got.next_offset > pos else pos + 1
+                scanned += 1
+                continue
+            for msg in got.messages:
+                scanned += 1
+                off = msg.queue_offset
+                if off in st.inflight or off in st.acked or origin_topic(msg) != topic:
+                    continue
+                if tags is not None and msg.tags not in tags:
+                    moved |= st.mark_acked(off)
+                    continue
+                out.append(self._hand_out(group, st, rtopic, 0, msg, invisible_ms))
+                if len(out) >= batch:
+                    break
+            pos = got.next_offset
+        if moved:
+            self._commit(group, rtopic, 0, st)
+        return out
+
+    async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+                      tags: set[str] | None, poll_s: float) -> list[Delivery]:
+        """``pop`` with long polling: wait up to ``poll_s`` for a message to arrive."""
+        deadline = time.monotonic() + max(poll_s, 0.0)
+        while True:
+            out = self.pop(group, topic, queue_id, batch, invisible_ms, tags)
+            remaining = deadline - time.monotonic()
+            if out or remaining <= 0:
+                return out
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            qw = self._queue_waiters.setdefault((topic, queue_id), set())
+            gw = self._group_waiters.setdefault(group, set())
+            qw.add(fut)
+            gw.add(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                qw.discard(fut)
+                gw.discard(fut)
+
+    def _on_dispatch(self, msg: StoredMessage) -> None:
+        if msg.topic.startswith(RETRY_PREFIX):
+            waiters = self._group_waiters.get(msg.topic[len(RETRY_PREFIX):], ())
+        else:
+            waiters = self._queue_waiters.get((msg.topic, msg.queue_id), ())
+        for fut in list(waiters):
+            if not fut.done():
+                fut.set_result(None)
+
+    # -------------------------------------------------------------------- acks
+    def _resolve(self, group: str, handle_text: str) -> tuple[ReceiptHandle, QueueState]:
+        try:
+            handle = ReceiptHandle.decode(handle_text)
+        except ReceiptHandleError as exc:
+            raise PopError("INVALID_RECEIPT_HANDLE", str(exc)) from None
+        if handle.broker != self.broker_name:
+            raise PopError("INVALID_RECEIPT_HANDLE",
+                           f"receipt_handle belongs to broker {handle.broker}, not {self.broker_name}")
+        st = self.states.get((group, handle.topic, handle.queue_id))
+        entry = st.inflight.get(handle.offset) if st else None
+        if st is None or entry is None or entry.seq != handle.seq:
+            raise PopError("INVALID_RECEIPT_HANDLE",
+                           "receipt_handle has expired: the invisible duration passed and the message was "
+                           "redelivered, or it was already acknowledged")
+        return handle, st
+
+    def ack(self, group: str, handle_text: str) -> ReceiptHandle:
+        handle, st = self._resolve(group, handle_text)
+        if st.mark_acked(handle.offset):
+            self._commit(group, handle.topic, handle.queue_id, st)
+        for cb in self.on_ack:
+            cb(group, None, handle)
+        return handle
+
+    def change_invisible(self, group: str, handle_text: str, invisible_ms: int) -> str:
+        handle, st = self._resolve(group, handle_text)
+        seq = next(self._seq)
+        deadline = self.now_ms() + invisible_ms
+        st.inflight[handle.offset] = Inflight(seq, deadline)
+        heapq.heappush(self._deadlines, (deadline, seq, group, handle.topic, handle.queue_id, handle.offset))
+        self._revive_wake.set()
+        return ReceiptHandle(self.broker_name, handle.topic, handle.queue_id, handle.offset, seq, deadline).encode()
+
+    async def forward_to_dlq(self, group: str, handle_text: str) -> StoredMessage:
+        handle, st = self._resolve(group, handle_text)
+        msg = self.store.message_at(handle.topic, handle.queue_id, handle.offset)
+        if msg is None:
+            raise PopError("MESSAGE_NOT_FOUND", "the message of this receipt_handle is no longer stored")
+        await self._to_dlq(group, msg)
+        if st.mark_acked(handle.offset):
+            self._commit(group, handle.topic, handle.queue_id, st)
+        return msg
+
+    # ------------------------------------------------------------------ revive
+    async def _revive_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._revive_wake.wait(), 0.1)
+            except TimeoutError:
+                pass
+            self._revive_wake.clear()
+            try:
+                await self.revive_due()
+            except Exception:
+                log.exception("revive pass failed; will retry")
+
+    async def revive_due(self) -> int:
+        now = self.now_ms()
+        revived = 0
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _deadline, seq, group, topic, qid, offset = heapq.heappop(self._deadlines)
+            st = self.states.get((group, topic, qid))
+            entry = st.inflight.get(offset) if st else None
+            if st is None or entry is None or entry.seq != seq:
+                continue  # acked, or its deadline was changed
+            if await self._revive_one(group, topic, qid, offset, st):
+                revived += 1
+            else:  # could not store the retry copy: try again in a second
+                entry.deadline_ms = now + 1000
+                heapq.heappush(self._deadlines, (entry.deadline_ms, seq, group, topic, qid, offset))
+                break
+        return revived
+
+    async def _revive_one(self, group: str, topic: str, qid: int, offset: int, st: QueueState) -> bool:
+        msg = self.store.message_at(topic, qid, offset)
+        if msg is not None:
+            cfg = self.groups.get(group)
+            max_times = cfg.retry_max_times if cfg else 16
+            if msg.reconsume_times >= max_times:
+                if not await self._to_dlq(group, msg):
+                    return False
+            elif not await self._to_retry(group, msg):
+                return False
+        if st.mark_acked(offset):
+            self._commit(group, topic, qid, st)
+        return True
+
+    def _copy(self, msg: StoredMessage, topic: str, reconsume: int) -> StoredMessage:
+        props = dict(msg.properties)
+        props.setdefault(RETRY_TOPIC_PROPERTY, msg.topic)
+        props.setdefault(ORIGIN_MESSAGE_ID, msg.msg_id)
+        return StoredMessage(topic=topic, queue_id=0, body=msg.body, properties=props, flag=msg.flag,
+                             sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                             reconsume_times=reconsume)
+
+    async def _to_retry(self, group: str, msg: StoredMessage) -> bool:
+        rtopic = retry_topic(group)
+        self.topics.create_if_absent(rtopic, 1, system=True)
+        (res,) = await self.store.put([self._copy(msg, rtopic, msg.reconsume_times + 1)])
+        if res.message is None:
+            log.error("cannot store retry copy of %s: %s", msg.msg_id, res.reason or res.status.value)
+            return False
+        log.debug("message %s of group %s will be redelivered (reconsume times %d)", msg.msg_id, group,
+                  msg.reconsume_times + 1)
+        return True
+
+    async def _to_dlq(self, group: str, msg: StoredMessage) -> bool:
+        dtopic = dlq_topic(group)
+        self.topics.create_if_absent(dtopic, 1, system=True)
+        copy = self._copy(msg, dtopic, msg.reconsume_times)
+        copy.properties[DLQ_ORIGIN_TOPIC] = origin_topic(msg)
+        (res,) = await self.store.put([copy])
+        if res.status is not PutStatus.PUT_OK and res.message is None:
+            log.error("cannot move %s to %s: %s", msg.msg_id, dtopic, res.reason or res.status.value)
+            return False
+        log.info("message %s of group %s moved to %s after %d deliveries", msg.msg_id, group, dtopic,
+                 msg.reconsume_times + 1)
+        for cb in self.on_dlq:
+            cb(group, msg)
+        return True
+
+    # ---------------------------------------------------------------- progress
+    def inflight_count(self, group: str, topic: str, queue_id: int) -> int:
+        st = self.states.get((group, topic, queue_id))
+        return len(st.inflight) if st else 0
+
+    def committed(self, group: str, topic: str, queue_id: int) -> int | None:
+        st = self.states.get((group, topic, queue_id))
+        return st.committed if st else self.offsets.get(group, topic, queue_id)

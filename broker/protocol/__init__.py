@@ -1,0 +1,1 @@
+"""Internal protocols: generated protobuf/gRPC modules (regenerate with `make proto`)."""

@@ -1,0 +1,222 @@
+import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.TopicConfig
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class TopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class TopicConfigsResponse(_message.Message):
+    __slots__ = ("status", "topics")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    topics: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class UpdateSubGroupRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.SubscriptionGroupConfig
+    def __init__(self, config: _Optional[_Union[_common_pb2.SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
+
+class GroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class SubGroupsResponse(_message.Message):
+    __slots__ = ("status", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    groups: _containers.RepeatedCompositeFieldContainer[_common_pb2.SubscriptionGroupConfig]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[_common_pb2.SubscriptionGroupConfig, _Mapping]]] = ...) -> None: ...
+
+class StoredMessageView(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_size", "born_timestamp", "store_timestamp", "born_host", "store_host", "reconsume_times", "properties", "body", "msg_id", "offset_msg_id", "sys_flag", "broker_name")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    store_size: int
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    properties: _containers.ScalarMap[str, str]
+    body: bytes
+    msg_id: str
+    offset_msg_id: str
+    sys_flag: int
+    broker_name: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., store_size: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., store_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., properties: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., sys_flag: _Optional[int] = ..., broker_name: _Optional[str] = ...) -> None: ...
+
+class QueryMessageRequest(_message.Message):
+    __slots__ = ("topic", "key", "max_num", "begin_timestamp", "end_timestamp", "commitlog_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp: int
+    end_timestamp: int
+    commitlog_offset: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., max_num: _Optional[int] = ..., begin_timestamp: _Optional[int] = ..., end_timestamp: _Optional[int] = ..., commitlog_offset: _Optional[int] = ...) -> None: ...
+
+class QueryMessageResponse(_message.Message):
+    __slots__ = ("status", "messages")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessageView]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[StoredMessageView, _Mapping]]] = ...) -> None: ...
+
+class QueueProgress(_message.Message):
+    __slots__ = ("topic", "queue_id", "broker_offset", "consumer_offset", "inflight", "last_timestamp", "min_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    inflight: int
+    last_timestamp: int
+    min_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., inflight: _Optional[int] = ..., last_timestamp: _Optional[int] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerProgressRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class ConsumerProgressResponse(_message.Message):
+    __slots__ = ("status", "queues", "total_lag")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    queues: _containers.RepeatedCompositeFieldContainer[QueueProgress]
+    total_lag: int
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueProgress, _Mapping]]] = ..., total_lag: _Optional[int] = ...) -> None: ...
+
+class ConsumerConnection(_message.Message):
+    __slots__ = ("client_id", "language", "version", "client_type", "address", "last_seen_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    language: str
+    version: str
+    client_type: str
+    address: str
+    last_seen_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[str] = ..., client_type: _Optional[str] = ..., address: _Optional[str] = ..., last_seen_ms: _Optional[int] = ...) -> None: ...
+
+class GroupsResponse(_message.Message):
+    __slots__ = ("status", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ConsumerConnectionsResponse(_message.Message):
+    __slots__ = ("status", "connections")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    connections: _containers.RepeatedCompositeFieldContainer[ConsumerConnection]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., connections: _Optional[_Iterable[_Union[ConsumerConnection, _Mapping]]] = ...) -> None: ...
+
+class BrokerStatusResponse(_message.Message):
+    __slots__ = ("status", "table")
+    class TableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    table: _containers.ScalarMap[str, str]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., table: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class QueueOffsetsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class QueueOffsets(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class QueueOffsetsResponse(_message.Message):
+    __slots__ = ("status", "queues")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,119 @@
+"""Topic configurations of one broker: validation, system topics, auto-creation."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .persistence import load_json, save_json
+
+log = logging.getLogger(__name__)
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_MAX_LENGTH = 127
+PERM_READ, PERM_WRITE = 4, 2
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest", "OFFSET_MOVED_EVENT")
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid topic name, or None."""
+    if not name or not name.strip():
+        return "topic name is blank"
+    if len(name) > TOPIC_MAX_LENGTH:
+        return f"topic name is longer than {TOPIC_MAX_LENGTH} characters"
+    if not TOPIC_PATTERN.match(name):
+        return f"topic name {name!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def is_system_topic(name: str) -> bool:
+    return name.startswith(SYSTEM_PREFIXES)
+
+
+def is_retry_or_dlq(name: str) -> bool:
+    return name.startswith((RETRY_PREFIX, DLQ_PREFIX))
+
+
+@dataclass
+class TopicConfig:
+    name: str
+    read_queue_nums: int = 8
+    write_queue_nums: int = 8
+    perm: int = 6
+    order: bool = False
+    system: bool = False
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message_type(self) -> str:
+        return self.attributes.get(MESSAGE_TYPE_ATTRIBUTE, "MIXED").upper()
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+
+class TopicManager:
+    def __init__(self, path: Path, default_queue_nums: int, broker_perm: int = 6) -> None:
+        self.path = Path(path)
+        self.default_queue_nums = default_queue_nums
+        self.broker_perm = broker_perm
+        raw = load_json(self.path, {"topics": {}, "dataVersion": [0, 0]})
+        self.topics: dict[str, TopicConfig] = {
+            name: TopicConfig(**cfg) for name, cfg in raw.get("topics", {}).items()
+        }
+        ts, counter = raw.get("dataVersion", [0, 0])
+        self.data_version = (int(ts), int(counter))
+
+    def _changed(self) -> None:
+        self.data_version = (int(time.time() * 1000), self.data_version[1] + 1)
+        save_json(self.path, {"topics": {n: asdict(c) for n, c in self.topics.items()},
+                              "dataVersion": list(self.data_version)})
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self.topics.get(name)
+
+    def all(self) -> list[TopicConfig]:
+        return [self.topics[n] for n in sorted(self.topics)]
+
+    def update(self, cfg: TopicConfig) -> TopicConfig:
+        problem = topic_name_problem(cfg.name)
+        if problem:
+            raise ValueError(problem)
+        if cfg.read_queue_nums <= 0 or cfg.write_queue_nums <= 0:
+            raise ValueError("readQueueNums and writeQueueNums must be positive")
+        if cfg.message_type not in MESSAGE_TYPES:
+            raise ValueError(f"attribute message.type must be one of {', '.join(MESSAGE_TYPES)}")
+        old = self.topics.get(cfg.name)
+        self.topics[cfg.name] = cfg
+        self._changed()
+        log.info("topic %s %s: read=%d write=%d perm=%d type=%s", cfg.name, "updated" if old else "created",
+                 cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm, cfg.message_type)
+        return cfg
+
+    def create_if_absent(self, name: str, queue_nums: int | None = None, system: bool = False,
+                         attributes: dict[str, str] | None = None) -> TopicConfig:
+        cfg = self.topics.get(name)
+        if cfg is not None:
+            return cfg
+        n = queue_nums or self.default_queue_nums
+        return self.update(TopicConfig(name, n, n, 6, system=system or is_system_topic(name) or is_retry_or_dlq(name),
+                                       attributes=dict(attributes or {})))
+
+    def delete(self, name: str) -> bool:
+        if self.topics.pop(name, None) is None:
+            return False
+        self._changed()
+        log.info("topic %s deleted", name)
+        return True

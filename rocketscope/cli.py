@@ -1,0 +1,78 @@
+"""The one console command, `rocketscope`, with RocketMQ's process names as subcommands."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from rocketscope.config import ConfigError, read_properties
+
+from .admin_cli import admin
+from .logs import setup_logging
+
+
+@click.group()
+@click.version_option(package_name="rocketscope")
+def main() -> None:
+    """RocketScope: a RocketMQ-compatible broker built to be observed."""
+
+
+def _load(path: str | None) -> dict[str, str]:
+    return read_properties(path) if path else {}
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="namesrv.conf")
+@click.option("-p", "--port", type=int, default=None, help="listen port (overrides listenPort)")
+def namesrv(config_path: str | None, port: int | None) -> None:
+    """Run a name server (mqnamesrv)."""
+    from rocketscope.broker.namesrv.server import load_namesrv_config, run_namesrv
+
+    setup_logging("namesrv")
+    try:
+        raw = _load(config_path)
+        if port is not None:
+            raw["listenPort"] = str(port)
+        settings = load_namesrv_config(raw)
+        asyncio.run(run_namesrv(settings))
+    except (ConfigError, OSError) as exc:
+        click.echo(f"namesrv: {exc}", err=True)
+        sys.exit(1)
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="broker.conf")
+@click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name servers (overrides namesrvAddr)")
+def broker(config_path: str | None, namesrv: str | None) -> None:
+    """Run a broker (mqbroker)."""
+    from rocketscope.broker.broker import run_broker
+    from rocketscope.broker.broker_config import load_broker_config
+
+    setup_logging("broker")
+    try:
+        raw = _load(config_path)
+        if namesrv:
+            raw["namesrvAddr"] = namesrv
+        settings = load_broker_config(raw)
+        asyncio.run(run_broker(settings))
+    except (ConfigError, OSError) as exc:
+        click.echo(f"broker: {exc}", err=True)
+        sys.exit(1)
+
+
+main.add_command(admin)
+
+
+@main.command()
+@click.option("--messages", type=int, default=10, show_default=True, help="messages to send")
+def demo(messages: int) -> None:
+    """Start a name server and a broker on loopback, send and consume a few messages."""
+    from .demo import run_demo
+
+    sys.exit(run_demo(messages))
+
+
+if __name__ == "__main__":
+    main()
