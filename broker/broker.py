@@ -230,7 +230,9 @@ class Broker:
     # ---------------------------------------------------------- consume path
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
                       tags: set[str] | None, poll_s: float) -> list[Delivery]:
-        return await self.pop.receive(group, topic, queue_id, batch, invisible_ms, tags, poll_s)
+        cfg = self.topics.get(topic)
+        queue_ids = list(range(cfg.read_queue_nums)) if cfg is not None else [queue_id]
+        return await self.pop.receive(group, topic, queue_ids, batch, invisible_ms, tags, poll_s)
 
     def ack(self, group: str, handle: str, message_id: str) -> None:
         self.pop.ack(group, handle)

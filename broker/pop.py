@@ -105,7 +105,8 @@ class PopService:
         self.states: dict[tuple[str, str, int], QueueState] = {}
         self._seq = itertools.count(int(clock() * 1000) * 1000)
         self._deadlines: list[tuple[int, int, str, str, int, int]] = []
-        self._queue_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self._topic_waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._rotation = itertools.count()
         self._group_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._revive_task: asyncio.Task[None] | None = None
         self._revive_wake = asyncio.Event()
@@ -155,15 +156,32 @@ class PopService:
         handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline)
         return Delivery(msg, handle.encode(), msg.reconsume_times + 1, invisible_ms, origin_topic(msg))
 
-    def pop(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+    def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
             tags: set[str] | None) -> list[Delivery]:
-        """Hand out up to ``batch`` visible messages: due retries of ``topic`` first, then new ones."""
+        """Hand out up to ``batch`` visible messages: due retries of ``topic`` first, then new ones.
+
+        Like RocketMQ's POP with queue id -1 (what its proxy asks for), every readable queue
+        of the topic on this broker is served, starting from a rotating position so queues
+        are drained fairly; the queue a client named only chose this broker.
+        """
         out = self._pop_retries(group, topic, batch, invisible_ms, tags)
-        if len(out) >= batch:
+        if not queue_ids:
             return out
+        start = next(self._rotation) % len(queue_ids)
+        for queue_id in queue_ids[start:] + queue_ids[:start]:
+            if len(out) >= batch:
+                break
+            out.extend(self._pop_queue(group, topic, queue_id, batch - len(out), invisible_ms, tags))
+        return out
+
+    def _pop_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+                   tags: set[str] | None) -> list[Delivery]:
         st = self.state(group, topic, queue_id)
         st.next_pop = max(st.next_pop, self.store.min_offset(topic, queue_id), st.committed)
-        got = self.store.get(topic, queue_id, st.next_pop, batch - len(out))
+        if st.next_pop >= self.store.max_offset(topic, queue_id):
+            return []
+        out: list[Delivery] = []
+        got = self.store.get(topic, queue_id, st.next_pop, batch)
         moved = False
         for msg in got.messages:
             if tags is not None and msg.tags not in tags:
@@ -213,17 +231,17 @@ class PopService:
             self._commit(group, rtopic, 0, st)
         return out
 
-    async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+    async def receive(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
                       tags: set[str] | None, poll_s: float) -> list[Delivery]:
         """``pop`` with long polling: wait up to ``poll_s`` for a message to arrive."""
         deadline = time.monotonic() + max(poll_s, 0.0)
         while True:
-            out = self.pop(group, topic, queue_id, batch, invisible_ms, tags)
+            out = self.pop(group, topic, queue_ids, batch, invisible_ms, tags)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            qw = self._queue_waiters.setdefault((topic, queue_id), set())
+            qw = self._topic_waiters.setdefault(topic, set())
             gw = self._group_waiters.setdefault(group, set())
             qw.add(fut)
             gw.add(fut)
@@ -239,7 +257,7 @@ class PopService:
         if msg.topic.startswith(RETRY_PREFIX):
             waiters = self._group_waiters.get(msg.topic[len(RETRY_PREFIX):], ())
         else:
-            waiters = self._queue_waiters.get((msg.topic, msg.queue_id), ())
+            waiters = self._topic_waiters.get(msg.topic, ())
         for fut in list(waiters):
             if not fut.done():
                 fut.set_result(None)

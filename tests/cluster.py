@@ -1,0 +1,170 @@
+"""Real RocketScope processes on free loopback ports, for end-to-end tests.
+
+Every process is a `rocketscope ...` subprocess with its own log file (printed when a
+test fails), started and waited for by polling a condition with a timeout, and always
+stopped (SIGTERM, then SIGKILL) so no process outlives a test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conftest import free_port
+
+BIN = Path(sys.executable).parent / "rocketscope"
+
+
+def wait_until(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = cond()
+            if value:
+                return value
+        except Exception as exc:  # a condition may fail while a server is still starting
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})"
+                                                                              if last_exc else ""))
+
+
+@dataclass
+class Proc:
+    name: str
+    args: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        fh = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.popen = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                      start_new_session=True)
+        fh.close()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+    def kill9(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+@dataclass
+class BrokerNode:
+    name: str
+    conf: Path
+    grpc_port: int
+    listen_port: int
+    store: Path
+    proc: Proc
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def admin_addr(self) -> str:
+        return f"127.0.0.1:{self.listen_port}"
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    namesrv_ports: list[int] = field(default_factory=list)
+    namesrvs: list[Proc] = field(default_factory=list)
+    brokers: dict[str, BrokerNode] = field(default_factory=dict)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return ";".join(f"127.0.0.1:{p}" for p in self.namesrv_ports)
+
+    def start_namesrv(self, count: int = 1) -> None:
+        for i in range(count):
+            port = free_port()
+            proc = Proc(f"namesrv{i}", [str(BIN), "namesrv", "-p", str(port)], self.root / f"namesrv{i}.log").start()
+            self.namesrv_ports.append(port)
+            self.namesrvs.append(proc)
+        for port in self.namesrv_ports:
+            wait_until(lambda p=port: _port_open(p), what=f"name server on port {port}")
+
+    def start_broker(self, name: str = "broker-a", **conf: Any) -> BrokerNode:
+        node = self.brokers.get(name)
+        if node is None:
+            grpc_port, listen_port = free_port(), free_port()
+            store = self.root / f"store-{name}"
+            values = {"brokerName": name, "namesrvAddr": self.namesrv_addr, "grpcServerPort": grpc_port,
+                      "listenPort": listen_port, "storePathRootDir": store, "mappedFileSizeCommitLog": 1 << 20,
+                      "mappedFileSizeConsumeQueue": 20 * 1000, "maxHashSlotNum": 1000, "maxIndexNum": 10000,
+                      "minInvisibleTimeMillsForRecv": 1000, "defaultTopicQueueNums": 4}
+            values.update(conf)
+            path = self.root / f"{name}.conf"
+            path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+            node = BrokerNode(name, path, grpc_port, listen_port, store,
+                              Proc(name, [str(BIN), "broker", "-c", str(path)], self.root / f"{name}.log"))
+            self.brokers[name] = node
+        node.proc.start()
+        wait_until(lambda: _port_open(node.grpc_port) and _port_open(node.listen_port),
+                   what=f"broker {name} ports")
+        if self.namesrv_ports:
+            wait_until(lambda: any(b["brokerName"] == name for b in self.admin_json("clusterList")),
+                       what=f"{name} registered")
+        return node
+
+    def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run([str(BIN), "admin", *args, "-n", self.namesrv_addr], capture_output=True, text=True,
+                             timeout=60)
+        if check and res.returncode != 0:
+            raise AssertionError(f"admin {' '.join(args)} failed ({res.returncode}): {res.stderr}{res.stdout}")
+        return res
+
+    def admin_json(self, *args: str) -> Any:
+        import json
+
+        return json.loads(self.admin(*args, "--json").stdout)
+
+    def stop(self) -> None:
+        for node in self.brokers.values():
+            node.proc.stop()
+        for proc in self.namesrvs:
+            proc.stop()
+
+    def logs(self) -> str:
+        parts = [f"----- {p.name} -----\n{p.log()[-6000:]}" for p in self.namesrvs]
+        parts += [f"----- {n.name} -----\n{n.proc.log()[-6000:]}" for n in self.brokers.values()]
+        return "\n".join(parts)
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0

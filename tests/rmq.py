@@ -1,0 +1,99 @@
+"""Helpers around the official RocketMQ 5 Python client (rocketmq-python-client), used unchanged."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
+
+
+def config(endpoint: str) -> ClientConfiguration:
+    return ClientConfiguration(endpoint, Credentials())
+
+
+def message(topic: str, body: bytes, tag: str | None = None, keys: list[str] | None = None,
+            props: dict[str, str] | None = None) -> Message:
+    m = Message()
+    m.topic = topic
+    m.body = body
+    if tag:
+        m.tag = tag
+    for key in keys or ():
+        m.keys = key  # the client's setter adds one key per assignment
+    for k, v in (props or {}).items():
+        m.add_property(k, v)
+    return m
+
+
+@contextmanager
+def producer(endpoint: str, *topics: str) -> Iterator[Producer]:
+    p = Producer(config(endpoint), topics or None)
+    p.startup()
+    try:
+        yield p
+    finally:
+        p.shutdown()
+
+
+@contextmanager
+def simple_consumer(endpoint: str, group: str, topic: str, await_s: int = 2, tag: str = "*") -> Iterator[SimpleConsumer]:
+    c = SimpleConsumer(config(endpoint), group, {topic: FilterExpression(tag)}, await_duration=await_s)
+    c.startup()
+    try:
+        yield c
+    finally:
+        c.shutdown()
+
+
+def drain(consumer: SimpleConsumer, expected: int, timeout: float = 30.0, invisible_s: int = 15,
+          ack: bool = True, batch: int = 32) -> list[Message]:
+    """Receive (and ack) until ``expected`` messages arrived or ``timeout`` passed."""
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        for msg in consumer.receive(batch, invisible_s):
+            got.append(msg)
+            if ack:
+                consumer.ack(msg)
+    return got
+
+
+class RecordingListener(MessageListener):
+    """A push listener that records what it saw; ``decide`` picks the result per message."""
+
+    def __init__(self, decide: Callable[[Message], ConsumeResult] | None = None) -> None:
+        self.messages: list[Message] = []
+        self.lock = threading.Lock()
+        self.decide = decide
+
+    def consume(self, message: Message) -> ConsumeResult:
+        with self.lock:
+            self.messages.append(message)
+        return self.decide(message) if self.decide else ConsumeResult.SUCCESS
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.messages)
+
+
+@contextmanager
+def push_consumer(endpoint: str, group: str, topic: str, listener: MessageListener) -> Iterator[PushConsumer]:
+    c = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")}, consumption_thread_count=4)
+    c.startup()
+    try:
+        yield c
+    finally:
+        c.shutdown()
