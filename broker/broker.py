@@ -45,7 +45,7 @@ HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
 
 def store_config(s: Settings, store_host: str) -> StoreConfig:
     return StoreConfig(
-        root=Path(s.storePathRootDir),
+        root=Path(s.storePathRootDir).expanduser(),
         commitlog_segment_size=s.mappedFileSizeCommitLog,
         cq_entries_per_segment=s.mappedFileSizeConsumeQueue // 20,
         sync_flush=s.flushDiskType == "SYNC_FLUSH",
@@ -70,7 +70,7 @@ class Broker:
         self.broker_id = s.brokerId
         self.grpc_addr = f"{s.brokerIP1}:{s.grpcServerPort}"
         self.internal_addr = f"{s.brokerIP1}:{s.listenPort}"
-        root = Path(s.storePathRootDir)
+        root = Path(s.storePathRootDir).expanduser()
         self.store = MessageStore(store_config(s, self.grpc_addr))
         self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
         self.groups = GroupManager(root / "config" / "subscriptionGroup.json")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from rocketscope.config import Key, Settings, load_settings, non_negative, port, positive
 
@@ -25,7 +24,7 @@ BROKER_KEYS: list[Key] = [
     Key("brokerIP1", str, "127.0.0.1", "address this broker advertises to clients and the name server"),
     Key("grpcServerPort", int, 8081, "client-facing RocketMQ 5 gRPC port (the proxy's key)", check=port),
     Key("listenPort", int, 10911, "internal gRPC port: admin and broker-to-broker traffic", check=port),
-    Key("storePathRootDir", str, str(Path.home() / "store"), "root directory of the store"),
+    Key("storePathRootDir", str, "~/store", "root directory of the store (`~` expands to the home directory)"),
     Key("flushDiskType", str, "ASYNC_FLUSH",
         "SYNC_FLUSH acknowledges after fsync; ASYNC_FLUSH flushes in the background",
         choices=("SYNC_FLUSH", "ASYNC_FLUSH")),

@@ -1,0 +1,31 @@
+"""Generate docs/CONFIG.md from the key declarations: `python -m rocketscope.config_doc > docs/CONFIG.md`."""
+
+from __future__ import annotations
+
+from rocketscope.broker.broker_config import BROKER_KEYS
+from rocketscope.broker.namesrv.server import NAMESRV_KEYS
+from rocketscope.config import keys_table
+
+
+def render() -> str:
+    return "\n".join([
+        "# Configuration keys",
+        "",
+        "Generated from the code by `python -m rocketscope.config_doc`; a test fails when this file is stale.",
+        "Config files are Java-properties files with RocketMQ's key names. An unknown key is logged as a",
+        "warning naming it; a bad value stops start-up with an error naming key and value.",
+        "Telemetry keys (metricsExporterType and friends) are documented in METRICS.md.",
+        "",
+        "## Name server (`rocketscope namesrv -c namesrv.conf`)",
+        "",
+        keys_table(NAMESRV_KEYS),
+        "",
+        "## Broker (`rocketscope broker -c broker.conf`)",
+        "",
+        keys_table(BROKER_KEYS),
+        "",
+    ])
+
+
+if __name__ == "__main__":
+    print(render(), end="")

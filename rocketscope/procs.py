@@ -1,0 +1,70 @@
+"""Child processes of the demo: started on free loopback ports, always stopped.
+
+Every child runs in its own process group; stopping sends SIGTERM, waits, then SIGKILLs
+the group, and an atexit hook does the same for anything left, so Ctrl-C never leaves
+a process behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+_children: list[subprocess.Popen[bytes]] = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as fh:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "rocketscope"), *args], stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    _children.append(proc)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        except ProcessLookupError:
+            pass
+
+
+def stop_all() -> None:
+    for proc in reversed(_children):
+        stop(proc)
+    _children.clear()
+
+
+def wait_for(cond: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+atexit.register(stop_all)
