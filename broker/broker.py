@@ -32,11 +32,14 @@ from .grpc_service import MessagingService, status
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offsets import OffsetManager
 from .pop import Delivery, PopService
+from .pull import PullService
 from .store.message_store import MessageStore, PutResult, StoreConfig
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
+from .timer import TIMER_TOPIC, RecallError, TimerService
 from .topics import TopicConfig, TopicManager, is_system_topic
-from .validation import RequestError
+from .transaction import HALF_TOPIC, TransactionError, TransactionService
+from .validation import RequestError, check_topic
 
 log = logging.getLogger(__name__)
 Code = pb.Code
@@ -77,6 +80,9 @@ class Broker:
         self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
         self.clients = ClientRegistry()
         self.pop = PopService(self.store, self.offsets, self.groups, self.topics, self.broker_name)
+        self.pull = PullService(self)
+        self.timer = TimerService(self)
+        self.transactions = TransactionService(self)
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000)
         self.topics_on_change = self.namesrv.register_now
         self._rr = itertools.count()
@@ -113,7 +119,11 @@ class Broker:
         s = self.settings
         await self.store.start()
         self._create_system_topics()
+        self.timer.recover()
+        self.transactions.recover()
         self.pop.start()
+        self.timer.start()
+        self.transactions.start()
         self.client_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                                       ("grpc.max_send_message_length", 64 * 1024 * 1024)])
         svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), self.client_server)
@@ -153,6 +163,8 @@ class Broker:
         for t in self._tasks:
             t.cancel()
         await self.pop.stop()
+        await self.timer.stop()
+        await self.transactions.stop()
         self.offsets.flush()
         await self.store.shutdown()
         log.info("broker %s stopped", self.broker_name)
@@ -209,23 +221,56 @@ class Broker:
             return zlib.crc32(message_group.encode("utf-8")) % cfg.write_queue_nums
         return next(self._rr) % cfg.write_queue_nums
 
-    def check_send_type(self, msg: pb.Message, index: int) -> None:
-        """Reject what this broker cannot honour yet rather than store it wrongly."""
-        mtype = msg.system_properties.message_type
-        if mtype in (pb.DELAY, pb.TRANSACTION, pb.LITE, pb.PRIORITY):
-            raise RequestError(Code.UNSUPPORTED, f"messages[{index}].system_properties.message_type "
-                                                 f"{pb.MessageType.Name(mtype)} is not supported by this broker yet")
-        if msg.system_properties.HasField("delivery_timestamp"):
-            raise RequestError(Code.UNSUPPORTED, f"messages[{index}].system_properties.delivery_timestamp: delay "
-                                                 "messages are not supported by this broker yet")
+    def check_send_type(self, msg: pb.Message, index: int, topic: TopicConfig | None) -> None:
+        """The message type must fit its properties and its topic (RocketMQ 5's rules)."""
+        sp = msg.system_properties
+        mtype = sp.message_type
+        where = f"messages[{index}].system_properties"
+        if mtype in (pb.LITE, pb.PRIORITY):
+            raise RequestError(Code.UNSUPPORTED, f"{where}.message_type {pb.MessageType.Name(mtype)} is not "
+                                                 "supported by this broker")
+        has_delay = sp.HasField("delivery_timestamp")
+        if mtype == pb.DELAY and not has_delay:
+            raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{where}: a DELAY message needs "
+                                                                         "delivery_timestamp")
+        if has_delay and mtype not in (pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
+            raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                               f"{where}.delivery_timestamp is only allowed on DELAY messages")
+        if has_delay:
+            deliver_ms = sp.delivery_timestamp.ToMilliseconds()
+            if deliver_ms - time.time() * 1000 > self.settings.timerMaxDelaySec * 1000:
+                raise RequestError(Code.ILLEGAL_DELIVERY_TIME,
+                                   f"{where}.delivery_timestamp is more than timerMaxDelaySec "
+                                   f"({self.settings.timerMaxDelaySec} s) ahead")
+        if topic is not None and topic.message_type != "MIXED":
+            name = pb.MessageType.Name(mtype) if mtype else "NORMAL"
+            if name != topic.message_type:
+                raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                   f"{where}.message_type {name} does not match topic {topic.name}, whose "
+                                   f"message.type is {topic.message_type}")
 
     # ---------------------------------------------------------- produce path
-    async def put_messages(self, stored: list[StoredMessage], originals: list[pb.Message]) -> list[PutResult]:
+    async def put_messages(self, stored: list[StoredMessage], originals: list[pb.Message],
+                           client_id: str = "") -> list[PutResult]:
         s = self.settings
-        for m in stored:
+        now_ms = time.time() * 1000
+        for m, orig in zip(stored, originals, strict=True):
             m.properties.setdefault("MSG_REGION", s.regionId)
             m.properties.setdefault("TRACE_ON", "true" if s.traceOn else "false")
-        return await self.store.put(stored)
+            sp = orig.system_properties
+            if sp.message_type == pb.TRANSACTION:
+                self.transactions.wrap(m, client_id)
+            elif sp.HasField("delivery_timestamp") and sp.delivery_timestamp.ToMilliseconds() > now_ms:
+                self.timer.wrap(m, sp.delivery_timestamp.ToMilliseconds())
+        results = await self.store.put(stored)
+        for res in results:
+            if res.message is None:
+                continue
+            if res.message.topic == HALF_TOPIC:
+                self.transactions.accepted(res.message)
+            elif res.message.topic == TIMER_TOPIC:
+                self.timer.accepted(res.message)
+        return results
 
     # ---------------------------------------------------------- consume path
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
@@ -255,23 +300,47 @@ class Broker:
         log.debug("ignoring telemetry command %s from %s", cmd.WhichOneof("command"), client_id)
 
     async def end_transaction(self, request: svc.EndTransactionRequest, context: Any) -> svc.EndTransactionResponse:
-        raise RequestError(Code.UNSUPPORTED, "transactional messages are not supported by this broker yet")
+        check_topic(request.topic.name)
+        if not request.transaction_id:
+            raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction_id is empty")
+        try:
+            await self.transactions.end(request.transaction_id, request.message_id, request.resolution,
+                                        request.source == pb.SOURCE_SERVER_CHECK)
+        except TransactionError as exc:
+            codes = {"INVALID_TRANSACTION_ID": Code.INVALID_TRANSACTION_ID,
+                     "ILLEGAL_MESSAGE_ID": Code.ILLEGAL_MESSAGE_ID, "NOT_FOUND": Code.MESSAGE_NOT_FOUND}
+            code = codes.get(exc.kind, Code.INTERNAL_SERVER_ERROR)
+            raise RequestError(code, str(exc)) from None
+        return svc.EndTransactionResponse(status=status())
 
     async def recall_message(self, request: svc.RecallMessageRequest) -> svc.RecallMessageResponse:
-        raise RequestError(Code.UNSUPPORTED, "RecallMessage is not supported by this broker yet")
+        check_topic(request.topic.name)
+        try:
+            msg_id = await self.timer.recall(request.topic.name, request.recall_handle)
+        except RecallError as exc:
+            code = {"BAD": Code.BAD_REQUEST, "NOT_FOUND": Code.NOT_FOUND}.get(exc.kind, Code.INTERNAL_SERVER_ERROR)
+            raise RequestError(code, f"recall_handle: {exc}") from None
+        return svc.RecallMessageResponse(status=status(), message_id=msg_id)
+
+    def on_delay_delivered(self, msg: StoredMessage, late_ms: int) -> None:
+        """Hook for metrics and trace: a delayed message reached its topic ``late_ms`` after its time."""
+
+    def on_transaction_committed(self, msg: StoredMessage) -> None:
+        """Hook for metrics and trace: a half message was committed to its topic."""
 
     async def pull_message(self, request: svc.PullMessageRequest, context: Any
                            ) -> AsyncIterator[svc.PullMessageResponse]:
-        yield svc.PullMessageResponse(status=status(Code.UNSUPPORTED, "PullMessage is not supported yet"))
+        async for resp in self.pull.pull(request, context.time_remaining()):
+            yield resp
 
     async def get_offset(self, request: svc.GetOffsetRequest) -> svc.GetOffsetResponse:
-        raise RequestError(Code.UNSUPPORTED, "GetOffset is not supported by this broker yet")
+        return self.pull.get_offset(request)
 
     async def query_offset(self, request: svc.QueryOffsetRequest) -> svc.QueryOffsetResponse:
-        raise RequestError(Code.UNSUPPORTED, "QueryOffset is not supported by this broker yet")
+        return self.pull.query_offset(request)
 
     async def update_offset(self, request: svc.UpdateOffsetRequest) -> svc.UpdateOffsetResponse:
-        raise RequestError(Code.UNSUPPORTED, "UpdateOffset is not supported by this broker yet")
+        return self.pull.update_offset(request)
 
 
 async def run_broker(settings: Settings) -> None:

@@ -290,7 +290,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                           context: grpc.aio.ServicerContext) -> svc.SendMessageResponse:
         if not request.messages:
             raise RequestError(Code.BAD_REQUEST, "messages is empty")
-        self._client(context, client_type=pb.PRODUCER)
+        cid = self._client(context, client_type=pb.PRODUCER)
         b = self.broker
         host = peer_host(context)
         stored = []
@@ -299,11 +299,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             if msg.topic.name != request.messages[0].topic.name:
                 raise RequestError(Code.BAD_REQUEST, f"messages[{i}].topic.name differs from messages[0]: one "
                                                      "request carries messages of one topic")
-            b.check_send_type(msg, i)
             cfg = await b.topic_for_send(msg.topic.name)
+            b.check_send_type(msg, i, cfg)
             queue_id = b.select_queue(cfg, msg.system_properties.message_group)
             stored.append(to_stored(msg, queue_id, host))
-        results = await b.put_messages(stored, request.messages)
+        results = await b.put_messages(stored, list(request.messages), cid)
         resp = svc.SendMessageResponse()
         codes = set()
         for msg, res in zip(request.messages, results, strict=True):
@@ -442,8 +442,19 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     async def PullMessage(self, request: svc.PullMessageRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[svc.PullMessageResponse]:
-        async for resp in self.broker.pull_message(request, context):
-            yield resp
+        started = time.perf_counter()
+        code = Code.OK
+        try:
+            async for resp in self.broker.pull_message(request, context):
+                if resp.HasField("status"):
+                    code = resp.status.code
+                yield resp
+        except Exception as exc:
+            code = Code.INTERNAL_SERVER_ERROR
+            log.exception("PullMessage failed")
+            yield svc.PullMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}"))
+        finally:
+            self.broker.record_rpc("PullMessage", code, time.perf_counter() - started, long_polling=True)
 
     @guarded(svc.GetOffsetResponse)
     async def GetOffset(self, request: svc.GetOffsetRequest,

@@ -34,6 +34,8 @@ RETRY_TOPIC_PROPERTY = "RETRY_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 RETRY_SCAN_LIMIT = 512
+FIFO_SCAN_LIMIT = 2048
+SHARDING_KEY = "__SHARDINGKEY"
 
 
 def retry_topic(group: str) -> str:
@@ -68,10 +70,12 @@ class QueueState:
     next_pop: int
     inflight: dict[int, Inflight] = field(default_factory=dict)
     acked: set[int] = field(default_factory=set)
+    attempts: dict[int, int] = field(default_factory=dict)  # in-place redeliveries (FIFO groups)
 
     def mark_acked(self, offset: int) -> bool:
         """Record an ack; return True when the committed offset moved."""
         self.inflight.pop(offset, None)
+        self.attempts.pop(offset, None)
         if offset < self.committed:
             return False
         self.acked.add(offset)
@@ -154,7 +158,8 @@ class PopService:
         st.inflight[msg.queue_offset] = Inflight(seq, deadline)
         heapq.heappush(self._deadlines, (deadline, seq, group, topic, queue_id, msg.queue_offset))
         handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline)
-        return Delivery(msg, handle.encode(), msg.reconsume_times + 1, invisible_ms, origin_topic(msg))
+        attempt = msg.reconsume_times + 1 + st.attempts.get(msg.queue_offset, 0)
+        return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg))
 
     def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
             tags: set[str] | None) -> list[Delivery]:
@@ -164,14 +169,66 @@ class PopService:
         of the topic on this broker is served, starting from a rotating position so queues
         are drained fairly; the queue a client named only chose this broker.
         """
-        out = self._pop_retries(group, topic, batch, invisible_ms, tags)
+        fifo = self.is_fifo(group)
+        out = [] if fifo else self._pop_retries(group, topic, batch, invisible_ms, tags)
         if not queue_ids:
             return out
         start = next(self._rotation) % len(queue_ids)
+        pop_queue = self._pop_fifo_queue if fifo else self._pop_queue
         for queue_id in queue_ids[start:] + queue_ids[:start]:
             if len(out) >= batch:
                 break
-            out.extend(self._pop_queue(group, topic, queue_id, batch - len(out), invisible_ms, tags))
+            out.extend(pop_queue(group, topic, queue_id, batch - len(out), invisible_ms, tags))
+        return out
+
+    def is_fifo(self, group: str) -> bool:
+        cfg = self.groups.get(group)
+        return bool(cfg and cfg.consume_message_orderly)
+
+    def _pop_fifo_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+                        tags: set[str] | None) -> list[Delivery]:
+        """FIFO: at most one message of each message group in flight, in queue order.
+
+        The scan starts at the committed offset; a message group with a message in flight
+        (or an earlier message not yet acked) is blocked, so its next message is handed
+        out only after the previous one is acked or dead-lettered.  Messages without a
+        message group are not ordered.  Redelivery happens in place (same offset), never
+        through the retry topic, which would break the order.
+        """
+        st = self.state(group, topic, queue_id)
+        end = self.store.max_offset(topic, queue_id)
+        pos = max(st.committed, self.store.min_offset(topic, queue_id))
+        out: list[Delivery] = []
+        blocked: set[str] = set()
+        scanned = 0
+        moved = False
+        while pos < end and len(out) < batch and scanned < FIFO_SCAN_LIMIT:
+            got = self.store.get(topic, queue_id, pos, 64)
+            returned = {m.queue_offset for m in got.messages}
+            for off in range(pos, got.next_offset):
+                if off not in returned and off >= st.committed and off not in st.inflight:
+                    moved |= st.mark_acked(off)  # unreadable entry: nothing to deliver
+            for msg in got.messages:
+                scanned += 1
+                off = msg.queue_offset
+                if off in st.acked:
+                    continue
+                key = msg.properties.get(SHARDING_KEY) or f"#{off}"
+                if off in st.inflight or key in blocked:
+                    blocked.add(key)
+                    continue
+                blocked.add(key)
+                if tags is not None and msg.tags not in tags:
+                    moved |= st.mark_acked(off)
+                    continue
+                out.append(self._hand_out(group, st, topic, queue_id, msg, invisible_ms))
+                if len(out) >= batch:
+                    break
+            if got.next_offset <= pos:
+                break
+            pos = got.next_offset
+        if moved:
+            self._commit(group, topic, queue_id, st)
         return out
 
     def _pop_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
@@ -253,12 +310,40 @@ class PopService:
                 qw.discard(fut)
                 gw.discard(fut)
 
+    async def wait_for_topic(self, topic: str, timeout_s: float, ready: Callable[[], bool]) -> bool:
+        """Wait until ``ready()`` holds, woken by dispatches to ``topic``; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            waiters = self._topic_waiters.setdefault(topic, set())
+            waiters.add(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                waiters.discard(fut)
+        return True
+
+    def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set a group's committed offset (UpdateOffset, admin reset); in-flight hand-outs are dropped."""
+        self.states[(group, topic, queue_id)] = QueueState(offset, offset)
+        self.offsets.commit(group, topic, queue_id, offset)
+
     def _on_dispatch(self, msg: StoredMessage) -> None:
         if msg.topic.startswith(RETRY_PREFIX):
             waiters = self._group_waiters.get(msg.topic[len(RETRY_PREFIX):], ())
+            for fut in list(waiters):
+                if not fut.done():
+                    fut.set_result(None)
         else:
-            waiters = self._topic_waiters.get(msg.topic, ())
-        for fut in list(waiters):
+            self._wake_topic(msg.topic)
+
+    def _wake_topic(self, topic: str) -> None:
+        for fut in list(self._topic_waiters.get(topic, ())):
             if not fut.done():
                 fut.set_result(None)
 
@@ -283,6 +368,8 @@ class PopService:
         handle, st = self._resolve(group, handle_text)
         if st.mark_acked(handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
+        if self.is_fifo(group):
+            self._wake_topic(handle.topic)  # the message group's next message is now visible
         for cb in self.on_ack:
             cb(group, None, handle)
         return handle
@@ -304,6 +391,7 @@ class PopService:
         await self._to_dlq(group, msg)
         if st.mark_acked(handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
+        self._wake_topic(handle.topic)
         return msg
 
     # ------------------------------------------------------------------ revive
@@ -341,7 +429,13 @@ class PopService:
         if msg is not None:
             cfg = self.groups.get(group)
             max_times = cfg.retry_max_times if cfg else 16
-            if msg.reconsume_times >= max_times:
+            redelivered = msg.reconsume_times + st.attempts.get(offset, 0)
+            if self.is_fifo(group) and not topic.startswith(RETRY_PREFIX) and redelivered < max_times:
+                st.inflight.pop(offset, None)  # redeliver in place, keeping the group's order
+                st.attempts[offset] = st.attempts.get(offset, 0) + 1
+                self._wake_topic(topic)
+                return True
+            if redelivered >= max_times:
                 if not await self._to_dlq(group, msg):
                     return False
             elif not await self._to_retry(group, msg):

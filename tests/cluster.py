@@ -45,11 +45,10 @@ class Proc:
     popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Proc:
-        fh = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.popen = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                      start_new_session=True)
-        fh.close()
+        with open(self.log_path, "ab") as fh:
+            self.popen = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                          start_new_session=True)
         return self
 
     @property

@@ -49,7 +49,8 @@ def producer(endpoint: str, *topics: str) -> Iterator[Producer]:
 
 
 @contextmanager
-def simple_consumer(endpoint: str, group: str, topic: str, await_s: int = 2, tag: str = "*") -> Iterator[SimpleConsumer]:
+def simple_consumer(endpoint: str, group: str, topic: str, await_s: int = 2,
+                    tag: str = "*") -> Iterator[SimpleConsumer]:
     c = SimpleConsumer(config(endpoint), group, {topic: FilterExpression(tag)}, await_duration=await_s)
     c.startup()
     try:

@@ -68,7 +68,7 @@ def test_redelivery_after_invisible_duration(cluster: LocalCluster) -> None:
         assert [m.message_id for m in again] == [msg_id]
         assert again[0].delivery_attempt == 2
         # the first receipt handle is stale now: acking with it is refused
-        with pytest.raises(Exception, match="INVALID_RECEIPT_HANDLE|expired|40013"):
+        with pytest.raises(Exception, match=r"INVALID_RECEIPT_HANDLE|expired|40013"):
             c.ack(first[0])
         c.ack(again[0])
         assert drain(c, 1, timeout=3) == []
@@ -96,7 +96,7 @@ def test_push_consumer_gets_everything_and_retries_a_failure(cluster: LocalClust
     ep = endpoint(cluster)
     failed_once: set[str] = set()
 
-    def decide(m):  # noqa: ANN001, ANN202
+    def decide(m):  # type: ignore[no-untyped-def]
         if m.body == b"push-3" and m.message_id not in failed_once:
             failed_once.add(m.message_id)
             return ConsumeResult.FAILURE

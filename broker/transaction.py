@@ -1,0 +1,221 @@
+"""Transactional messages: half messages, commit or rollback, and check-back.
+
+A half message is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` (nobody consumes it, so it is
+invisible); EndTransaction COMMIT copies it to its real topic, and both COMMIT and
+ROLLBACK write an *op* record to ``RMQ_SYS_TRANS_OP_HALF_TOPIC``.  Pending half messages
+are rebuilt from the two topics at start-up, so an unresolved transaction survives a
+restart.  A half message left unresolved for ``transactionTimeOut`` ms is checked back:
+a RecoverOrphanedTransactionCommand goes down the Telemetry stream of a producer that
+publishes to the topic (the one that sent it when still connected), at most
+``transactionCheckMax`` times, ``transactionCheckInterval`` ms apart; after that the
+message is discarded (rolled back) and logged, as RocketMQ does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
+
+from .convert import to_grpc
+from .store.record import TRANSACTION_COMMIT, TRANSACTION_PREPARED, StoredMessage
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANSACTION_ID = "TRANSACTION_ID"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+PRODUCER_CLIENT = "__PRODUCER_CLIENT_ID"
+OP_OF = "TRAN_OP_OFFSET"
+OP_KIND = "TRAN_OP"
+
+
+class TransactionError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class Half:
+    offset: int
+    msg_id: str
+    topic: str
+    stored_ms: int
+    client_id: str
+    checks: int = 0
+    last_check_ms: int = 0
+
+
+class TransactionService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.pending: dict[str, Half] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.committed_total = 0
+        self.rolled_back_total = 0
+
+    # ---------------------------------------------------------------- recover
+    def recover(self) -> None:
+        topics = self.broker.topics
+        topics.create_if_absent(HALF_TOPIC, 1, system=True)
+        topics.create_if_absent(OP_TOPIC, 1, system=True)
+        resolved: set[int] = set()
+        for msg in self._scan(OP_TOPIC):
+            if msg.properties.get(OP_OF, "").isdigit():
+                resolved.add(int(msg.properties[OP_OF]))
+        for msg in self._scan(HALF_TOPIC):
+            if msg.queue_offset not in resolved:
+                self.pending[msg.properties.get(TRANSACTION_ID, "")] = Half(
+                    msg.queue_offset, msg.msg_id, msg.properties.get(REAL_TOPIC, ""), msg.store_timestamp,
+                    msg.properties.get(PRODUCER_CLIENT, ""))
+        if self.pending:
+            log.info("transactions recovered: %d half messages unresolved", len(self.pending))
+
+    def _scan(self, topic: str) -> list[StoredMessage]:
+        out: list[StoredMessage] = []
+        pos, end = self.store.min_offset(topic, 0), self.store.max_offset(topic, 0)
+        while pos < end:
+            got = self.store.get(topic, 0, pos, 256)
+            out.extend(got.messages)
+            pos = got.next_offset if got.next_offset > pos else pos + 1
+        return out
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._check_loop(), name="transaction-check")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    # --------------------------------------------------------------- prepare
+    def wrap(self, msg: StoredMessage, client_id: str) -> str:
+        """Turn a message into a half message (in place); return its transaction id."""
+        tx_id = uuid.uuid4().hex.upper()
+        msg.properties[REAL_TOPIC] = msg.topic
+        msg.properties[REAL_QID] = str(msg.queue_id)
+        msg.properties[TRANSACTION_ID] = tx_id
+        msg.properties[PRODUCER_CLIENT] = client_id
+        msg.properties["TRAN_MSG"] = "true"
+        msg.sys_flag |= TRANSACTION_PREPARED
+        msg.topic = HALF_TOPIC
+        msg.queue_id = 0
+        return tx_id
+
+    def accepted(self, msg: StoredMessage) -> None:
+        tx_id = msg.properties[TRANSACTION_ID]
+        self.pending[tx_id] = Half(msg.queue_offset, msg.msg_id, msg.properties[REAL_TOPIC], msg.store_timestamp,
+                                   msg.properties.get(PRODUCER_CLIENT, ""))
+
+    # ------------------------------------------------------------------- end
+    async def end(self, tx_id: str, msg_id: str, resolution: int, from_check: bool) -> str:
+        half = self.pending.get(tx_id)
+        if half is None:
+            raise TransactionError("INVALID_TRANSACTION_ID",
+                                   f"transaction_id {tx_id} is unknown or already resolved")
+        if msg_id and msg_id != half.msg_id:
+            raise TransactionError("ILLEGAL_MESSAGE_ID", f"message_id {msg_id} does not belong to transaction {tx_id}")
+        if resolution == pb.TRANSACTION_RESOLUTION_UNSPECIFIED:
+            return "UNKNOW"
+        if resolution == pb.COMMIT:
+            msg = self.store.message_at(HALF_TOPIC, 0, half.offset)
+            if msg is None:
+                raise TransactionError("NOT_FOUND", f"half message of transaction {tx_id} is no longer stored")
+            real = self._unwrap(msg)
+            (res,) = await self.store.put([real])
+            if res.message is None:
+                raise TransactionError("FAILED", f"cannot store the committed message: {res.reason}")
+            self.broker.on_transaction_committed(real)
+            self.committed_total += 1
+            kind = "COMMIT_MESSAGE"
+        else:
+            self.rolled_back_total += 1
+            kind = "ROLLBACK_MESSAGE"
+        await self._write_op(half.offset, kind)
+        self.pending.pop(tx_id, None)
+        log.info("transaction %s of message %s: %s%s", tx_id, half.msg_id, kind,
+                 " (answer to a check-back)" if from_check else "")
+        return kind
+
+    async def _write_op(self, offset: int, kind: str) -> None:
+        op = StoredMessage(topic=OP_TOPIC, queue_id=0, body=kind.encode(), properties={OP_OF: str(offset),
+                                                                                         OP_KIND: kind})
+        await self.store.put([op])
+
+    def _unwrap(self, msg: StoredMessage) -> StoredMessage:
+        drop = (REAL_TOPIC, REAL_QID, PRODUCER_CLIENT, "TRAN_MSG")
+        props = {k: v for k, v in msg.properties.items() if k not in drop}
+        return StoredMessage(topic=msg.properties[REAL_TOPIC], queue_id=int(msg.properties.get(REAL_QID, "0")),
+                             body=msg.body, properties=props, flag=msg.flag,
+                             sys_flag=(msg.sys_flag & ~TRANSACTION_PREPARED) | TRANSACTION_COMMIT,
+                             born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                             prepared_tx_offset=msg.physical_offset)
+
+    # ------------------------------------------------------------- check-back
+    async def _check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            try:
+                await self.check_due()
+            except Exception:
+                log.exception("transaction check pass failed; will retry")
+
+    async def check_due(self) -> int:
+        s = self.broker.settings
+        now = int(time.time() * 1000)
+        sent = 0
+        for tx_id, half in list(self.pending.items()):
+            if now - half.stored_ms < s.transactionTimeOut or now - half.last_check_ms < s.transactionCheckInterval:
+                continue
+            if half.checks >= s.transactionCheckMax:
+                log.warning("transaction %s of message %s discarded after %d check-backs", tx_id, half.msg_id,
+                            half.checks)
+                self.rolled_back_total += 1
+                await self._write_op(half.offset, "ROLLBACK_MESSAGE")
+                self.pending.pop(tx_id, None)
+                continue
+            client = self._producer_for(half)
+            half.last_check_ms = now
+            if client is None:
+                continue  # nobody to ask now; try again next interval (does not count as a check)
+            msg = self.store.message_at(HALF_TOPIC, 0, half.offset)
+            if msg is None:
+                self.pending.pop(tx_id, None)
+                continue
+            half.checks += 1
+            grpc_msg = to_grpc(msg, half.topic)
+            grpc_msg.system_properties.message_type = pb.TRANSACTION
+            cmd = svc.TelemetryCommand(recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
+                message=grpc_msg, transaction_id=tx_id))
+            await client.outbox.put(cmd)  # type: ignore[union-attr]
+            log.info("transaction %s of message %s checked back with client %s (check %d)", tx_id, half.msg_id,
+                     client.client_id, half.checks)
+            sent += 1
+        return sent
+
+    def _producer_for(self, half: Half):
+        clients = self.broker.clients
+        own = clients.clients.get(half.client_id)
+        if own is not None and own.outbox is not None:
+            return own
+        candidates = [c for c in clients.producers() if c.outbox is not None]
+        for c in candidates:
+            if half.topic in c.topics:
+                return c
+        return candidates[0] if candidates else None
