@@ -19,7 +19,6 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
-from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, namesrv_pb2
 from rocketscope.config import Settings
@@ -28,6 +27,7 @@ from .admin_service import BrokerAdminService
 from .broker_config import namesrv_addresses
 from .clients import ClientRegistry
 from .groups import GroupManager
+from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService, status
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offsets import OffsetManager
@@ -126,7 +126,7 @@ class Broker:
         self.transactions.start()
         self.client_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                                       ("grpc.max_send_message_length", 64 * 1024 * 1024)])
-        svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), self.client_server)
+        add_messaging_service(MessagingService(self), self.client_server)
         if not self.client_server.add_insecure_port(f"0.0.0.0:{s.grpcServerPort}"):
             raise OSError(f"cannot bind grpcServerPort {s.grpcServerPort}")
         self.admin_server = grpc.aio.server()

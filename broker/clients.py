@@ -32,7 +32,10 @@ class ClientInfo:
 
     @property
     def type_name(self) -> str:
-        return pb.ClientType.Name(self.client_type)
+        try:
+            return pb.ClientType.Name(self.client_type)
+        except ValueError:
+            return f"UNKNOWN_{self.client_type}"
 
 
 class ClientRegistry:

@@ -21,6 +21,7 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 from .convert import to_grpc, to_stored
+from .grpc_registration import Unparseable
 from .pop import PopError
 from .route_view import message_queues
 from .store.message_store import PutStatus
@@ -64,6 +65,8 @@ def guarded(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]], C
             started = time.perf_counter()
             code = Code.OK
             try:
+                if isinstance(request, Unparseable):
+                    raise RequestError(Code.BAD_REQUEST, request.describe())
                 resp = await fn(self, request, context)
                 code = resp.status.code  # type: ignore[attr-defined]
                 return resp
@@ -182,6 +185,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def Heartbeat(self, request: svc.HeartbeatRequest,
                         context: grpc.aio.ServicerContext) -> svc.HeartbeatResponse:
         group = request.group.name if request.HasField("group") else ""
+        if request.client_type not in pb.ClientType.values():
+            raise RequestError(Code.UNRECOGNIZED_CLIENT_TYPE, f"client_type {request.client_type} is not a known "
+                                                              "ClientType")
         if group:
             self._group(group)
         if not self._client(context, client_type=request.client_type, group=group):
@@ -259,6 +265,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 client.outbox = None
 
     async def _on_telemetry(self, cmd: svc.TelemetryCommand, cid: str, outbox: asyncio.Queue[object]) -> None:
+        if isinstance(cmd, Unparseable):
+            await outbox.put(svc.TelemetryCommand(status=status(Code.BAD_REQUEST, cmd.describe())))
+            return
         kind = cmd.WhichOneof("command")
         if kind == "settings":
             s = cmd.settings
@@ -329,6 +338,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         started = time.perf_counter()
         code = Code.OK
         try:
+            if isinstance(request, Unparseable):
+                raise RequestError(Code.BAD_REQUEST, request.describe())
             deliveries = await self._receive(request, context)
             if not deliveries:
                 code = Code.MESSAGE_NOT_FOUND
@@ -445,6 +456,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         started = time.perf_counter()
         code = Code.OK
         try:
+            if isinstance(request, Unparseable):
+                yield svc.PullMessageResponse(status=status(Code.BAD_REQUEST, request.describe()))
+                return
             async for resp in self.broker.pull_message(request, context):
                 if resp.HasField("status"):
                     code = resp.status.code

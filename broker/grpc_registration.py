@@ -1,0 +1,54 @@
+"""Register MessagingService with deserializers that never fail.
+
+gRPC turns a request that does not parse into status UNKNOWN before any handler runs.
+RocketMQ clients expect a v2 status code instead, so each method gets a deserializer
+that returns an ``Unparseable`` marker on bad bytes; the handlers answer it with
+BAD_REQUEST and a message naming the request type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+from rocketmq.grpc_protocol import service_pb2 as svc
+
+SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
+
+
+@dataclass(frozen=True)
+class Unparseable:
+    type_name: str
+    error: str
+
+    def describe(self) -> str:
+        return f"request is not a valid {self.type_name}: {self.error}"
+
+
+def _deserializer(message_type: type[Message]):
+    def parse(data: bytes) -> Message | Unparseable:
+        try:
+            return message_type.FromString(data)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            return Unparseable(message_type.DESCRIPTOR.name, str(exc))
+
+    return parse
+
+
+def add_messaging_service(servicer: object, server: grpc.aio.Server) -> None:
+    descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
+    handlers = {}
+    for method in descriptor.methods:
+        request_type = getattr(svc, method.input_type.name)
+        kind = (method.client_streaming, method.server_streaming)
+        factory = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[kind]
+        handlers[method.name] = factory(getattr(servicer, method.name),
+                                        request_deserializer=_deserializer(request_type),
+                                        response_serializer=lambda m: m.SerializeToString())
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
