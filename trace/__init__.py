@@ -1,1 +1,14 @@
-"""RocketScope."""
+"""Message trace: RocketMQ's trace record format and what RocketScope builds on it.
+
+One module per job, imported by their full names (``rocketscope.trace.codec`` ...), so
+that reading a trace body does not pull in the Elasticsearch client or a thread:
+
+* ``codec``: the ``\\x01``/``\\x02`` text format, record types, tolerant decoder;
+* ``ids``: RocketMQ's offsetMsgId (store host + commit-log offset);
+* ``batching``: records to bounded trace messages with their KEYS;
+* ``dispatcher``: the background sender that never blocks the traced send;
+* ``timeline``: one message's whole life from its records and replication events;
+* ``elasticsearch_store``: the optional Elasticsearch backend.
+
+docs/TRACE.md describes the format, the rules and the limits.
+"""
