@@ -31,13 +31,14 @@ from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService, status
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offsets import OffsetManager
-from .pop import Delivery, PopService
+from .pop import Delivery, PopService, request_id
 from .pull import PullService
 from .store.message_store import MessageStore, PutResult, StoreConfig
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
 from .timer import TIMER_TOPIC, RecallError, TimerService
 from .topics import TopicConfig, TopicManager, is_system_topic
+from .trace_hooks import NoTrace, TraceHooks
 from .transaction import HALF_TOPIC, TransactionError, TransactionService
 from .validation import RequestError, check_topic
 
@@ -83,6 +84,7 @@ class Broker:
         self.pull = PullService(self)
         self.timer = TimerService(self)
         self.transactions = TransactionService(self)
+        self.trace_hooks: TraceHooks = NoTrace()
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000)
         self.topics_on_change = self.namesrv.register_now
         self._rr = itertools.count()
@@ -279,8 +281,14 @@ class Broker:
         queue_ids = list(range(cfg.read_queue_nums)) if cfg is not None else [queue_id]
         return await self.pop.receive(group, topic, queue_ids, batch, invisible_ms, tags, poll_s)
 
-    def ack(self, group: str, handle: str, message_id: str) -> None:
-        self.pop.ack(group, handle)
+    def ack(self, group: str, handle: str, message_id: str, client_id: str = "", traced: bool = False) -> None:
+        receipt, handed_ms = self.pop.ack(group, handle)
+        if not isinstance(self.trace_hooks, NoTrace):
+            msg = self.store.message_at(receipt.topic, receipt.queue_id, receipt.offset)
+            if msg is not None:
+                self.trace_hooks.on_acked(group, msg, request_id=request_id(receipt.seq),
+                                          cost_ms=self.pop.now_ms() - handed_ms, client_id=client_id,
+                                          client_traced=traced)
 
     def change_invisible(self, group: str, handle: str, invisible_ms: int, message_id: str) -> str:
         return self.pop.change_invisible(group, handle, invisible_ms)
@@ -317,13 +325,15 @@ class Broker:
         check_topic(request.topic.name)
         try:
             msg_id = await self.timer.recall(request.topic.name, request.recall_handle)
+            self.trace_hooks.on_recalled(request.topic.name, msg_id, success=True)
         except RecallError as exc:
             code = {"BAD": Code.BAD_REQUEST, "NOT_FOUND": Code.NOT_FOUND}.get(exc.kind, Code.INTERNAL_SERVER_ERROR)
             raise RequestError(code, f"recall_handle: {exc}") from None
         return svc.RecallMessageResponse(status=status(), message_id=msg_id)
 
     def on_delay_delivered(self, msg: StoredMessage, late_ms: int) -> None:
-        """Hook for metrics and trace: a delayed message reached its topic ``late_ms`` after its time."""
+        """A delayed message reached its topic ``late_ms`` after its time."""
+        self.trace_hooks.on_delay_delivered(msg, late_ms=late_ms)
 
     def on_transaction_committed(self, msg: StoredMessage) -> None:
         """Hook for metrics and trace: a half message was committed to its topic."""

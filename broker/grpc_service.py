@@ -25,6 +25,7 @@ from .grpc_registration import Unparseable
 from .pop import PopError
 from .route_view import message_queues
 from .store.message_store import PutStatus
+from .trace_hooks import CLIENT_TRACE_HEADER
 from .validation import RequestError, check_group, check_message, check_topic, parse_tag_filter
 
 if TYPE_CHECKING:
@@ -100,6 +101,11 @@ def peer_host(context: grpc.aio.ServicerContext) -> str:
     if peer.startswith("ipv6:"):
         return peer[5:]
     return peer
+
+
+def client_traced(context: grpc.aio.ServicerContext) -> bool:
+    """The client writes its own trace records (instrumented with rocketscope.trace)."""
+    return metadata_value(context, CLIENT_TRACE_HEADER) == "client"
 
 
 class MessagingService(svc_grpc.MessagingServiceServicer):
@@ -300,24 +306,43 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         if not request.messages:
             raise RequestError(Code.BAD_REQUEST, "messages is empty")
         cid = self._client(context, client_type=pb.PRODUCER)
+        traced = client_traced(context)
         b = self.broker
+        started = time.perf_counter()
         host = peer_host(context)
         stored = []
-        for i, msg in enumerate(request.messages):
-            check_message(msg, b.settings.maxMessageSize, i)
-            if msg.topic.name != request.messages[0].topic.name:
-                raise RequestError(Code.BAD_REQUEST, f"messages[{i}].topic.name differs from messages[0]: one "
-                                                     "request carries messages of one topic")
-            cfg = await b.topic_for_send(msg.topic.name)
-            b.check_send_type(msg, i, cfg)
-            queue_id = b.select_queue(cfg, msg.system_properties.message_group)
-            stored.append(to_stored(msg, queue_id, host))
+        try:
+            for i, msg in enumerate(request.messages):
+                check_message(msg, b.settings.maxMessageSize, i)
+                if msg.topic.name != request.messages[0].topic.name:
+                    raise RequestError(Code.BAD_REQUEST, f"messages[{i}].topic.name differs from messages[0]: one "
+                                                         "request carries messages of one topic")
+                cfg = await b.topic_for_send(msg.topic.name)
+                b.check_send_type(msg, i, cfg)
+                queue_id = b.select_queue(cfg, msg.system_properties.message_group)
+                stored.append(to_stored(msg, queue_id, host))
+        except RequestError as exc:
+            for msg in request.messages:
+                b.trace_hooks.on_send_failed(msg.topic.name, msg.system_properties.message_id,
+                                             msg.system_properties.tag, " ".join(msg.system_properties.keys),
+                                             len(msg.body), client_id=cid, client_traced=traced, code=exc.code,
+                                             reason=exc.message)
+            raise
         results = await b.put_messages(stored, list(request.messages), cid)
+        cost_ms = int((time.perf_counter() - started) * 1000)
         resp = svc.SendMessageResponse()
         codes = set()
         for msg, res in zip(request.messages, results, strict=True):
             code = PUT_STATUS_CODES.get(res.status, Code.INTERNAL_SERVER_ERROR)
             codes.add(code)
+            if res.message is not None:
+                b.trace_hooks.on_stored(res.message, client_id=cid, client_traced=traced, cost_ms=cost_ms,
+                                        status=res.status.value)
+            else:
+                b.trace_hooks.on_send_failed(msg.topic.name, msg.system_properties.message_id,
+                                             msg.system_properties.tag, " ".join(msg.system_properties.keys),
+                                             len(msg.body), client_id=cid, client_traced=traced, code=code,
+                                             reason=res.reason or res.status.value)
             entry = resp.entries.add(status=status(code, res.reason or res.status.value),
                                      message_id=msg.system_properties.message_id)
             if res.message is not None:
@@ -386,8 +411,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 500))
-        return await b.receive(group, cfg.name, request.message_queue.id, request.batch_size, invisible, tags,
-                               poll_ms / 1000)
+        deliveries = await b.receive(group, cfg.name, request.message_queue.id, request.batch_size, invisible, tags,
+                                     poll_ms / 1000)
+        cid, traced = metadata_value(context, "x-mq-client-id"), client_traced(context)
+        for d in deliveries:
+            b.trace_hooks.on_delivered(group, d.message, attempt=d.attempt, request_id=d.request_id, client_id=cid,
+                                       client_traced=traced)
+        return deliveries
 
     # -------------------------------------------------------------------- ack
     @guarded(svc.AckMessageResponse)
@@ -401,7 +431,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         codes = set()
         for i, entry in enumerate(request.entries):
             try:
-                self.broker.ack(request.group.name, entry.receipt_handle, entry.message_id)
+                self.broker.ack(request.group.name, entry.receipt_handle, entry.message_id,
+                                metadata_value(context, "x-mq-client-id"), client_traced(context))
                 st = status()
             except PopError as exc:
                 st = status(POP_ERROR_CODES.get(exc.kind, Code.BAD_REQUEST), f"entries[{i}].receipt_handle: {exc}")

@@ -27,6 +27,7 @@ from .receipt import ReceiptHandle, ReceiptHandleError
 from .store.message_store import MessageStore, PutStatus
 from .store.record import StoredMessage
 from .topics import DLQ_PREFIX, RETRY_PREFIX, TopicManager
+from .trace_hooks import NoTrace, TraceHooks
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,10 @@ DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 RETRY_SCAN_LIMIT = 512
 FIFO_SCAN_LIMIT = 2048
 SHARDING_KEY = "__SHARDINGKEY"
+
+
+def request_id(seq: int) -> str:
+    return f"{seq:X}"
 
 
 def retry_topic(group: str) -> str:
@@ -62,6 +67,7 @@ class PopError(Exception):
 class Inflight:
     seq: int
     deadline_ms: int
+    handed_ms: int = 0
 
 
 @dataclass
@@ -95,6 +101,7 @@ class Delivery:
     attempt: int
     invisible_ms: int
     topic: str  # topic the consumer sees (the origin topic for retries)
+    request_id: str = ""  # unique per hand-out: pairs trace records of one delivery
 
 
 class PopService:
@@ -113,9 +120,9 @@ class PopService:
         self._rotation = itertools.count()
         self._group_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._revive_task: asyncio.Task[None] | None = None
+        self.dlq_total: dict[tuple[str, str], int] = {}
         self._revive_wake = asyncio.Event()
-        self.on_dlq: list[Callable[[str, StoredMessage], None]] = []
-        self.on_ack: list[Callable[[str, StoredMessage | None, ReceiptHandle], None]] = []
+        self.trace: TraceHooks = NoTrace()
         store.dispatch_listeners.append(self._on_dispatch)
 
     # --------------------------------------------------------------- lifecycle
@@ -154,12 +161,13 @@ class PopService:
     def _hand_out(self, group: str, st: QueueState, topic: str, queue_id: int, msg: StoredMessage,
                   invisible_ms: int) -> Delivery:
         seq = next(self._seq)
-        deadline = self.now_ms() + invisible_ms
-        st.inflight[msg.queue_offset] = Inflight(seq, deadline)
+        now = self.now_ms()
+        deadline = now + invisible_ms
+        st.inflight[msg.queue_offset] = Inflight(seq, deadline, now)
         heapq.heappush(self._deadlines, (deadline, seq, group, topic, queue_id, msg.queue_offset))
         handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline)
         attempt = msg.reconsume_times + 1 + st.attempts.get(msg.queue_offset, 0)
-        return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg))
+        return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg), request_id(seq))
 
     def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
             tags: set[str] | None) -> list[Delivery]:
@@ -364,15 +372,15 @@ class PopService:
                            "redelivered, or it was already acknowledged")
         return handle, st
 
-    def ack(self, group: str, handle_text: str) -> ReceiptHandle:
+    def ack(self, group: str, handle_text: str) -> tuple[ReceiptHandle, int]:
+        """Acknowledge one hand-out; return its handle and when it was handed out (ms)."""
         handle, st = self._resolve(group, handle_text)
+        handed_ms = st.inflight[handle.offset].handed_ms
         if st.mark_acked(handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
         if self.is_fifo(group):
             self._wake_topic(handle.topic)  # the message group's next message is now visible
-        for cb in self.on_ack:
-            cb(group, None, handle)
-        return handle
+        return handle, handed_ms
 
     def change_invisible(self, group: str, handle_text: str, invisible_ms: int) -> str:
         handle, st = self._resolve(group, handle_text)
@@ -416,6 +424,11 @@ class PopService:
             entry = st.inflight.get(offset) if st else None
             if st is None or entry is None or entry.seq != seq:
                 continue  # acked, or its deadline was changed
+            if entry.handed_ms and not isinstance(self.trace, NoTrace):
+                expired = self.store.message_at(topic, qid, offset)
+                if expired is not None:
+                    self.trace.on_expired(group, expired, request_id=request_id(seq), cost_ms=now - entry.handed_ms)
+                entry.handed_ms = 0  # report each hand-out's expiry once
             if await self._revive_one(group, topic, qid, offset, st):
                 revived += 1
             else:  # could not store the retry copy: try again in a second
@@ -474,8 +487,8 @@ class PopService:
             return False
         log.info("message %s of group %s moved to %s after %d deliveries", msg.msg_id, group, dtopic,
                  msg.reconsume_times + 1)
-        for cb in self.on_dlq:
-            cb(group, msg)
+        self.dlq_total[(group, origin_topic(msg))] = self.dlq_total.get((group, origin_topic(msg)), 0) + 1
+        self.trace.on_dead_lettered(group, msg, attempts=msg.reconsume_times + 1)
         return True
 
     # ---------------------------------------------------------------- progress

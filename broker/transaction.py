@@ -149,6 +149,10 @@ class TransactionService:
             kind = "ROLLBACK_MESSAGE"
         await self._write_op(half.offset, kind)
         self.pending.pop(tx_id, None)
+        half_msg = self.store.message_at(HALF_TOPIC, 0, half.offset)
+        if half_msg is not None:
+            self.broker.trace_hooks.on_transaction_end(half_msg, state=kind, transaction_id=tx_id,
+                                                       from_check=from_check)
         log.info("transaction %s of message %s: %s%s", tx_id, half.msg_id, kind,
                  " (answer to a check-back)" if from_check else "")
         return kind
