@@ -22,6 +22,7 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, namesrv_pb2
 from rocketscope.config import Settings
+from rocketscope.telemetry import Telemetry, TelemetryConfig
 
 from .admin_service import BrokerAdminService
 from .broker_config import namesrv_addresses
@@ -29,6 +30,7 @@ from .clients import ClientRegistry
 from .groups import GroupManager
 from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService, status
+from .metrics import BrokerMetrics
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
@@ -85,6 +87,9 @@ class Broker:
         self.timer = TimerService(self)
         self.transactions = TransactionService(self)
         self.trace_hooks: TraceHooks = NoTrace()
+        self.telemetry_config = TelemetryConfig.from_properties(settings.raw)
+        self.telemetry = Telemetry.disabled()
+        self.metrics = BrokerMetrics(self, self.telemetry)
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000)
         self.topics_on_change = self.namesrv.register_now
         self._rr = itertools.count()
@@ -92,7 +97,6 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._route_cache: dict[str, tuple[float, namesrv_pb2.TopicRouteData | None]] = {}
         self.started_at = time.time()
-        self.rpc_stats: dict[tuple[str, int], int] = {}
 
     # ----------------------------------------------------------- properties
     @property
@@ -103,10 +107,16 @@ class Broker:
     def role(self) -> str:
         return str(self.settings.brokerRole)
 
+    @property
+    def metrics_addr(self) -> str:
+        port = self.telemetry.prometheus_port
+        return f"{self.settings.brokerIP1}:{port}" if port else ""
+
     def registration(self) -> namesrv_pb2.BrokerRegistration:
         reg = namesrv_pb2.BrokerRegistration(
             cluster_name=self.cluster, broker_name=self.broker_name, broker_id=self.broker_id,
             broker_addr=self.internal_addr, grpc_addr=self.grpc_addr, role=self.role, term=-1, epoch=-1,
+            metrics_addr=self.metrics_addr,
             data_version=common_pb2.DataVersion(timestamp=self.topics.data_version[0],
                                                 counter=self.topics.data_version[1]))
         for cfg in self.topics.all():
@@ -119,6 +129,10 @@ class Broker:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         s = self.settings
+        self.telemetry = Telemetry.start(self.telemetry_config, "broker", self.cluster,
+                                         f"{self.broker_name}-{self.broker_id}")
+        self.metrics = BrokerMetrics(self, self.telemetry)
+        self.pop.on_dead_letter = self.metrics.on_dead_lettered
         await self.store.start()
         self._create_system_topics()
         self.timer.recover()
@@ -141,6 +155,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.offsets.flush_loop(s.consumerOffsetFlushInterval / 1000)))
         self._tasks.append(loop.create_task(self._housekeeping()))
+        self.metrics.start()
         self.namesrv.start()
         log.info("broker %s (cluster %s, id %d, role %s) serving clients on %s and admin on %s; store %s",
                  self.broker_name, self.cluster, self.broker_id, self.role, self.grpc_addr, self.internal_addr,
@@ -167,8 +182,10 @@ class Broker:
         await self.pop.stop()
         await self.timer.stop()
         await self.transactions.stop()
+        await self.metrics.stop()
         self.offsets.flush()
         await self.store.shutdown()
+        await asyncio.to_thread(self.telemetry.stop)
         log.info("broker %s stopped", self.broker_name)
 
     # --------------------------------------------------------------- routes
@@ -265,6 +282,7 @@ class Broker:
             elif sp.HasField("delivery_timestamp") and sp.delivery_timestamp.ToMilliseconds() > now_ms:
                 self.timer.wrap(m, sp.delivery_timestamp.ToMilliseconds())
         results = await self.store.put(stored)
+        self.metrics.on_put(results)
         for res in results:
             if res.message is None:
                 continue
@@ -279,7 +297,9 @@ class Broker:
                       tags: set[str] | None, poll_s: float) -> list[Delivery]:
         cfg = self.topics.get(topic)
         queue_ids = list(range(cfg.read_queue_nums)) if cfg is not None else [queue_id]
-        return await self.pop.receive(group, topic, queue_ids, batch, invisible_ms, tags, poll_s)
+        deliveries = await self.pop.receive(group, topic, queue_ids, batch, invisible_ms, tags, poll_s)
+        self.metrics.on_delivered(group, deliveries)
+        return deliveries
 
     def ack(self, group: str, handle: str, message_id: str, client_id: str = "", traced: bool = False) -> None:
         receipt, handed_ms = self.pop.ack(group, handle)
@@ -298,8 +318,7 @@ class Broker:
 
     # ------------------------------------------------- hooks for later layers
     def record_rpc(self, method: str, code: int, seconds: float, long_polling: bool = False) -> None:
-        key = (method, code)
-        self.rpc_stats[key] = self.rpc_stats.get(key, 0) + 1
+        self.metrics.on_rpc(method, code, seconds, long_polling)
 
     def apply_metric_settings(self, settings: pb.Settings) -> None:
         settings.metric.on = False
@@ -333,10 +352,14 @@ class Broker:
 
     def on_delay_delivered(self, msg: StoredMessage, late_ms: int) -> None:
         """A delayed message reached its topic ``late_ms`` after its time."""
+        self.metrics.on_delay_delivered(msg.topic, late_ms)
         self.trace_hooks.on_delay_delivered(msg, late_ms=late_ms)
 
     def on_transaction_committed(self, msg: StoredMessage) -> None:
         """Hook for metrics and trace: a half message was committed to its topic."""
+
+    def on_transaction_resolved(self, topic: str, committed: bool, latency_s: float) -> None:
+        self.metrics.on_transaction(topic, committed, latency_s)
 
     async def pull_message(self, request: svc.PullMessageRequest, context: Any
                            ) -> AsyncIterator[svc.PullMessageResponse]:

@@ -69,13 +69,13 @@ BROKER_KEYS: list[Key] = [
     Key("brokerTraceEnable", bool, False, "the broker writes trace records itself (RocketScope)"),
 ]
 
-TELEMETRY_KEYS = (
-    "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "metricsGrpcExporterTarget",
-    "metricsGrpcExporterHeader", "metricGrpcExporterTimeOutInMills", "metricGrpcExporterIntervalInMills",
-    "metricLoggingExporterIntervalInMills", "metricsLabel", "metricsInDelta", "metricsOtelCardinalityLimit",
-    "metricsExportBatchMaxDataPoints", "metricsOtlpHttpTarget", "enablePerQueueLagMetrics", "metricCollectorMode",
-    "metricCollectorAddress",
-)
+def _telemetry_key_names() -> tuple[str, ...]:
+    from rocketscope.telemetry.config import KEYS
+
+    return tuple(k.name for k in KEYS)
+
+
+TELEMETRY_KEYS = (*_telemetry_key_names(), "metricCollectorMode", "metricCollectorAddress")
 
 
 def load_broker_config(raw: Mapping[str, str]) -> Settings:

@@ -123,6 +123,7 @@ class PopService:
         self.dlq_total: dict[tuple[str, str], int] = {}
         self._revive_wake = asyncio.Event()
         self.trace: TraceHooks = NoTrace()
+        self.on_dead_letter: Callable[[str, StoredMessage], None] | None = None
         store.dispatch_listeners.append(self._on_dispatch)
 
     # --------------------------------------------------------------- lifecycle
@@ -489,6 +490,8 @@ class PopService:
                  msg.reconsume_times + 1)
         self.dlq_total[(group, origin_topic(msg))] = self.dlq_total.get((group, origin_topic(msg)), 0) + 1
         self.trace.on_dead_lettered(group, msg, attempts=msg.reconsume_times + 1)
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(group, msg)
         return True
 
     # ---------------------------------------------------------------- progress

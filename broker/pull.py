@@ -75,6 +75,7 @@ class PullService:
             await b.pop.wait_for_topic(topic, poll_s, lambda: b.store.max_offset(topic, qid) > offset)
             got = b.store.get(topic, qid, offset, request.batch_size, tags)
         ns = request.message_queue.topic.resource_namespace
+        b.metrics.on_pulled(request.group.name, got.messages)
         if not got.messages:
             yield svc.PullMessageResponse(status=_status(Code.MESSAGE_NOT_FOUND, "no new message"))
         else:

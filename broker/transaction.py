@@ -149,6 +149,8 @@ class TransactionService:
             kind = "ROLLBACK_MESSAGE"
         await self._write_op(half.offset, kind)
         self.pending.pop(tx_id, None)
+        self.broker.on_transaction_resolved(half.topic, kind == "COMMIT_MESSAGE",
+                                            max(0.0, time.time() - half.stored_ms / 1000))
         half_msg = self.store.message_at(HALF_TOPIC, 0, half.offset)
         if half_msg is not None:
             self.broker.trace_hooks.on_transaction_end(half_msg, state=kind, transaction_id=tx_id,
@@ -193,6 +195,7 @@ class TransactionService:
                 self.rolled_back_total += 1
                 await self._write_op(half.offset, "ROLLBACK_MESSAGE")
                 self.pending.pop(tx_id, None)
+                self.broker.on_transaction_resolved(half.topic, False, max(0.0, (now - half.stored_ms) / 1000))
                 continue
             client = self._producer_for(half)
             half.last_check_ms = now

@@ -8,6 +8,7 @@ import sys
 import click
 
 from rocketscope.config import ConfigError, read_properties
+from rocketscope.telemetry.config import TelemetryConfigError
 
 from .admin_cli import admin
 from .logs import setup_logging
@@ -37,7 +38,7 @@ def namesrv(config_path: str | None, port: int | None) -> None:
             raw["listenPort"] = str(port)
         settings = load_namesrv_config(raw)
         asyncio.run(run_namesrv(settings))
-    except (ConfigError, OSError) as exc:
+    except (ConfigError, TelemetryConfigError, OSError) as exc:
         click.echo(f"namesrv: {exc}", err=True)
         sys.exit(1)
 
@@ -57,12 +58,22 @@ def broker(config_path: str | None, namesrv: str | None) -> None:
             raw["namesrvAddr"] = namesrv
         settings = load_broker_config(raw)
         asyncio.run(run_broker(settings))
-    except (ConfigError, OSError) as exc:
+    except (ConfigError, TelemetryConfigError, OSError) as exc:
         click.echo(f"broker: {exc}", err=True)
         sys.exit(1)
 
 
 main.add_command(admin)
+
+
+def _mount_optional() -> None:
+    """Commands whose modules import heavy dependencies are imported when the CLI starts, not per call."""
+    from rocketscope.telemetry.cli import exporter
+
+    main.add_command(exporter)
+
+
+_mount_optional()
 
 
 @main.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rocketscope.broker.protocol import common_pb2, namesrv_pb2
@@ -38,6 +39,7 @@ class RouteInfo:
     brokers: dict[tuple[str, str, int], LiveBroker] = field(default_factory=dict)
     # topic -> broker name -> (TopicConfig, DataVersion counter of the registration that set it)
     topic_queues: dict[str, dict[str, common_pb2.TopicConfig]] = field(default_factory=dict)
+    on_expired: Callable[[str], None] | None = None
 
     def register(self, reg: namesrv_pb2.BrokerRegistration, session: int, now_ms: int | None = None
                  ) -> namesrv_pb2.RegisterResult:
@@ -96,6 +98,8 @@ class RouteInfo:
                 gone.append(lb.key)
         for key in gone:
             self.unregister(*key, reason="no registration within the expiry time")
+            if self.on_expired is not None:
+                self.on_expired(key[0])
         return len(gone)
 
     def delete_topic(self, topic: str) -> bool:

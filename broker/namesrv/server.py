@@ -11,6 +11,7 @@ import grpc
 
 from rocketscope.broker.protocol import namesrv_pb2_grpc
 from rocketscope.config import Key, Settings, load_settings, port, positive
+from rocketscope.telemetry import Telemetry, TelemetryConfig
 
 from .route_info import RouteInfo
 from .service import NameServerService, scan_loop
@@ -41,10 +42,14 @@ class NameServer:
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self._scan: asyncio.Task[None] | None = None
+        self.telemetry_config = TelemetryConfig.from_properties(settings.raw)
+        self.telemetry = Telemetry.disabled()
 
     async def start(self) -> None:
+        self.telemetry = Telemetry.start(self.telemetry_config, "namesrv", "", f"namesrv-{self.settings.listenPort}")
+        self._register_gauges()
         self.server = grpc.aio.server()
-        namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.routes), self.server)
+        namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.routes, self.telemetry), self.server)
         self.port = self.server.add_insecure_port(f"{self.settings.listenHost}:{self.settings.listenPort}")
         if not self.port:
             raise OSError(f"name server cannot bind {self.settings.listenHost}:{self.settings.listenPort}")
@@ -53,11 +58,27 @@ class NameServer:
             scan_loop(self.routes, self.settings.scanNotActiveBrokerInterval / 1000))
         log.info("name server listening on %s:%d", self.settings.listenHost, self.port)
 
+    def _register_gauges(self) -> None:
+        """Gauges read plain dicts the event loop replaces whole, so the reader thread never sees them change."""
+        routes = self.routes
+
+        def brokers() -> list[tuple[float, dict[str, object]]]:
+            counts: dict[str, int] = {}
+            for (cluster, _, _) in list(routes.brokers):
+                counts[cluster] = counts.get(cluster, 0) + 1
+            return [(n, {"broker_cluster": c}) for c, n in counts.items()]
+
+        self.telemetry.gauge("rocketmq_namesrv_registered_brokers", brokers)
+        self.telemetry.gauge("rocketmq_namesrv_registered_topics", lambda: [(len(routes.topic_queues), {})])
+        expired = self.telemetry.counter("rocketmq_namesrv_broker_expired_total")
+        routes.on_expired = lambda cluster: expired.add(1, {"broker_cluster": cluster})
+
     async def stop(self) -> None:
         if self._scan:
             self._scan.cancel()
         if self.server:
             await self.server.stop(grace=1)
+        await asyncio.to_thread(self.telemetry.stop)
         log.info("name server stopped")
 
 

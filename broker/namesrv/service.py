@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from rocketscope.broker.protocol import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from rocketscope.telemetry import Telemetry
 
 from .route_info import RouteInfo
 
@@ -19,9 +20,10 @@ TOPIC_NOT_EXIST = 17
 
 
 class NameServerService(namesrv_pb2_grpc.NameServerServicer):
-    def __init__(self, routes: RouteInfo) -> None:
+    def __init__(self, routes: RouteInfo, telemetry: Telemetry | None = None) -> None:
         self.routes = routes
         self._sessions = itertools.count(1)
+        self.route_queries = (telemetry or Telemetry.disabled()).counter("rocketmq_namesrv_route_queries_total")
 
     async def BrokerSession(self, request_iterator: AsyncIterator[namesrv_pb2.SessionRequest],
                             context: grpc.aio.ServicerContext) -> AsyncIterator[namesrv_pb2.SessionResponse]:
@@ -50,6 +52,7 @@ class NameServerService(namesrv_pb2_grpc.NameServerServicer):
     async def GetRouteInfoByTopic(self, request: namesrv_pb2.GetRouteRequest,
                                   context: grpc.aio.ServicerContext) -> namesrv_pb2.GetRouteResponse:
         route = self.routes.route(request.topic)
+        self.route_queries.add(1, {"result": "found" if route is not None else "not_found"})
         if route is None:
             return namesrv_pb2.GetRouteResponse(status=common_pb2.Status(
                 code=TOPIC_NOT_EXIST, remark=f"No topic route info in name server for the topic: {request.topic}"))

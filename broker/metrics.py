@@ -1,0 +1,280 @@
+"""The broker's metrics: RocketMQ 5's catalogue, recorded where things happen.
+
+Counters and histograms are recorded on the hot paths (send, delivery, RPC).  Gauges
+(lag, connections, storage) need a consistent view of broker state that lives on the
+event loop, while the metric reader calls gauge callbacks from its own thread; so a
+snapshot task computes them on the loop every ``SNAPSHOT_INTERVAL_S`` and the callbacks
+only read the latest immutable snapshot.
+
+Definitions (RocketMQ's, for POP consumers): lag = max offset − committed offset;
+in-flight = handed out and not acked; ready = max offset − next offset to hand out;
+lag latency = now − store time of the oldest unacknowledged message; queueing latency
+= now − store time of the oldest message not yet handed out.  Retry and DLQ topics are
+not counted in the in/out counters (RocketMQ's rule); the retry topic has its own lag
+series with is_retry=true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from rocketscope.telemetry import Telemetry
+
+from .pop import RETRY_PREFIX, Delivery, origin_topic, retry_topic
+from .store.message_store import PutResult, PutStatus
+from .store.record import StoredMessage
+from .topics import is_retry_or_dlq, is_system_topic
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+SNAPSHOT_INTERVAL_S = 2.0
+Labels = dict[str, Any]
+
+_CONSUME_MODE = {pb.PUSH_CONSUMER: "push", pb.SIMPLE_CONSUMER: "pop", pb.PULL_CONSUMER: "pull"}
+
+
+def snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i:
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def is_system(name: str) -> bool:
+    return is_system_topic(name) or name.upper().startswith("CID_RMQ_SYS_")
+
+
+class BrokerMetrics:
+    def __init__(self, broker: Broker, telemetry: Telemetry) -> None:
+        self.broker = broker
+        self.t = telemetry
+        self.enabled = telemetry.enabled
+        self.messages_in = telemetry.counter("rocketmq_messages_in_total")
+        self.throughput_in = telemetry.counter("rocketmq_throughput_in_total")
+        self.message_size = telemetry.histogram("rocketmq_message_size")
+        self.messages_out = telemetry.counter("rocketmq_messages_out_total")
+        self.throughput_out = telemetry.counter("rocketmq_throughput_out_total")
+        self.dlq = telemetry.counter("rocketmq_send_to_dlq_messages_total")
+        self.commits = telemetry.counter("rocketmq_commit_messages_total")
+        self.rollbacks = telemetry.counter("rocketmq_rollback_messages_total")
+        self.finish_latency = telemetry.histogram("rocketmq_finish_message_latency")
+        self.delay_latency = telemetry.histogram("rocketmq_delay_message_latency")
+        self.rpc_latency = telemetry.histogram("rocketmq_rpc_latency")
+        self._snapshot: dict[str, list[tuple[float, Labels]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._registrations: list[Any] = []
+        self.per_queue = telemetry.wants("rocketmq_consumer_queue_lag_messages")
+
+    # ---------------------------------------------------------------- events
+    def on_put(self, results: Iterable[PutResult]) -> None:
+        if not self.enabled:
+            return
+        for res in results:
+            msg = res.message
+            if msg is None or res.status is not PutStatus.PUT_OK:
+                continue
+            topic = msg.properties.get("REAL_TOPIC", msg.topic)
+            if is_retry_or_dlq(topic):
+                continue
+            labels = {"topic": topic, "message_type": msg.properties.get("__MSGTYPE", "NORMAL").lower(),
+                      "is_system": is_system(topic)}
+            self.messages_in.add(1, labels)
+            self.throughput_in.add(msg.size, labels)
+            self.message_size.record(msg.size, labels)
+
+    def on_delivered(self, group: str, deliveries: Iterable[Delivery]) -> None:
+        if not self.enabled:
+            return
+        for d in deliveries:
+            is_retry = d.message.topic.startswith(RETRY_PREFIX)
+            labels = {"topic": d.topic, "consumer_group": group, "is_system": is_system(d.topic), "is_retry": is_retry}
+            self.messages_out.add(1, labels)
+            self.throughput_out.add(d.message.size, labels)
+
+    def on_pulled(self, group: str, messages: Iterable[StoredMessage]) -> None:
+        if not self.enabled:
+            return
+        for m in messages:
+            topic = origin_topic(m)
+            if is_retry_or_dlq(m.topic):
+                continue
+            labels = {"topic": topic, "consumer_group": group, "is_system": is_system(topic), "is_retry": False}
+            self.messages_out.add(1, labels)
+            self.throughput_out.add(m.size, labels)
+
+    def on_dead_lettered(self, group: str, msg: StoredMessage) -> None:
+        topic = origin_topic(msg)
+        self.dlq.add(1, {"consumer_group": group, "topic": topic, "is_system": is_system(topic)})
+
+    def on_transaction(self, topic: str, committed: bool, latency_s: float) -> None:
+        (self.commits if committed else self.rollbacks).add(1, {"topic": topic})
+        self.finish_latency.record(latency_s, {"topic": topic})
+
+    def on_delay_delivered(self, topic: str, late_ms: int) -> None:
+        self.delay_latency.record(max(late_ms, 0) / 1000, {"topic": topic})
+
+    def on_rpc(self, method: str, code: int, seconds: float, long_polling: bool) -> None:
+        if not self.enabled:
+            return
+        try:
+            code_name = pb.Code.Name(code).lower()
+        except ValueError:
+            code_name = str(code)
+        ok = code in (pb.OK, pb.MULTIPLE_RESULTS, pb.MESSAGE_NOT_FOUND)
+        self.rpc_latency.record(seconds * 1000, {
+            "protocol_type": "grpc", "request_code": snake(method), "response_code": code_name,
+            "is_long_polling": long_polling, "result": "success" if ok else "process_request_failed"})
+
+    # ----------------------------------------------------------------- gauges
+    GAUGES = (
+        "rocketmq_broker_permission", "rocketmq_topic_number", "rocketmq_consumer_group_number",
+        "rocketmq_producer_connections", "rocketmq_consumer_connections", "rocketmq_consumer_lag_messages",
+        "rocketmq_consumer_lag_latency", "rocketmq_consumer_inflight_messages", "rocketmq_consumer_queueing_latency",
+        "rocketmq_consumer_ready_messages", "rocketmq_storage_size", "rocketmq_storage_flush_behind_bytes",
+        "rocketmq_storage_dispatch_behind_bytes", "rocketmq_storage_message_reserve_time",
+        "rocketmq_storage_disk_usage_ratio", "rocketmq_timing_messages", "rocketmq_half_messages",
+        "rocketmq_topic_max_offset", "rocketmq_consumer_committed_offset", "rocketmq_consumer_queue_lag_messages",
+        "rocketmq_consumer_queue_lag_latency",
+    )
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        for name in self.GAUGES:
+            self._registrations.append(self.t.gauge(name, lambda n=name: self._snapshot.get(n, [])))
+        self.take_snapshot()
+        self._task = asyncio.get_running_loop().create_task(self._snapshot_loop(), name="metrics-snapshot")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for reg in self._registrations:
+            reg.unregister()
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SNAPSHOT_INTERVAL_S)
+            try:
+                self.take_snapshot()
+            except Exception:
+                log.exception("metrics snapshot failed")
+
+    def take_snapshot(self) -> None:
+        """Compute every gauge's points on the event loop; the reader thread only reads the result."""
+        b = self.broker
+        snap: dict[str, list[tuple[float, Labels]]] = {name: [] for name in self.GAUGES}
+        snap["rocketmq_broker_permission"].append((b.settings.brokerPermission, {}))
+        snap["rocketmq_topic_number"].append((len(b.topics.topics), {}))
+        snap["rocketmq_consumer_group_number"].append((len(b.groups.groups), {}))
+        self._connections(snap)
+        self._lag(snap)
+        self._storage(snap)
+        timing: dict[str, int] = {}
+        for off in b.timer.by_msg_id.values():
+            msg = None if len(timing) > 1000 else b.store.message_at("rmq_sys_wheel_timer", 0, off)
+            topic = msg.properties.get("REAL_TOPIC", "") if msg else ""
+            timing[topic] = timing.get(topic, 0) + 1
+        snap["rocketmq_timing_messages"] = [(n, {"topic": t}) for t, n in timing.items()]
+        halves: dict[str, int] = {}
+        for half in b.transactions.pending.values():
+            halves[half.topic] = halves.get(half.topic, 0) + 1
+        snap["rocketmq_half_messages"] = [(n, {"topic": t}) for t, n in halves.items()]
+        for cfg in b.topics.all():
+            total = sum(b.store.max_offset(cfg.name, q) for q in range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
+            snap["rocketmq_topic_max_offset"].append((total, {"topic": cfg.name}))
+        self._snapshot = snap
+
+    def _connections(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
+        producers: dict[tuple[str, str], int] = {}
+        consumers: dict[tuple[str, str, str, str], int] = {}
+        for c in self.broker.clients.clients.values():
+            lang, ver = (c.language or "unknown").lower(), (c.version or "unknown").lower()
+            if c.client_type == pb.PRODUCER:
+                producers[(lang, ver)] = producers.get((lang, ver), 0) + 1
+            elif c.client_type != pb.CLIENT_TYPE_UNSPECIFIED and c.group:
+                key = (c.group, lang, ver, _CONSUME_MODE.get(c.client_type, "pop"))
+                consumers[key] = consumers.get(key, 0) + 1
+        snap["rocketmq_producer_connections"] = [
+            (n, {"language": lang, "version": ver, "protocol_type": "grpc"}) for (lang, ver), n in producers.items()]
+        snap["rocketmq_consumer_connections"] = [
+            (n, {"consumer_group": g, "language": lang, "version": ver, "consume_mode": mode, "protocol_type": "grpc",
+                 "is_system": is_system(g)}) for (g, lang, ver, mode), n in consumers.items()]
+
+    def subscriptions(self) -> set[tuple[str, str]]:
+        """(group, topic) pairs with an online consumer or a consumption state on this broker."""
+        b = self.broker
+        pairs = {(c.group, t) for c in b.clients.consumers() for t in c.topics if c.group}
+        pairs |= {(g, t) for (g, t, _) in b.pop.states if not t.startswith(RETRY_PREFIX)}
+        pairs |= {(g, t) for (g, t, _) in b.offsets.offsets if not is_retry_or_dlq(t)}
+        return {(g, t) for g, t in pairs if b.topics.get(t) is not None}
+
+    def _lag(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
+        b = self.broker
+        now = int(time.time() * 1000)
+        for group, topic in sorted(self.subscriptions()):
+            cfg = b.topics.get(topic)
+            queues = [(topic, q) for q in range(cfg.read_queue_nums)] if cfg else []
+            for is_retry, qs in ((False, queues), (True, [(retry_topic(group), 0)])):
+                lag = inflight = ready = 0
+                oldest_unacked = oldest_unpulled = now
+                committed_sum = 0
+                for t, q in qs:
+                    hi = b.store.max_offset(t, q)
+                    st = b.pop.states.get((group, t, q))
+                    committed = st.committed if st else (b.offsets.get(group, t, q) or 0)
+                    next_pop = st.next_pop if st else committed
+                    q_lag = max(0, hi - committed)
+                    lag += q_lag
+                    committed_sum += committed
+                    inflight += len(st.inflight) if st else 0
+                    ready += max(0, hi - next_pop)
+                    if q_lag:
+                        ts = b.store.store_time(t, q, committed)
+                        oldest_unacked = min(oldest_unacked, ts or now)
+                    if hi > next_pop:
+                        ts = b.store.store_time(t, q, next_pop)
+                        oldest_unpulled = min(oldest_unpulled, ts or now)
+                    if self.per_queue and not is_retry:
+                        labels = {"consumer_group": group, "topic": topic, "queue_id": q, "is_retry": False,
+                                  "is_system": is_system(topic)}
+                        snap["rocketmq_consumer_queue_lag_messages"].append((q_lag, labels))
+                        q_latency = now - (b.store.store_time(t, q, committed) or now) if q_lag else 0
+                        snap["rocketmq_consumer_queue_lag_latency"].append((q_latency, labels))
+                if is_retry and lag == 0 and inflight == 0:
+                    continue
+                labels = {"consumer_group": group, "topic": topic, "is_retry": is_retry, "is_system": is_system(topic)}
+                snap["rocketmq_consumer_lag_messages"].append((lag, labels))
+                snap["rocketmq_consumer_inflight_messages"].append((inflight, labels))
+                snap["rocketmq_consumer_ready_messages"].append((ready, labels))
+                snap["rocketmq_consumer_lag_latency"].append((now - oldest_unacked, labels))
+                snap["rocketmq_consumer_queueing_latency"].append((now - oldest_unpulled, labels))
+                if not is_retry:
+                    snap["rocketmq_consumer_committed_offset"].append(
+                        (committed_sum, {"consumer_group": group, "topic": topic}))
+
+    def _storage(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
+        store = self.broker.store
+        labels = {"storage_type": "local", "storage_medium": "disk"}
+        log_ = store.commit_log.log
+        size = log_.disk_bytes() + sum(cq.log.disk_bytes() for cq in store.cqs.values())
+        snap["rocketmq_storage_size"].append((size, labels))
+        snap["rocketmq_storage_flush_behind_bytes"].append((log_.max_offset - log_.synced_offset, labels))
+        snap["rocketmq_storage_dispatch_behind_bytes"].append((store.commit_log.max_offset - store.dispatched, labels))
+        oldest = store.read_physical(store.commit_log.next_record_offset(store.commit_log.min_offset))
+        reserve = int(time.time() * 1000) - oldest.store_timestamp if oldest else 0
+        snap["rocketmq_storage_message_reserve_time"].append((reserve, labels))
+        snap["rocketmq_storage_disk_usage_ratio"].append((store.disk_ratio(), labels))
