@@ -26,6 +26,7 @@ from rocketscope.telemetry import Telemetry, TelemetryConfig
 
 from .admin_service import BrokerAdminService
 from .broker_config import namesrv_addresses
+from .client_metrics import ClientMetricsProxy
 from .clients import ClientRegistry
 from .groups import GroupManager
 from .grpc_registration import add_messaging_service
@@ -90,6 +91,7 @@ class Broker:
         self.telemetry_config = TelemetryConfig.from_properties(settings.raw)
         self.telemetry = Telemetry.disabled()
         self.metrics = BrokerMetrics(self, self.telemetry)
+        self.client_metrics = ClientMetricsProxy(self)
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000)
         self.topics_on_change = self.namesrv.register_now
         self._rr = itertools.count()
@@ -143,6 +145,7 @@ class Broker:
         self.client_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                                       ("grpc.max_send_message_length", 64 * 1024 * 1024)])
         add_messaging_service(MessagingService(self), self.client_server)
+        self.client_metrics.register(self.client_server)
         if not self.client_server.add_insecure_port(f"0.0.0.0:{s.grpcServerPort}"):
             raise OSError(f"cannot bind grpcServerPort {s.grpcServerPort}")
         self.admin_server = grpc.aio.server()
@@ -156,6 +159,7 @@ class Broker:
         self._tasks.append(loop.create_task(self.offsets.flush_loop(s.consumerOffsetFlushInterval / 1000)))
         self._tasks.append(loop.create_task(self._housekeeping()))
         self.metrics.start()
+        self.client_metrics.start()
         self.namesrv.start()
         log.info("broker %s (cluster %s, id %d, role %s) serving clients on %s and admin on %s; store %s",
                  self.broker_name, self.cluster, self.broker_id, self.role, self.grpc_addr, self.internal_addr,
@@ -321,7 +325,7 @@ class Broker:
         self.metrics.on_rpc(method, code, seconds, long_polling)
 
     def apply_metric_settings(self, settings: pb.Settings) -> None:
-        settings.metric.on = False
+        self.client_metrics.apply(settings)
 
     async def on_telemetry_command(self, client_id: str, cmd: svc.TelemetryCommand) -> None:
         log.debug("ignoring telemetry command %s from %s", cmd.WhichOneof("command"), client_id)

@@ -216,6 +216,17 @@ class Telemetry:
     def enabled(self) -> bool:
         return self._core is not None
 
+    def register_collector(self, collector: Any) -> bool:
+        """Serve another prometheus_client collector on this node's /metrics (PROM mode only).
+
+        The broker uses it to re-export the metrics its clients push to it
+        (metricCollectorMode=proxy).  Returns False when there is no /metrics to add to.
+        """
+        if self._core is None or self._core.endpoint is None:
+            return False
+        self._core.endpoint.registry.register(collector)
+        return True
+
     @property
     def prometheus_port(self) -> int | None:
         """The bound /metrics port in PROM mode (useful with metricsPromExporterPort=0)."""

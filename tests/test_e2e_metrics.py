@@ -8,7 +8,7 @@ import pytest
 from cluster import BIN, LocalCluster, Proc, _port_open, wait_until
 from conftest import free_port
 from rmq import drain, message, producer, simple_consumer
-from telemetry_support import PrometheusServer, find, scrape
+from telemetry_support import PrometheusServer, find, samples, scrape
 
 pytestmark = pytest.mark.e2e
 
@@ -91,3 +91,47 @@ def test_metrics_addr_is_registered_for_dashboards(metrics_cluster: dict[str, ob
     nodes = {n["brokerName"]: n for n in c.admin_json("clusterList")}
     assert nodes["broker-a"]["metricsAddr"].endswith(str(metrics_cluster["prom"]["broker-a"]))  # type: ignore[index]
     assert nodes["broker-b"]["metricsAddr"] == ""  # OTLP push: nothing to scrape on the broker itself
+
+
+CLIENT_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from rmq import drain, message, producer, simple_consumer
+with producer({ep!r}, "TopicClientMetrics") as p:
+    for i in range(5):
+        p.send(message("TopicClientMetrics", b"x"))
+with simple_consumer({ep!r}, "GroupClientMetrics", "TopicClientMetrics") as c:
+    assert len(drain(c, 5)) == 5
+# at exit the client's OpenTelemetry meter provider shuts down and pushes what it measured
+"""
+
+
+def test_official_client_pushes_its_metrics_to_the_broker_in_proxy_mode(tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    c = LocalCluster(tmp_path_factory.mktemp("clientmetrics"))
+    prom = free_port()
+    try:
+        c.start_namesrv()
+        node = c.start_broker("broker-a", metricsExporterType="PROM", metricsPromExporterHost="127.0.0.1",
+                              metricsPromExporterPort=prom, metricCollectorMode="proxy")
+        script = CLIENT_SCRIPT.format(tests=str(Path(__file__).parent), ep=node.endpoint)
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        url = f"http://127.0.0.1:{prom}/metrics"
+
+        def sends_seen() -> float:
+            return sum(v for n, lab, v in samples(scrape(url)) if n.startswith("rocketmq_send_cost_time")
+                       and n.endswith("_count") and lab.get("topic") == "TopicClientMetrics")
+
+        # the client pushes when its process exits; wait for that push, not for a fixed time
+        wait_until(lambda: sends_seen() >= 5, timeout=30, what="the client's send histogram on the broker's /metrics")
+        assert sends_seen() == 5
+        # (the Python SimpleConsumer records no consume-side histograms; its PushConsumer does)
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
