@@ -205,3 +205,37 @@ class BrokerAdminService(admin_pb2_grpc.BrokerAdminServicer):
             resp.queues.add(queue_id=qid, min_offset=self.broker.store.min_offset(cfg.name, qid),
                             max_offset=self.broker.store.max_offset(cfg.name, qid))
         return resp
+
+    async def ConsumerOffsets(self, request: common_pb2.Empty, context: grpc.aio.ServicerContext
+                              ) -> admin_pb2.ConsumerOffsetsResponse:
+        resp = admin_pb2.ConsumerOffsetsResponse(status=ok())
+        offsets = dict(self.broker.offsets.offsets)
+        for (g, t, q), st in list(self.broker.pop.states.items()):
+            offsets[(g, t, q)] = st.committed
+        for (g, t, q), off in sorted(offsets.items()):
+            resp.offsets.add(group=g, topic=t, queue_id=q, offset=off)
+        return resp
+
+    async def ChangeRole(self, request: admin_pb2.ChangeRoleRequest, context: grpc.aio.ServicerContext
+                         ) -> common_pb2.Status:
+        role = request.role.upper()
+        if role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+            return fail(BAD_ARGUMENT, f"role {request.role!r} is not ASYNC_MASTER, SYNC_MASTER or SLAVE")
+        if (role == "SLAVE") != (request.broker_id > 0):
+            return fail(BAD_ARGUMENT, "a master takes broker id 0 and a slave an id > 0")
+        try:
+            await self.broker.change_role(role, request.broker_id)
+        except ValueError as exc:
+            return fail(BAD_ARGUMENT, str(exc))
+        return ok()
+
+    async def HaStatus(self, request: common_pb2.Empty, context: grpc.aio.ServicerContext
+                       ) -> admin_pb2.HaStatusResponse:
+        import json
+
+        return admin_pb2.HaStatusResponse(status=ok(), json=json.dumps(self.broker.ha_status(), sort_keys=True))
+
+    async def HaEvents(self, request: admin_pb2.HaEventsRequest, context: grpc.aio.ServicerContext
+                       ) -> admin_pb2.HaEventsResponse:
+        events = list(self.broker.ha_events.recent)[-(request.max or 100):]
+        return admin_pb2.HaEventsResponse(status=ok(), events=[e.to_json() for e in events])

@@ -20,7 +20,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, namesrv_pb2
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2_grpc, namesrv_pb2
 from rocketscope.config import Settings
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
@@ -31,12 +31,16 @@ from .clients import ClientRegistry
 from .groups import GroupManager
 from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService, status
+from .ha.event_log import HaEventLog
+from .ha.events import ROLE_CHANGE, HaEvent
+from .ha.master import ReplicationMaster
+from .ha.slave import ReplicationSlave
 from .metrics import BrokerMetrics
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
 from .pull import PullService
-from .store.message_store import MessageStore, PutResult, StoreConfig
+from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
 from .timer import TIMER_TOPIC, RecallError, TimerService
@@ -75,8 +79,11 @@ class Broker:
         self.cluster = s.brokerClusterName
         self.broker_name = s.brokerName
         self.broker_id = s.brokerId
+        self._role = str(s.brokerRole)
         self.grpc_addr = f"{s.brokerIP1}:{s.grpcServerPort}"
         self.internal_addr = f"{s.brokerIP1}:{s.listenPort}"
+        self.ha_port = s.haListenPort or s.listenPort + 1
+        self.ha_addr = f"{s.brokerIP1}:{self.ha_port}"
         root = Path(s.storePathRootDir).expanduser()
         self.store = MessageStore(store_config(s, self.grpc_addr))
         self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
@@ -92,6 +99,13 @@ class Broker:
         self.telemetry = Telemetry.disabled()
         self.metrics = BrokerMetrics(self, self.telemetry)
         self.client_metrics = ClientMetricsProxy(self)
+        self.ha_events = HaEventLog(self.cluster, self.broker_name, self.node_id, self.grpc_addr,
+                                    self._append_ha_events, lambda: self.is_master, s.haEventAckIntervalMillis)
+        self.replication_master = ReplicationMaster(self)
+        self.replication_slave = ReplicationSlave(self)
+        self.store.replication_waiter = self._wait_replicated
+        self.store.on_append = self.replication_master.notify_appended
+        self.pop.writable = lambda: self.is_master
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000)
         self.topics_on_change = self.namesrv.register_now
         self._rr = itertools.count()
@@ -103,11 +117,20 @@ class Broker:
     # ----------------------------------------------------------- properties
     @property
     def writable(self) -> bool:
-        return bool(self.settings.brokerPermission & 2)
+        return self.is_master and bool(self.settings.brokerPermission & 2)
 
     @property
     def role(self) -> str:
-        return str(self.settings.brokerRole)
+        return self._role
+
+    @property
+    def is_master(self) -> bool:
+        """Only a master appends to its own commit log; a slave only copies its master's."""
+        return self._role != "SLAVE"
+
+    @property
+    def node_id(self) -> str:
+        return f"{self.broker_name}-{self.broker_id}"
 
     @property
     def metrics_addr(self) -> str:
@@ -118,7 +141,7 @@ class Broker:
         reg = namesrv_pb2.BrokerRegistration(
             cluster_name=self.cluster, broker_name=self.broker_name, broker_id=self.broker_id,
             broker_addr=self.internal_addr, grpc_addr=self.grpc_addr, role=self.role, term=-1, epoch=-1,
-            metrics_addr=self.metrics_addr,
+            metrics_addr=self.metrics_addr, ha_server_addr=self.ha_addr,
             data_version=common_pb2.DataVersion(timestamp=self.topics.data_version[0],
                                                 counter=self.topics.data_version[1]))
         for cfg in self.topics.all():
@@ -152,7 +175,11 @@ class Broker:
         admin_pb2_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self), self.admin_server)
         if not self.admin_server.add_insecure_port(f"0.0.0.0:{s.listenPort}"):
             raise OSError(f"cannot bind listenPort {s.listenPort}")
-        self._servers = [self.client_server, self.admin_server]
+        self.ha_server = grpc.aio.server(options=[("grpc.max_send_message_length", 64 * 1024 * 1024)])
+        ha_pb2_grpc.add_ReplicationServicer_to_server(self.replication_master, self.ha_server)
+        if not self.ha_server.add_insecure_port(f"0.0.0.0:{self.ha_port}"):
+            raise OSError(f"cannot bind haListenPort {self.ha_port}")
+        self._servers = [self.client_server, self.admin_server, self.ha_server]
         for server in self._servers:
             await server.start()
         loop = asyncio.get_running_loop()
@@ -160,6 +187,10 @@ class Broker:
         self._tasks.append(loop.create_task(self._housekeeping()))
         self.metrics.start()
         self.client_metrics.start()
+        self.ha_events.start()
+        self.ha_events.emit(ROLE_CHANGE, role=self.role)
+        if not self.is_master:
+            self.replication_slave.start()
         self.namesrv.start()
         log.info("broker %s (cluster %s, id %d, role %s) serving clients on %s and admin on %s; store %s",
                  self.broker_name, self.cluster, self.broker_id, self.role, self.grpc_addr, self.internal_addr,
@@ -178,6 +209,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker %s shutting down", self.broker_name)
+        await self.replication_slave.stop()
+        await self.ha_events.stop()
         await self.namesrv.stop()
         for server in self._servers:
             await server.stop(grace=1)
@@ -191,6 +224,50 @@ class Broker:
         await self.store.shutdown()
         await asyncio.to_thread(self.telemetry.stop)
         log.info("broker %s stopped", self.broker_name)
+
+    # ----------------------------------------------------------- replication
+    async def _wait_replicated(self, end_offset: int) -> PutStatus:
+        if self._role != "SYNC_MASTER":
+            return PutStatus.PUT_OK
+        return await self.replication_master.wait_replicated(end_offset)
+
+    async def _append_ha_events(self, events: list[HaEvent]) -> bool:
+        msgs = [StoredMessage(topic=HA_EVENTS_TOPIC, queue_id=0, body=e.to_json().encode(),
+                              properties={"KEYS": " ".join(e.keys()), "TAGS": e.type}) for e in events]
+        results = [self.store.append(m) for m in msgs]  # no replication wait: events must not block on slaves
+        self.store.dispatch_confirmed()
+        return all(r.message is not None for r in results)
+
+    async def change_role(self, role: str, broker_id: int) -> None:
+        """Manual switch-over (Master/Slave mode): promote a slave or demote a master."""
+        old_role, old_id = self._role, self.broker_id
+        if role != "SLAVE" and not self.is_master:
+            await self.replication_slave.stop()
+            self._role, self.broker_id = role, 0
+            self.timer.recover()
+            self.transactions.recover()
+        elif role == "SLAVE" and self.is_master:
+            self._role, self.broker_id = role, broker_id
+            self.replication_slave.start()
+        else:
+            self._role, self.broker_id = role, broker_id
+        self.ha_events.node = self.node_id
+        log.info("role changed: %s#%d -> %s#%d", old_role, old_id, role, self.broker_id)
+        self.ha_events.emit(ROLE_CHANGE, role=role)
+        self.namesrv.register_now()
+
+    def ha_status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {"mode": "master_slave", "role": self.role, "brokerId": self.broker_id,
+                                  "node": self.node_id, "maxOffset": self.store.commit_log.max_offset,
+                                  "confirmOffset": self.store.confirm_offset}
+        if self.is_master:
+            status["slaves"] = self.replication_master.status()
+            status["inSyncReplicas"] = self.settings.inSyncReplicas if self.role == "SYNC_MASTER" else 1
+        else:
+            status["master"] = self.replication_slave.master_ha_addr
+            status["connected"] = self.replication_slave.connected
+            status["lagBytes"] = self.replication_slave.lag_bytes
+        return status
 
     # --------------------------------------------------------------- routes
     def local_route(self, topic: str) -> namesrv_pb2.TopicRouteData | None:
@@ -226,6 +303,9 @@ class Broker:
         return route
 
     async def topic_for_send(self, name: str) -> TopicConfig:
+        if not self.is_master:
+            raise RequestError(Code.FORBIDDEN, f"broker {self.node_id} is a slave: send to the master of "
+                                               f"{self.broker_name}")
         cfg = self.topics.get(name)
         if cfg is None:
             if self.settings.autoCreateTopicEnable and not is_system_topic(name):

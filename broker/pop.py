@@ -124,6 +124,7 @@ class PopService:
         self._revive_wake = asyncio.Event()
         self.trace: TraceHooks = NoTrace()
         self.on_dead_letter: Callable[[str, StoredMessage], None] | None = None
+        self.writable: Callable[[], bool] = lambda: True
         store.dispatch_listeners.append(self._on_dispatch)
 
     # --------------------------------------------------------------- lifecycle
@@ -417,6 +418,8 @@ class PopService:
                 log.exception("revive pass failed; will retry")
 
     async def revive_due(self) -> int:
+        if not self.writable():
+            return 0
         now = self.now_ms()
         revived = 0
         while self._deadlines and self._deadlines[0][0] <= now:

@@ -144,6 +144,8 @@ class TimerService:
                 log.exception("timer delivery pass failed; will retry")
 
     async def deliver_due(self) -> int:
+        if not self.broker.is_master:
+            return 0  # a slave's timer topic is a copy; its master delivers
         now = int(time.time() * 1000)
         delivered = 0
         while self.heap and self.heap[0][0] <= now:

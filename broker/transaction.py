@@ -183,6 +183,8 @@ class TransactionService:
                 log.exception("transaction check pass failed; will retry")
 
     async def check_due(self) -> int:
+        if not self.broker.is_master:
+            return 0
         s = self.broker.settings
         now = int(time.time() * 1000)
         sent = 0

@@ -306,3 +306,65 @@ def broker_status(namesrv: str | None, broker: str | None, as_json: bool) -> Non
         emit(as_json, out, ("#Broker", "#Key", "#Value"), rows)
         return 0
     run(go, namesrv)
+
+
+@admin.command("switchover")
+@namesrv_opt
+@click.option("-b", "--brokerAddr", "broker", required=True, help="internal address of the slave to promote")
+@click.option("--role", type=click.Choice(["SYNC_MASTER", "ASYNC_MASTER"]), default="SYNC_MASTER", show_default=True)
+@click.option("--demote", default=None, help="internal address of the old master to turn into a slave (if alive)")
+@click.option("--slave-id", type=int, default=1, show_default=True, help="broker id the demoted master takes")
+def switchover(namesrv: str | None, broker: str, role: str, demote: str | None, slave_id: int) -> None:
+    """Master/Slave mode: promote a slave to master by hand (RocketMQ has no automatic failover there)."""
+    async def go(c: AdminClient) -> int:
+        if demote:
+            st = await c.broker_call(demote, "ChangeRole", admin_pb2.ChangeRoleRequest(role="SLAVE",
+                                                                                        broker_id=slave_id))
+            if st.code:  # type: ignore[attr-defined]
+                click.echo(f"error: demoting {demote}: {st.remark}", err=True)  # type: ignore[attr-defined]
+                return 1
+        st = await c.broker_call(broker, "ChangeRole", admin_pb2.ChangeRoleRequest(role=role, broker_id=0))
+        if st.code:  # type: ignore[attr-defined]
+            click.echo(f"error: promoting {broker}: {st.remark}", err=True)  # type: ignore[attr-defined]
+            return 1
+        click.echo(f"{broker} is now {role} (broker id 0)")
+        return 0
+    run(go, namesrv)
+
+
+@admin.command("haStatus")
+@namesrv_opt
+@click.option("-b", "--brokerAddr", "broker", help="internal address; default: every broker")
+def ha_status(namesrv: str | None, broker: str | None) -> None:
+    """Replication state of brokers: role, offsets, replicas and their lag (JSON)."""
+    async def go(c: AdminClient) -> int:
+        addrs = [broker] if broker else [b.addr for b in await c.cluster()]
+        out = {}
+        for addr in addrs:
+            resp = await c.broker_call(addr, "HaStatus", common_pb2.Empty())
+            out[addr] = json.loads(resp.json)  # type: ignore[attr-defined]
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return 0
+    run(go, namesrv)
+
+
+@admin.command("haEvents")
+@namesrv_opt
+@click.option("-b", "--brokerAddr", "broker", help="internal address; default: every broker")
+@click.option("--max", "max_events", type=int, default=50, show_default=True)
+@json_opt
+def ha_events(namesrv: str | None, broker: str | None, max_events: int, as_json: bool) -> None:
+    """Recent replication events (role changes, elections, acks, commits, truncations) of brokers."""
+    async def go(c: AdminClient) -> int:
+        addrs = [broker] if broker else [b.addr for b in await c.cluster()]
+        events = []
+        for addr in addrs:
+            resp = await c.broker_call(addr, "HaEvents", admin_pb2.HaEventsRequest(max=max_events))
+            events += [json.loads(e) for e in resp.events]  # type: ignore[attr-defined]
+        events.sort(key=lambda e: e["ts"])
+        rows = [(ms(e["ts"]), e["group"], e["node"], e["type"],
+                 e.get("role") or e.get("leader") or e.get("replica", ""),
+                 e["term"] if e["term"] >= 0 else e["epoch"], e["offset"]) for e in events]
+        emit(as_json, events, ("#Time", "#Group", "#Node", "#Type", "#Detail", "#Term/Epoch", "#Offset"), rows)
+        return 0
+    run(go, namesrv)

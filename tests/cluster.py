@@ -133,7 +133,7 @@ class LocalCluster:
         wait_until(lambda: _port_open(node.grpc_port) and _port_open(node.listen_port),
                    what=f"broker {name} ports")
         if self.namesrv_ports:
-            wait_until(lambda: any(b["brokerName"] == name for b in self.admin_json("clusterList")),
+            wait_until(lambda: any(b["grpcAddr"] == node.endpoint for b in self.admin_json("clusterList")),
                        what=f"{name} registered")
         return node
 

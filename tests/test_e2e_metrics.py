@@ -100,6 +100,10 @@ from rocketmq.v5.client.metrics.client_metrics import ClientMetrics
 ClientMetrics.METRIC_READER_INTERVAL = 500  # the client's export period (60 s by default); its code is unchanged
 from rmq import drain, message, producer, simple_consumer
 with producer({ep!r}, "TopicClientMetrics") as p:
+    # a producer does not wait for the broker's Settings at start-up; the metric switch comes with them,
+    # so wait for them (a client attribute) or the first sends happen before the client measures anything
+    assert p._init_settings_event.wait(20)
+    time.sleep(0.2)
     for i in range(5):
         p.send(message("TopicClientMetrics", b"x"))
     print("sent", flush=True)

@@ -45,6 +45,11 @@ class RouteInfo:
                  ) -> namesrv_pb2.RegisterResult:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         key = (reg.cluster_name, reg.broker_name, reg.broker_id)
+        for other, lb in list(self.brokers.items()):  # the same broker under a new id (switch-over, election)
+            if other != key and lb.session == session and lb.registration.broker_addr == reg.broker_addr:
+                del self.brokers[other]
+                log.info("broker %s at %s changed id %d -> %d", reg.broker_name, reg.broker_addr, other[2],
+                         reg.broker_id)
         old = self.brokers.get(key)
         fresh = old is None or old.registration.broker_addr != reg.broker_addr
         self.brokers[key] = LiveBroker(reg, now_ms, session)

@@ -220,3 +220,53 @@ class QueueOffsetsResponse(_message.Message):
     status: _common_pb2.Status
     queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+
+class ConsumerOffset(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerOffsetsResponse(_message.Message):
+    __slots__ = ("status", "offsets")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ...) -> None: ...
+
+class ChangeRoleRequest(_message.Message):
+    __slots__ = ("role", "broker_id")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    broker_id: int
+    def __init__(self, role: _Optional[str] = ..., broker_id: _Optional[int] = ...) -> None: ...
+
+class HaStatusResponse(_message.Message):
+    __slots__ = ("status", "json")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    json: str
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., json: _Optional[str] = ...) -> None: ...
+
+class HaEventsRequest(_message.Message):
+    __slots__ = ("max",)
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    max: int
+    def __init__(self, max: _Optional[int] = ...) -> None: ...
+
+class HaEventsResponse(_message.Message):
+    __slots__ = ("status", "events")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    events: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., events: _Optional[_Iterable[str]] = ...) -> None: ...

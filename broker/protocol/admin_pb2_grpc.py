@@ -90,6 +90,26 @@ class BrokerAdminStub:
                 request_serializer=admin__pb2.QueueOffsetsRequest.SerializeToString,
                 response_deserializer=admin__pb2.QueueOffsetsResponse.FromString,
                 _registered_method=True)
+        self.ConsumerOffsets = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/ConsumerOffsets',
+                request_serializer=common__pb2.Empty.SerializeToString,
+                response_deserializer=admin__pb2.ConsumerOffsetsResponse.FromString,
+                _registered_method=True)
+        self.ChangeRole = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/ChangeRole',
+                request_serializer=admin__pb2.ChangeRoleRequest.SerializeToString,
+                response_deserializer=common__pb2.Status.FromString,
+                _registered_method=True)
+        self.HaStatus = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/HaStatus',
+                request_serializer=common__pb2.Empty.SerializeToString,
+                response_deserializer=admin__pb2.HaStatusResponse.FromString,
+                _registered_method=True)
+        self.HaEvents = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/HaEvents',
+                request_serializer=admin__pb2.HaEventsRequest.SerializeToString,
+                response_deserializer=admin__pb2.HaEventsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -161,6 +181,30 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HaStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HaEvents(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -218,6 +262,26 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.QueueOffsets,
                     request_deserializer=admin__pb2.QueueOffsetsRequest.FromString,
                     response_serializer=admin__pb2.QueueOffsetsResponse.SerializeToString,
+            ),
+            'ConsumerOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerOffsets,
+                    request_deserializer=common__pb2.Empty.FromString,
+                    response_serializer=admin__pb2.ConsumerOffsetsResponse.SerializeToString,
+            ),
+            'ChangeRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeRole,
+                    request_deserializer=admin__pb2.ChangeRoleRequest.FromString,
+                    response_serializer=common__pb2.Status.SerializeToString,
+            ),
+            'HaStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.HaStatus,
+                    request_deserializer=common__pb2.Empty.FromString,
+                    response_serializer=admin__pb2.HaStatusResponse.SerializeToString,
+            ),
+            'HaEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.HaEvents,
+                    request_deserializer=admin__pb2.HaEventsRequest.FromString,
+                    response_serializer=admin__pb2.HaEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -517,6 +581,114 @@ class BrokerAdmin:
             '/rocketscope.internal.BrokerAdmin/QueueOffsets',
             admin__pb2.QueueOffsetsRequest.SerializeToString,
             admin__pb2.QueueOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/ConsumerOffsets',
+            common__pb2.Empty.SerializeToString,
+            admin__pb2.ConsumerOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/ChangeRole',
+            admin__pb2.ChangeRoleRequest.SerializeToString,
+            common__pb2.Status.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HaStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/HaStatus',
+            common__pb2.Empty.SerializeToString,
+            admin__pb2.HaStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HaEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/HaEvents',
+            admin__pb2.HaEventsRequest.SerializeToString,
+            admin__pb2.HaEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -96,6 +96,7 @@ class MessageStore:
         self._confirm: int | None = None  # None: confirm follows the written end
         self.dispatch_listeners: list[DispatchListener] = []
         self.replication_waiter: ReplicationWaiter | None = None
+        self.on_append: Callable[[], None] | None = None
         self.flush = FlushService(self.commit_log.log.sync, lambda: self.commit_log.log.synced_offset,
                                   config.flush_interval_s)
         self._tasks: list[asyncio.Task[None]] = []
@@ -185,6 +186,8 @@ class MessageStore:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=f"disk error: {exc}")
         self.queue_next[key] = msg.queue_offset + 1
         self._pending.append(msg)
+        if self.on_append is not None:
+            self.on_append()
         return PutResult(PutStatus.PUT_OK, msg)
 
     async def put(self, messages: Iterable[StoredMessage]) -> list[PutResult]:
@@ -206,6 +209,16 @@ class MessageStore:
                 if r.status is PutStatus.PUT_OK:
                     r.status = status
         return results
+
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """Append bytes copied from the master (same offsets) and dispatch the records they complete."""
+        self.commit_log.append_raw(offset, data)
+        end = self.commit_log.max_offset
+        for msg in self.commit_log.iter_messages(self.dispatched, end):
+            self._dispatch(msg)
+            self.dispatched = msg.physical_offset + msg.size
+        self.dispatched = max(self.dispatched, self.commit_log.next_record_offset(self.dispatched))
+        return end
 
     # ---------------------------------------------------------------- dispatch
     @property

@@ -1,0 +1,191 @@
+"""The master side of Master/Slave replication: stream the commit log to slaves, count acks.
+
+Each slave holds one bidirectional stream.  The master sends raw commit-log bytes from
+the slave's reported end, cut on record boundaries (a segment-end filler may be split:
+it holds no message), and the slave reports its new end after every chunk.  Acks drive
+SYNC_MASTER sends: a send is acknowledged once ``inSyncReplicas`` copies (the master
+counts as one) hold it, else FLUSH_SLAVE_TIMEOUT after ``slaveTimeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import grpc
+
+from rocketscope.broker.protocol import ha_pb2, ha_pb2_grpc
+from rocketscope.broker.store.message_store import PutStatus
+from rocketscope.broker.store.record import FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK
+
+from .events import REPLICA_ACK, ROLE_CHANGE
+
+if TYPE_CHECKING:
+    from rocketscope.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+CHUNK_BYTES = 256 * 1024
+HEARTBEAT_S = 1.0
+
+
+def record_aligned(raw: bytes) -> int:
+    """How many leading bytes of ``raw`` are whole records (fillers may be split)."""
+    pos = 0
+    while pos < len(raw):
+        if len(raw) - pos < MIN_BLANK:
+            return len(raw) if pos and raw[pos:].strip(b"\x00") == b"" else pos
+        size, magic = struct.unpack_from(">II", raw, pos)
+        if magic == MESSAGE_MAGIC and size >= FIXED_SIZE:
+            if pos + size > len(raw):
+                return pos
+            pos += size
+        else:  # a segment-end filler: nothing after it in this segment
+            return len(raw)
+    return pos
+
+
+@dataclass
+class SlaveState:
+    broker_id: int
+    address: str
+    ack_offset: int
+    connected_at: float = field(default_factory=time.time)
+    last_ack_at: float = field(default_factory=time.time)
+    connected: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.address}#{self.broker_id}"
+
+
+class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.slaves: dict[int, SlaveState] = {}
+        self._data = asyncio.Event()
+        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self.on_ack: list[Callable[[SlaveState], None]] = []
+
+    # ------------------------------------------------------------------ data
+    def notify_appended(self) -> None:
+        self._data.set()
+
+    def read_chunk(self, offset: int) -> bytes:
+        log_ = self.broker.store.commit_log
+        end = log_.max_offset
+        if offset >= end:
+            return b""
+        raw = log_.read_raw(offset, CHUNK_BYTES)
+        n = record_aligned(raw)
+        if n == 0 and raw:  # one record larger than a chunk
+            size = struct.unpack_from(">I", raw, 0)[0]
+            raw = log_.read_raw(offset, size)
+            n = len(raw) if len(raw) == size else 0
+        return raw[:n]
+
+    # ---------------------------------------------------------------- stream
+    async def Stream(self, request_iterator: AsyncIterator[ha_pb2.SlaveReport],
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[ha_pb2.TransferChunk]:
+        b = self.broker
+        try:
+            first = await request_iterator.__anext__()
+        except (StopAsyncIteration, grpc.aio.AioRpcError):
+            return
+        if not b.is_master:
+            yield ha_pb2.TransferChunk(error=f"{b.node_id} is not a master ({b.role})")
+            return
+        if first.broker_name != b.broker_name or first.broker_id == b.broker_id:
+            yield ha_pb2.TransferChunk(error=f"slave {first.broker_name}#{first.broker_id} does not belong to "
+                                             f"group {b.broker_name} or reuses the master's id")
+            return
+        store = b.store
+        start = first.max_offset
+        if start > store.commit_log.max_offset:
+            yield ha_pb2.TransferChunk(error=f"slave is ahead of the master ({start} > {store.commit_log.max_offset}):"
+                                             " wipe its store or use controller mode, which truncates")
+            return
+        start = max(start, store.commit_log.min_offset)
+        state = SlaveState(first.broker_id, first.address, start)
+        self.slaves[first.broker_id] = state
+        log.info("slave %s#%d connected, replicating from offset %d", first.address, first.broker_id, start)
+        b.ha_events.emit(ROLE_CHANGE, role="SLAVE", replica=state.name, offset=start)
+        acks = asyncio.get_running_loop().create_task(self._read_acks(request_iterator, state))
+        pos = start
+        last_sent = time.monotonic()
+        try:
+            while not acks.done():
+                data = self.read_chunk(pos)
+                if data:
+                    yield ha_pb2.TransferChunk(offset=pos, data=data, master_max_offset=store.commit_log.max_offset,
+                                               confirm_offset=store.confirm_offset)
+                    pos += len(data)
+                    last_sent = time.monotonic()
+                    continue
+                self._data.clear()
+                try:
+                    await asyncio.wait_for(self._data.wait(), HEARTBEAT_S)
+                except TimeoutError:
+                    pass
+                if time.monotonic() - last_sent >= HEARTBEAT_S:
+                    yield ha_pb2.TransferChunk(offset=pos, master_max_offset=store.commit_log.max_offset,
+                                               confirm_offset=store.confirm_offset)
+                    last_sent = time.monotonic()
+        finally:
+            acks.cancel()
+            state.connected = False
+            log.info("slave %s#%d disconnected at ack offset %d", state.address, state.broker_id, state.ack_offset)
+            self._resolve_waiters()
+
+    async def _read_acks(self, reports: AsyncIterator[ha_pb2.SlaveReport], state: SlaveState) -> None:
+        try:
+            async for report in reports:
+                if report.max_offset > state.ack_offset:
+                    state.ack_offset = report.max_offset
+                    state.last_ack_at = time.time()
+                    self.broker.ha_events.emit(REPLICA_ACK, replica=state.name, offset=state.ack_offset)
+                    for cb in self.on_ack:
+                        cb(state)
+                    self._resolve_waiters()
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+
+    # ------------------------------------------------------------------ acks
+    def copies(self, offset: int) -> int:
+        """How many copies (master included) hold every byte below ``offset``."""
+        return 1 + sum(1 for s in self.slaves.values() if s.connected and s.ack_offset >= offset)
+
+    def _resolve_waiters(self) -> None:
+        keep = []
+        for offset, needed, fut in self._waiters:
+            if fut.done():
+                continue
+            if self.copies(offset) >= needed:
+                fut.set_result(True)
+            else:
+                keep.append((offset, needed, fut))
+        self._waiters = keep
+
+    async def wait_replicated(self, offset: int) -> PutStatus:
+        """SYNC_MASTER's rule: ``inSyncReplicas`` copies within ``slaveTimeout``."""
+        s = self.broker.settings
+        needed = s.inSyncReplicas
+        if needed <= 1 or self.copies(offset) >= needed:
+            return PutStatus.PUT_OK
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, needed, fut))
+        try:
+            await asyncio.wait_for(fut, s.slaveTimeout / 1000)
+            return PutStatus.PUT_OK
+        except TimeoutError:
+            return PutStatus.FLUSH_SLAVE_TIMEOUT
+
+    def status(self) -> list[dict[str, object]]:
+        end = self.broker.store.commit_log.max_offset
+        return [{"brokerId": s.broker_id, "address": s.address, "ackOffset": s.ack_offset, "connected": s.connected,
+                 "lagBytes": max(0, end - s.ack_offset), "lastAck": int(s.last_ack_at * 1000)}
+                for s in sorted(self.slaves.values(), key=lambda s: s.broker_id)]

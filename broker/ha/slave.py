@@ -1,0 +1,154 @@
+"""The slave side of Master/Slave replication: follow the master's commit log byte for byte.
+
+The slave learns the master's HA address from the name server (its registration result)
+or from ``haMasterAddress``, reports its log end, appends what the master streams at the
+same physical offsets, and reports again after each chunk.  It also copies the master's
+topic configs, consumer groups and consumer offsets every few seconds, so a slave
+promoted by `rocketscope admin switchover` serves the same topics and resumes consumers
+where they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import grpc
+
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2, ha_pb2_grpc
+
+if TYPE_CHECKING:
+    from rocketscope.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+METADATA_SYNC_S = 3.0
+
+
+class ReplicationSlave:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.master_ha_addr = ""
+        self.master_admin_addr = ""
+        self.connected = False
+        self.master_max_offset = 0
+        self.last_chunk_at = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._replicate(), name="ha-slave"),
+                       loop.create_task(self._sync_metadata(), name="ha-slave-metadata")]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+        self.connected = False
+
+    def _master_addresses(self) -> tuple[str, str]:
+        s = self.broker.settings
+        result = self.broker.namesrv.last_result
+        ha = s.haMasterAddress or (result.ha_server_addr if result else "")
+        admin = result.master_addr if result else ""
+        return ha, admin
+
+    @property
+    def lag_bytes(self) -> int:
+        return max(0, self.master_max_offset - self.broker.store.commit_log.max_offset)
+
+    async def _replicate(self) -> None:
+        failures = 0
+        while True:
+            ha_addr, admin_addr = self._master_addresses()
+            if not ha_addr:
+                await asyncio.sleep(0.5)
+                continue
+            self.master_ha_addr, self.master_admin_addr = ha_addr, admin_addr
+            try:
+                await self._session(ha_addr)
+            except grpc.aio.AioRpcError as exc:
+                if failures == 0:
+                    log.warning("replication from master %s interrupted: %s", ha_addr, exc.code().name)
+                failures += 1
+            except ValueError as exc:  # offsets disagree: do not retry in a tight loop
+                log.error("replication from master %s refused: %s", ha_addr, exc)
+                failures += 1
+            else:
+                failures = 0
+            self.connected = False
+            await asyncio.sleep(min(0.2 * 2 ** min(failures, 4), 3.0))
+
+    async def _session(self, addr: str) -> None:
+        b = self.broker
+        reports: asyncio.Queue[ha_pb2.SlaveReport | None] = asyncio.Queue()
+
+        def report() -> ha_pb2.SlaveReport:
+            return ha_pb2.SlaveReport(cluster_name=b.cluster, broker_name=b.broker_name, broker_id=b.broker_id,
+                                      address=b.grpc_addr, max_offset=b.store.commit_log.max_offset)
+
+        async def requests() -> AsyncIterator[ha_pb2.SlaveReport]:
+            while True:
+                item = await reports.get()
+                if item is None:
+                    return
+                yield item
+
+        await reports.put(report())
+        async with grpc.aio.insecure_channel(addr) as channel:
+            stub = ha_pb2_grpc.ReplicationStub(channel)
+            async for chunk in stub.Stream(requests()):
+                if chunk.error:
+                    raise ValueError(chunk.error)
+                if not self.connected:
+                    log.info("replicating from master %s at offset %d", addr, b.store.commit_log.max_offset)
+                    self.connected = True
+                self.master_max_offset = chunk.master_max_offset
+                self.last_chunk_at = time.time()
+                if chunk.data:
+                    b.store.append_replicated(chunk.offset, chunk.data)
+                    await reports.put(report())
+
+    async def _sync_metadata(self) -> None:
+        while True:
+            await asyncio.sleep(METADATA_SYNC_S)
+            if not self.master_admin_addr:
+                continue
+            try:
+                await self.sync_metadata_once(self.master_admin_addr)
+            except grpc.aio.AioRpcError as exc:
+                log.debug("metadata sync from %s failed: %s", self.master_admin_addr, exc.code().name)
+
+    async def sync_metadata_once(self, admin_addr: str) -> None:
+        from rocketscope.broker.groups import GroupConfig
+        from rocketscope.broker.topics import TopicConfig
+
+        b = self.broker
+        async with grpc.aio.insecure_channel(admin_addr) as channel:
+            stub = admin_pb2_grpc.BrokerAdminStub(channel)
+            topics = await stub.GetTopicConfigs(common_pb2.Empty(), timeout=5)
+            for t in topics.topics:
+                cfg = b.topics.get(t.topic_name)
+                new = TopicConfig(t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order,
+                                  attributes=dict(t.attributes))
+                if cfg is None or (cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm, cfg.attributes) != (
+                        new.read_queue_nums, new.write_queue_nums, new.perm, new.attributes):
+                    new.system = cfg.system if cfg else new.system
+                    b.topics.update(new)
+            groups = await stub.GetSubGroups(common_pb2.Empty(), timeout=5)
+            for g in groups.groups:
+                mine = b.groups.get(g.group_name)
+                if mine is None or (mine.retry_max_times, mine.consume_message_orderly) != (
+                        g.retry_max_times, g.consume_message_orderly):
+                    b.groups.update(GroupConfig(g.group_name, g.consume_enable, g.consume_message_orderly,
+                                                g.retry_max_times, g.retry_queue_nums, g.consume_broadcast_enable,
+                                                g.which_broker_when_consume_slowly))
+            offsets = await stub.ConsumerOffsets(common_pb2.Empty(), timeout=5)
+            for o in offsets.offsets:
+                b.offsets.commit(o.group, o.topic, o.queue_id, o.offset)

@@ -1,0 +1,102 @@
+"""Master/Slave replication with real processes: SYNC_MASTER acks, slave timeout, switch-over."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from cluster import LocalCluster, wait_until
+from rmq import drain, message, producer, simple_consumer
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
+from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+
+pytestmark = pytest.mark.e2e
+
+
+def ha_status(c: LocalCluster, addr: str) -> dict:  # type: ignore[type-arg]
+    return json.loads(c.admin("haStatus", "-b", addr).stdout)[addr]
+
+
+@pytest.fixture()
+def ms_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("ms"))
+    try:
+        c.start_namesrv()
+        c.start_broker("master", brokerName="broker-a", brokerRole="SYNC_MASTER", slaveTimeout=1000,
+                       flushDiskType="SYNC_FLUSH")
+        c.start_broker("slave", brokerName="broker-a", brokerRole="SLAVE", brokerId=1)
+        c.admin("updateTopic", "-b", c.brokers["master"].admin_addr, "-t", "TopicMs", "-r", "4", "-w", "4")
+        wait_until(lambda: ha_status(c, c.brokers["slave"].admin_addr)["connected"], what="slave replicating")
+        yield c
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+def raw_send(endpoint: str, body: bytes) -> pb.Status:
+    req = svc.SendMessageRequest()
+    m = req.messages.add(body=body)
+    m.topic.name = "TopicMs"
+    m.system_properties.message_id = f"RAW-{body.hex()}"
+    m.system_properties.message_type = pb.NORMAL
+    with grpc.insecure_channel(endpoint) as ch:
+        stub = svc_grpc.MessagingServiceStub(ch)
+        return stub.SendMessage(req, metadata=(("x-mq-client-id", "t"),), timeout=10).status
+
+
+def test_sync_master_acks_after_the_slave_and_times_out_without_it(ms_cluster: LocalCluster) -> None:
+    c = ms_cluster
+    master, slave = c.brokers["master"], c.brokers["slave"]
+    assert raw_send(master.endpoint, b"with-slave").code == pb.OK
+    st = ha_status(c, master.admin_addr)
+    assert st["slaves"][0]["connected"] and st["slaves"][0]["ackOffset"] == st["maxOffset"]
+    slave.proc.stop()
+    wait_until(lambda: not ha_status(c, master.admin_addr)["slaves"][0]["connected"], what="slave gone")
+    status = raw_send(master.endpoint, b"no-slave")
+    assert status.code == pb.SLAVE_PERSISTENCE_TIMEOUT, status  # RocketMQ's FLUSH_SLAVE_TIMEOUT
+    # slaves refuse writes: a client that reaches one is told to go to the master
+    c.start_broker("slave")
+    refused = raw_send(slave.endpoint, b"to-slave")
+    assert refused.code == pb.FORBIDDEN and "slave" in refused.message
+
+
+def test_master_crash_loses_nothing_acknowledged_after_switchover(ms_cluster: LocalCluster) -> None:
+    c = ms_cluster
+    master, slave = c.brokers["master"], c.brokers["slave"]
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def send_loop() -> None:
+        with producer(master.endpoint, "TopicMs") as p:
+            i = 0
+            while not stop.is_set() and master.proc.alive:
+                futures = [p.send_async(message("TopicMs", f"ms-{i + k}".encode())) for k in range(16)]
+                i += 16
+                for f in futures:
+                    try:
+                        acked.append(f.result(timeout=15).message_id)
+                    except Exception:
+                        pass
+
+    t = threading.Thread(target=send_loop, daemon=True)
+    t.start()
+    wait_until(lambda: len(acked) >= 200, timeout=60, what="200 acknowledged sends")
+    master.proc.kill9()
+    stop.set()
+    t.join(30)
+    before = set(acked)
+    res = c.admin("switchover", "-b", slave.admin_addr)
+    assert "now SYNC_MASTER" in res.stdout
+    wait_until(lambda: any(b["grpcAddr"] == slave.endpoint and b["brokerId"] == 0
+                           for b in c.admin_json("clusterList")), what="slave registered as master")
+    with simple_consumer(slave.endpoint, "GroupMs", "TopicMs") as cons:
+        got = {m.message_id for m in drain(cons, len(before), timeout=60)}
+    assert before <= got, f"{len(before - got)} acknowledged messages lost"
+    events = c.admin_json("haEvents", "-b", slave.admin_addr)
+    assert any(e["type"] == "role_change" and e["role"] == "SYNC_MASTER" for e in events)
