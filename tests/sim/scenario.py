@@ -1,0 +1,431 @@
+"""One simulated run per seed: a random fault schedule, invariants at every step, a final heal.
+
+Everything random comes from ``random.Random(seed)`` (node RNG seeds included) and
+nothing iterates a set or depends on the clock, so a seed replays exactly.
+
+Time moves in ticks (one RaftNode.tick each, with occasional skipped ticks as clock
+skew).  Within a tick, ``ROUNDS`` delivery rounds run: due messages are delivered, then
+every node writes its Ready and syncs it (at once or in a later round; a crash in between
+loses or keeps the unsynced write).  A message with no delay arrives in the next round,
+which models a network much faster than a tick (50 ms tick, sub-millisecond LAN).
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rocketscope.broker.raft import EventKind, Message, ProposalDropped, RaftConfig, RaftEvent, Ready, Role
+
+from .checker import Checker, InvariantViolation
+from .network import Network
+from .node import SimNode
+
+ROUNDS = 3
+FAULT_TICKS = 140
+PROFILES = ("mixed", "chaos")  # mixed: a quarter of the seeds are chaos; chaos: all of them
+LIVENESS_TICKS = 150  # after the heal: a leader and a committed proposal on every node within this (+ backlog)
+
+
+class SimulationFailure(AssertionError):
+    """A seed broke an invariant (or the core raised); the message carries the replay command."""
+
+    def __init__(self, seed: int, what: str, replay: str) -> None:
+        super().__init__(f"seed {seed}: {what}\n  replay: {replay}")
+        self.seed = seed
+        self.what = what
+        self.replay = replay
+
+
+def replay_command(seed: int, bugs: frozenset[str], profile: str = "mixed") -> str:
+    extra = "".join(f" --bug {b}" for b in sorted(bugs))
+    if profile != "mixed":
+        extra += f" --profile {profile}"
+    return f".venv/bin/python tests/sim/run.py --replay {seed}{extra} -v"
+
+
+@dataclass
+class SimStats:
+    seed: int
+    nodes: int
+    ticks: int
+    elections: int
+    committed: int
+    messages: int
+    crashes: int
+    liveness_ticks: int
+
+
+class Simulation:
+    def __init__(self, seed: int, bugs: frozenset[str] = frozenset(), verbose: int = 0,
+                 out: Callable[[str], None] = print, profile: str = "mixed") -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}; use one of {PROFILES}")
+        self.profile = profile
+        self.seed = seed
+        self.bugs = bugs
+        self.verbose = verbose
+        self.out = out
+        rng = self.rng = random.Random(seed)
+        n = rng.choice((3, 5))
+        self.ids = [f"n{i}" for i in range(n)]
+        # Per-seed fault profile: some seeds are calm, some brutal.
+        # A quarter of the seeds are "chaos": crashes and partitions every few ticks.
+        self.chaos = rng.random() < 0.25 or profile == "chaos"
+        self.p_crash = rng.choice((0.05, 0.1, 0.2)) if self.chaos else rng.choice((0.0, 0.01, 0.02, 0.04))
+        self.p_restart = rng.choice((0.05, 0.15, 0.4))
+        self.p_bounce = rng.choice((0.0, 0.3, 0.8))  # restart at once (fast reboot, same term)
+        self.p_moment = rng.choice((0.0, 0.05, 0.2))  # crash right at an interesting Ready
+        self.p_pause = rng.choice((0.0, 0.02, 0.05))
+        self.p_lose = rng.choice((0.0, 0.5, 1.0))
+        self.p_partition = rng.choice((0.05, 0.1)) if self.chaos else rng.choice((0.0, 0.02, 0.05))
+        self.p_heal = rng.choice((0.03, 0.1))
+        self.p_propose = rng.choice((0.2, 0.5, 0.9))
+        self.p_transfer = rng.choice((0.0, 0.0, 0.01, 0.03))
+        self.p_tick_skip = rng.choice((0.0, 0.05))
+        self.p_sync_now = rng.choice((1.0, 0.7, 0.4))
+        self.lazy_commit = rng.random() < 0.5
+        self.net = Network(rng)
+        self.net.drop_p = rng.choice((0.0, 0.01, 0.05, 0.2))
+        self.net.dup_p = rng.choice((0.0, 0.02, 0.1))
+        self.net.delay_p = rng.choice((0.0, 0.05, 0.2))
+        self.net.max_delay = rng.choice((2, 8, 20))
+        self.net.reorder = rng.random() < 0.5
+        pre_vote = rng.random() < 0.85
+        check_quorum = rng.random() < 0.85
+        preferred = rng.choice(self.ids) if rng.random() < 0.2 else None
+        max_entries = rng.choice((1, 2, 4, 64))
+        max_bytes = rng.choice((64, 1 << 20))
+        max_inflight = rng.choice((1, 2, 8))
+        # Timing: the recommended one, a narrow randomization (more split votes), a twitchy one.
+        heartbeat, et_min, et_max = rng.choice(((2, 6, 12), (2, 6, 7), (1, 3, 5)))
+        self.nodes: dict[str, SimNode] = {}
+        for nid in self.ids:
+            cfg = RaftConfig(
+                node_id=nid, peers=tuple(self.ids), heartbeat_ticks=heartbeat, election_ticks_min=et_min,
+                election_ticks_max=et_max,
+                max_append_entries=max_entries, max_append_bytes=max_bytes, max_inflight=max_inflight,
+                pre_vote=pre_vote, check_quorum=check_quorum, preferred_leader=preferred,
+                preferred_check_ticks=10, testing_faults=bugs,
+            )
+            self.nodes[nid] = SimNode(cfg)
+        self.checker = Checker()
+        self.now = 0
+        self.proposals = 0
+        self.crashes = 0
+        self.liveness_ticks = 0
+        self.trace(f"seed {seed}: {n} nodes{' (chaos)' if self.chaos else ''}, pre_vote={pre_vote} "
+                   f"check_quorum={check_quorum} preferred={preferred} "
+                   f"max_entries={max_entries} max_bytes={max_bytes} inflight={max_inflight} "
+                   f"ticks={heartbeat}/{et_min}-{et_max}; "
+                   f"crash={self.p_crash} moment={self.p_moment} bounce={self.p_bounce} lose={self.p_lose} "
+                   f"pause={self.p_pause} partition={self.p_partition} drop={self.net.drop_p} "
+                   f"dup={self.net.dup_p} delay={self.net.delay_p}x{self.net.max_delay} reorder={self.net.reorder} "
+                   f"sync_now={self.p_sync_now} lazy_commit={self.lazy_commit}")
+        for node in self.nodes.values():
+            node.start(rng.getrandbits(32))
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> SimStats:
+        try:
+            for _ in range(FAULT_TICKS):
+                self.tick(faults=True)
+            self.heal()
+            self.check_liveness()
+        except SimulationFailure:
+            raise
+        except InvariantViolation as exc:
+            raise SimulationFailure(self.seed, f"at tick {self.now}: {exc}",
+                                    replay_command(self.seed, self.bugs, self.profile)) from exc
+        except Exception as exc:
+            where = "".join(traceback.format_exception_only(exc)).strip()
+            raise SimulationFailure(self.seed, f"at tick {self.now}: core raised {where}",
+                                    replay_command(self.seed, self.bugs, self.profile)) from exc
+        return SimStats(self.seed, len(self.ids), self.now, self.checker.elections, self.checker.max_committed,
+                        self.net.sent, self.crashes, self.liveness_ticks)
+
+    def tick(self, faults: bool) -> None:
+        self.now += 1
+        rng = self.rng
+        if faults:
+            self.random_actions()
+        for node in self.nodes.values():
+            if node.up and node.paused_until <= self.now and not (self.p_tick_skip and rng.random() < self.p_tick_skip):
+                node.raft.tick()  # type: ignore[union-attr]
+        for _ in range(ROUNDS):
+            self.deliver()
+            self.process()
+
+    def deliver(self) -> None:
+        nodes = self.nodes
+        verbose = self.verbose >= 2
+        for m in self.net.due(self.now):
+            node = nodes[m.to]
+            if node.paused_until > self.now:
+                self.net.requeue(m, node.paused_until)  # a stopped process reads its socket later
+            elif node.up:
+                if verbose:
+                    self.trace(f"  {m.frm}->{m.to} {_fmt_msg(m)}")
+                node.raft.step(m)  # type: ignore[union-attr]
+
+    def process(self) -> None:
+        rng = self.rng
+        checker = self.checker
+        for node in self.nodes.values():
+            if not node.up or node.paused_until > self.now:
+                continue
+            if node.pending is not None:
+                if rng.random() < self.p_sync_now:
+                    self.sync(node)
+                else:
+                    continue
+            raft = node.raft
+            assert raft is not None
+            if raft.has_ready():
+                rd = raft.ready()
+                checker.before_write(node, rd)
+                node.live.save(rd.hard_state, rd.entries)
+                node.pending = rd
+                if self.verbose:
+                    for ev in rd.events:
+                        self.trace(f"{node.id} {_fmt_event(ev)}")
+                    if rd.truncate_from is not None:
+                        self.trace(f"{node.id} writes entries {rd.entries[0].index}..{rd.entries[-1].index} "
+                                   f"truncating from {rd.truncate_from}")
+                checker.after_ready(node, rd)
+                if self.p_moment and self.interesting(rd) and rng.random() < self.p_moment:
+                    self.crash_at_moment(node)
+                elif rng.random() < self.p_sync_now:
+                    self.sync(node)
+
+    @staticmethod
+    def interesting(rd: Ready) -> bool:
+        """A Ready after which a crash exercises a classic Raft bug (vote, election, commit)."""
+        if rd.must_sync and rd.hard_state is not None:
+            return True  # new term or vote
+        return any(ev.kind is EventKind.ELECTION_WON or ev.kind is EventKind.COMMIT_ADVANCED for ev in rd.events)
+
+    def crash_at_moment(self, node: SimNode) -> None:
+        """Crash right before or right after the Ready's sync (FoundationDB-style "buggify")."""
+        rng = self.rng
+        synced = rng.random() < 0.5
+        if synced:
+            self.sync(node)
+        lose = rng.random() < self.p_lose
+        self.crashes += 1
+        self.trace(f"CRASH {node.id} {'after' if synced else 'before'} syncing an interesting Ready"
+                   f"{' (losing it)' if lose and not synced else ''}")
+        node.crash(lose)
+        if rng.random() < self.p_bounce:
+            self.restart(node)
+
+    def sync(self, node: SimNode) -> None:
+        rd = node.sync(self.lazy_commit)
+        now = self.now
+        send = self.net.send
+        for m in rd.messages:
+            send(m, now)
+        if rd.committed_entries:
+            node.applied = rd.committed_entries[-1].index
+        node.raft.advance(rd)  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ faults and clients
+    def random_actions(self) -> None:
+        rng = self.rng
+        if rng.random() < self.p_propose:
+            for _ in range(rng.randint(1, 3)):
+                self.propose()
+        if self.p_crash and rng.random() < self.p_crash:
+            up = [n for n in self.nodes.values() if n.up]
+            if up:
+                # Leaders are the interesting victims: half the crashes aim at one.
+                leader = self.leader()
+                node = leader if leader is not None and rng.random() < 0.5 else rng.choice(up)
+                lose = rng.random() < self.p_lose
+                self.crashes += 1
+                self.trace(f"CRASH {node.id} ({'losing' if lose else 'keeping'} unsynced writes"
+                           f"{', has one' if node.pending is not None else ''})")
+                node.crash(lose)
+                if rng.random() < self.p_bounce:
+                    self.restart(node)
+        for node in self.nodes.values():
+            if not node.up and rng.random() < self.p_restart:
+                self.restart(node)
+        if self.p_pause and rng.random() < self.p_pause:
+            # SIGSTOP/SIGCONT (Jepsen's hammer-time), usually on the leader: it wakes up stale.
+            leader = self.leader()
+            node = leader if leader is not None and rng.random() < 0.7 else rng.choice(list(self.nodes.values()))
+            if node.up:
+                node.paused_until = self.now + rng.randint(3, 25)
+                self.trace(f"PAUSE {node.id} until tick {node.paused_until}")
+        if self.p_partition and rng.random() < self.p_partition:
+            self.partition()
+        if self.net.blocked and rng.random() < self.p_heal:
+            self.trace("HEAL network")
+            self.net.heal()
+        if self.p_transfer and rng.random() < self.p_transfer:
+            leader = self.leader()
+            if leader is not None:
+                target = rng.choice([i for i in self.ids if i != leader.id])
+                self.trace(f"TRANSFER {leader.id} -> {target}")
+                leader.raft.transfer_leadership(target)  # type: ignore[union-attr]
+
+    def restart(self, node: SimNode) -> None:
+        lost = node.restart(self.rng.getrandbits(32))
+        hs = node.live.hard_state
+        self.trace(f"RESTART {node.id}{' (lost its unsynced write)' if lost else ''}: term={hs.term} "
+                   f"vote={hs.vote} commit={hs.commit} last={node.live.last_index()}")
+
+    def partition(self) -> None:
+        rng = self.rng
+        kind = rng.randrange(3)
+        if kind == 0:
+            shuffled = list(self.ids)
+            rng.shuffle(shuffled)
+            cut = rng.randint(1, len(shuffled) - 1)
+            groups = [sorted(shuffled[:cut]), sorted(shuffled[cut:])]
+            self.trace(f"PARTITION {groups}")
+            self.net.partition(groups)
+        elif kind == 1:
+            leader = self.leader()
+            victim = leader.id if leader is not None and rng.random() < 0.5 else rng.choice(self.ids)
+            self.trace(f"ISOLATE {victim}")
+            self.net.partition([[victim], [i for i in self.ids if i != victim]])
+        else:
+            pairs = []
+            for _ in range(rng.randint(1, len(self.ids))):
+                a, b = rng.sample(self.ids, 2)
+                pairs.append((a, b))
+            self.trace(f"BLOCK one-way {pairs}")
+            self.net.block(pairs)
+
+    def propose(self) -> int | None:
+        """A client sends to a random live node and follows one NotLeader redirect."""
+        rng = self.rng
+        up = [n for n in self.nodes.values() if n.up and n.paused_until <= self.now]
+        if not up:
+            return None
+        node = rng.choice(up)
+        self.proposals += 1
+        data = f"{self.seed}:{self.proposals}".encode()
+        for _ in range(2):
+            try:
+                index = node.raft.propose(data)  # type: ignore[union-attr]
+            except ProposalDropped as exc:
+                target = self.nodes.get(exc.leader_id or "")
+                if target is None or not target.up or target is node or target.paused_until > self.now:
+                    return None
+                node = target
+                continue
+            if self.verbose:
+                self.trace(f"PROPOSE {data!r} at {node.id} -> index {index} term {node.raft.term}")  # type: ignore[union-attr]
+            return index
+        return None
+
+    def leader(self) -> SimNode | None:
+        best = None
+        for node in self.nodes.values():
+            if node.up and node.paused_until <= self.now and node.raft.role is Role.LEADER and (  # type: ignore[union-attr]
+                    best is None or node.raft.term > best.raft.term):  # type: ignore[union-attr]
+                best = node
+        return best
+
+    # ------------------------------------------------------------------ heal and liveness
+    def heal(self) -> None:
+        self.trace("HEAL all: network healed, faults off, every node restarted")
+        self.net.heal()
+        self.net.quiet()
+        self.p_tick_skip = 0.0
+        self.p_moment = 0.0
+        self.p_pause = 0.0
+        for node in self.nodes.values():
+            node.paused_until = 0
+        for node in self.nodes.values():
+            if not node.up:
+                self.restart(node)
+
+    def check_liveness(self) -> None:
+        """After the heal a leader must appear and a new proposal commit on every node."""
+        start = self.now
+        # Bounded, but a follower far behind under a tiny batch/window config needs time to catch up.
+        backlog = max(n.live.last_index() for n in self.nodes.values()) - min(
+            n.live.last_index() for n in self.nodes.values())
+        budget = LIVENESS_TICKS + 2 * backlog
+        target: tuple[int, bytes] | None = None
+        attempt_at = -1
+        attempts = 0
+        while self.now - start < budget:
+            self.tick(faults=False)
+            leader = self.leader()
+            if target is not None:
+                index, data = target
+                if self.checker.committed.get(index, (0, b""))[1] == data:
+                    if all(n.applied >= index for n in self.nodes.values()):
+                        self.liveness_ticks = self.now - start
+                        self.trace(f"LIVE: {data!r} committed at {index} and applied everywhere "
+                                   f"{self.liveness_ticks} ticks after the heal")
+                        for node in self.nodes.values():
+                            self.checker.check_complete(node, f"final state of {node.id}", upto=index)
+                        return
+                    continue
+                if self.now - attempt_at < 30:
+                    continue
+            if leader is not None:
+                attempts += 1
+                data = f"{self.seed}:final:{attempts}".encode()
+                try:
+                    index = leader.raft.propose(data)  # type: ignore[union-attr]
+                except ProposalDropped:
+                    continue
+                target = (index, data)
+                attempt_at = self.now
+                self.trace(f"PROPOSE final {data!r} at {leader.id} -> index {index}")
+        state = "; ".join(repr(n.raft) for n in self.nodes.values())
+        raise SimulationFailure(self.seed, f"liveness: no proposal committed on all nodes within {budget} "
+                                f"ticks after the heal ({state})", replay_command(self.seed, self.bugs, self.profile))
+
+    def trace(self, text: str) -> None:
+        if self.verbose:
+            self.out(f"[t={self.now:4d}] {text}")
+
+
+def _fmt_event(ev: RaftEvent) -> str:
+    fields = []
+    for name in ("term", "index", "from_index", "to_index", "peer", "role", "leader", "pre_vote", "reason"):
+        value = getattr(ev, name)
+        if value not in (-1, "", None, False):
+            fields.append(f"{name}={value}")
+    return f"{ev.kind.value} " + " ".join(fields)
+
+
+def _fmt_msg(m: Message) -> str:
+    text = f"{m.type.name} term={m.term} index={m.index} log_term={m.log_term}"
+    if m.entries:
+        text += f" entries={m.entries[0].index}..{m.entries[-1].index}"
+    if m.commit:
+        text += f" commit={m.commit}"
+    if m.reject:
+        text += f" REJECT hint={m.reject_hint}"
+    if m.force:
+        text += " force"
+    return text
+
+
+def run_seed(seed: int, bugs: frozenset[str] = frozenset(), verbose: int = 0,
+             out: Callable[[str], None] = print, profile: str = "mixed") -> SimStats:
+    """Run one seed; raises SimulationFailure (with the replay command) on any violation."""
+    return Simulation(seed, bugs, verbose, out, profile).run()
+
+
+def try_seed(args: tuple[int, frozenset[str], str]) -> tuple[int, str | None, SimStats | None]:
+    """For process pools: (seed, failure text or None, stats)."""
+    seed, bugs, profile = args
+    try:
+        return seed, None, run_seed(seed, bugs, profile=profile)
+    except SimulationFailure as exc:
+        return seed, str(exc), None
+
+
+__all__ = ["SimStats", "Simulation", "SimulationFailure", "run_seed", "try_seed"]
