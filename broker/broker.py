@@ -20,7 +20,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2_grpc, namesrv_pb2
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, dledger_pb2_grpc, ha_pb2_grpc, namesrv_pb2
 from rocketscope.config import Settings
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
@@ -28,6 +28,9 @@ from .admin_service import BrokerAdminService
 from .broker_config import namesrv_addresses
 from .client_metrics import ClientMetricsProxy
 from .clients import ClientRegistry
+from .dledger.node import DLedgerNode
+from .dledger.transport import PeerServicer
+from .forwarding import LeaderForwarder
 from .groups import GroupManager
 from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService, status
@@ -76,9 +79,10 @@ class Broker:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         s = settings
+        self.dledger: DLedgerNode | None = None
         self.cluster = s.brokerClusterName
         self.broker_name = s.brokerName
-        self.broker_id = s.brokerId
+        self._broker_id = s.brokerId
         self._role = str(s.brokerRole)
         self.grpc_addr = f"{s.brokerIP1}:{s.grpcServerPort}"
         self.internal_addr = f"{s.brokerIP1}:{s.listenPort}"
@@ -105,7 +109,16 @@ class Broker:
         self.replication_slave = ReplicationSlave(self)
         self.store.replication_waiter = self._wait_replicated
         self.store.on_append = self.replication_master.notify_appended
+        self.store.on_data = self.ha_events.note_data
         self.pop.writable = lambda: self.is_master
+        self.forwarder = LeaderForwarder(self)
+        if s.enableDLegerCommitLog:
+            self.dledger = DLedgerNode(self)
+            self.store.replicated_writer = self.dledger.propose
+            self.store._confirm = 0  # nothing is visible until Raft says what is committed
+            # no snapshots: keep every entry a lagging member may need (DLedger 0.3.1.2 has none either)
+            self.store.config.retention.disk_max_used_ratio = 1.01
+            self.store.config.retention.delete_when = ""
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000)
         self.topics_on_change = self.namesrv.register_now
         self._rr = itertools.count()
@@ -121,15 +134,25 @@ class Broker:
 
     @property
     def role(self) -> str:
+        if self.dledger is not None:
+            return str(self.dledger.role).upper()
         return self._role
 
     @property
     def is_master(self) -> bool:
-        """Only a master appends to its own commit log; a slave only copies its master's."""
+        """Only a master (or Raft leader) appends to its own commit log; a slave only copies."""
+        if self.dledger is not None:
+            return self.dledger.is_leader
         return self._role != "SLAVE"
 
     @property
+    def broker_id(self) -> int:
+        return self.dledger.broker_id if self.dledger is not None else self._broker_id
+
+    @property
     def node_id(self) -> str:
+        if self.dledger is not None:
+            return f"{self.broker_name}-{self.dledger.self_id}"
         return f"{self.broker_name}-{self.broker_id}"
 
     @property
@@ -140,10 +163,14 @@ class Broker:
     def registration(self) -> namesrv_pb2.BrokerRegistration:
         reg = namesrv_pb2.BrokerRegistration(
             cluster_name=self.cluster, broker_name=self.broker_name, broker_id=self.broker_id,
-            broker_addr=self.internal_addr, grpc_addr=self.grpc_addr, role=self.role, term=-1, epoch=-1,
+            broker_addr=self.internal_addr, grpc_addr=self.grpc_addr, role=self.role, epoch=-1,
+            term=self.dledger.term if self.dledger is not None else -1,
             metrics_addr=self.metrics_addr, ha_server_addr=self.ha_addr,
             data_version=common_pb2.DataVersion(timestamp=self.topics.data_version[0],
                                                 counter=self.topics.data_version[1]))
+        if self.dledger is not None:
+            reg.extras.update({"dledger": "true", "anyNodeServes": "true", "dLegerSelfId": self.dledger.self_id,
+                               "dLegerGroup": self.dledger.group, "leader": self.dledger.leader_id or ""})
         for cfg in self.topics.all():
             perm = cfg.perm & self.settings.brokerPermission
             tc = reg.topics.add(topic_name=cfg.name, read_queue_nums=cfg.read_queue_nums,
@@ -154,11 +181,12 @@ class Broker:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         s = self.settings
-        self.telemetry = Telemetry.start(self.telemetry_config, "broker", self.cluster,
-                                         f"{self.broker_name}-{self.broker_id}")
+        self.telemetry = Telemetry.start(self.telemetry_config, "broker", self.cluster, self.node_id)
         self.metrics = BrokerMetrics(self, self.telemetry)
         self.pop.on_dead_letter = self.metrics.on_dead_lettered
         await self.store.start()
+        if self.dledger is not None:
+            self.dledger.open()
         self._create_system_topics()
         self.timer.recover()
         self.transactions.recover()
@@ -167,7 +195,7 @@ class Broker:
         self.transactions.start()
         self.client_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                                       ("grpc.max_send_message_length", 64 * 1024 * 1024)])
-        add_messaging_service(MessagingService(self), self.client_server)
+        add_messaging_service(MessagingService(self), self.client_server, self)
         self.client_metrics.register(self.client_server)
         if not self.client_server.add_insecure_port(f"0.0.0.0:{s.grpcServerPort}"):
             raise OSError(f"cannot bind grpcServerPort {s.grpcServerPort}")
@@ -180,6 +208,14 @@ class Broker:
         if not self.ha_server.add_insecure_port(f"0.0.0.0:{self.ha_port}"):
             raise OSError(f"cannot bind haListenPort {self.ha_port}")
         self._servers = [self.client_server, self.admin_server, self.ha_server]
+        if self.dledger is not None:
+            self.peer_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+            dledger_pb2_grpc.add_DLedgerPeerServicer_to_server(
+                PeerServicer(self.dledger.group, self.dledger.on_batch), self.peer_server)
+            peer_port = int(self.dledger.peers[self.dledger.self_id].rpartition(":")[2])
+            if not self.peer_server.add_insecure_port(f"0.0.0.0:{peer_port}"):
+                raise OSError(f"cannot bind the DLedger port {peer_port} (dLegerPeers)")
+            self._servers.append(self.peer_server)
         for server in self._servers:
             await server.start()
         loop = asyncio.get_running_loop()
@@ -189,7 +225,10 @@ class Broker:
         self.client_metrics.start()
         self.ha_events.start()
         self.ha_events.emit(ROLE_CHANGE, role=self.role)
-        if not self.is_master:
+        if self.dledger is not None:
+            self.dledger.start()
+            self._tasks.append(loop.create_task(self._follower_metadata_sync()))
+        elif not self.is_master:
             self.replication_slave.start()
         self.namesrv.start()
         log.info("broker %s (cluster %s, id %d, role %s) serving clients on %s and admin on %s; store %s",
@@ -211,6 +250,9 @@ class Broker:
         log.info("broker %s shutting down", self.broker_name)
         await self.replication_slave.stop()
         await self.ha_events.stop()
+        if self.dledger is not None:
+            await self.dledger.stop()
+        await self.forwarder.close()
         await self.namesrv.stop()
         for server in self._servers:
             await server.stop(grace=1)
@@ -234,8 +276,7 @@ class Broker:
     async def _append_ha_events(self, events: list[HaEvent]) -> bool:
         msgs = [StoredMessage(topic=HA_EVENTS_TOPIC, queue_id=0, body=e.to_json().encode(),
                               properties={"KEYS": " ".join(e.keys()), "TAGS": e.type}) for e in events]
-        results = [self.store.append(m) for m in msgs]  # no replication wait: events must not block on slaves
-        self.store.dispatch_confirmed()
+        results = await self.store.put(msgs)
         return all(r.message is not None for r in results)
 
     async def change_role(self, role: str, broker_id: int) -> None:
@@ -243,20 +284,44 @@ class Broker:
         old_role, old_id = self._role, self.broker_id
         if role != "SLAVE" and not self.is_master:
             await self.replication_slave.stop()
-            self._role, self.broker_id = role, 0
+            self._role, self._broker_id = role, 0
             self.timer.recover()
             self.transactions.recover()
         elif role == "SLAVE" and self.is_master:
-            self._role, self.broker_id = role, broker_id
+            self._role, self._broker_id = role, broker_id
             self.replication_slave.start()
         else:
-            self._role, self.broker_id = role, broker_id
+            self._role, self._broker_id = role, broker_id
         self.ha_events.node = self.node_id
         log.info("role changed: %s#%d -> %s#%d", old_role, old_id, role, self.broker_id)
         self.ha_events.emit(ROLE_CHANGE, role=role)
         self.namesrv.register_now()
 
+    def on_dledger_role_change(self) -> None:
+        """Raft role or leader changed: re-register, and a new leader takes over the write-side services."""
+        self.ha_events.node = self.node_id
+        if self.is_master:
+            self.pop.states.clear()  # reload from the offsets synced from the old leader
+            self.timer.recover()
+            self.transactions.recover()
+        self.namesrv.register_now()
+
+    async def _follower_metadata_sync(self) -> None:
+        """A follower copies topics, groups and consumer offsets from the leader, like a slave."""
+        while True:
+            await asyncio.sleep(3)
+            addr = self.dledger.leader_admin_addr() if self.dledger is not None else None
+            if not addr:
+                continue
+            try:
+                await self.replication_slave.sync_metadata_once(addr)
+            except grpc.aio.AioRpcError as exc:
+                log.debug("metadata sync from leader %s failed: %s", addr, exc.code().name)
+
     def ha_status(self) -> dict[str, Any]:
+        if self.dledger is not None:
+            return {**self.dledger.status(), "node": self.node_id, "maxOffset": self.store.commit_log.max_offset,
+                    "confirmOffset": self.store.confirm_offset, "dispatched": self.store.dispatched}
         status: dict[str, Any] = {"mode": "master_slave", "role": self.role, "brokerId": self.broker_id,
                                   "node": self.node_id, "maxOffset": self.store.commit_log.max_offset,
                                   "confirmOffset": self.store.confirm_offset}

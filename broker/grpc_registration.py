@@ -36,7 +36,7 @@ def _deserializer(message_type: type[Message]):
     return parse
 
 
-def add_messaging_service(servicer: object, server: grpc.aio.Server) -> None:
+def add_messaging_service(servicer: object, server: grpc.aio.Server, broker: object = None) -> None:
     descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
     handlers = {}
     for method in descriptor.methods:
@@ -48,7 +48,12 @@ def add_messaging_service(servicer: object, server: grpc.aio.Server) -> None:
             (True, False): grpc.stream_unary_rpc_method_handler,
             (True, True): grpc.stream_stream_rpc_method_handler,
         }[kind]
-        handlers[method.name] = factory(getattr(servicer, method.name),
+        handler = getattr(servicer, method.name)
+        if broker is not None and getattr(broker, "dledger", None) is not None:
+            from .forwarding import wrap
+
+            handler = wrap(method.name, kind, handler, broker, request_type)  # type: ignore[arg-type]
+        handlers[method.name] = factory(handler,
                                         request_deserializer=_deserializer(request_type),
                                         response_serializer=lambda m: m.SerializeToString())
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

@@ -22,10 +22,16 @@ ACCEPT = {
 }
 
 
-def endpoints_of(address: str) -> pb.Endpoints:
-    host, _, port = address.rpartition(":")
+def endpoints_of(address: str, *more: str) -> pb.Endpoints:
+    """Endpoints of one or several addresses; the official client's gRPC channel then fails over
+    between them by itself (pick_first), with no route refresh."""
+    host = address.rpartition(":")[0]
     ep = pb.Endpoints(scheme=pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME)
-    ep.addresses.add(host=host, port=int(port or 0))
+    for addr in (address, *more):
+        h, _, p = addr.rpartition(":")
+        ep.addresses.add(host=h, port=int(p or 0))
+    if len(ep.addresses) > 1 and ep.scheme == pb.DOMAIN_NAME:
+        del ep.addresses[1:]  # the client refuses several domain names
     return ep
 
 
@@ -49,7 +55,12 @@ def message_queues(topic: str, route: namesrv_pb2.TopicRouteData, namespace: str
         bd = brokers.get(qd.broker_name)
         if bd is None:
             continue
-        if 0 in bd.grpc_addrs:
+        others: list[str] = []
+        if bd.any_node_serves and bd.grpc_addrs:
+            ordered = sorted(bd.grpc_addrs.items())
+            broker_id, address, perm = 0, ordered[0][1], qd.perm
+            others = [a for _, a in ordered[1:]]
+        elif 0 in bd.grpc_addrs:
             broker_id, address, perm = 0, bd.grpc_addrs[0], qd.perm
         elif bd.grpc_addrs:  # no master: the smallest live id serves reads only
             broker_id = min(bd.grpc_addrs)
@@ -64,7 +75,7 @@ def message_queues(topic: str, route: namesrv_pb2.TopicRouteData, namespace: str
             # the client treats id 0 as "master": report 0 for the serving node, whatever its id
             mq.broker.name = qd.broker_name
             mq.broker.id = 0 if broker_id == 0 else broker_id
-            mq.broker.endpoints.CopyFrom(endpoints_of(address))
+            mq.broker.endpoints.CopyFrom(endpoints_of(address, *others))
             mq.accept_message_types.extend(accept)
             out.append(mq)
     return out

@@ -167,3 +167,18 @@ def _port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_dledger_group(c: LocalCluster, name: str = "broker-d", size: int = 3, **conf: Any) -> list[BrokerNode]:
+    """``size`` brokers forming one DLedger group (members ``<name>-n0`` …), all registered."""
+    peer_ports = [free_port() for _ in range(size)]
+    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(peer_ports))
+    nodes = []
+    for i in range(size):
+        nodes.append(c.start_broker(f"{name}-n{i}", brokerName=name, enableDLegerCommitLog="true",
+                                    dLegerGroup=name, dLegerPeers=peers, dLegerSelfId=f"n{i}", **conf))
+    return nodes
+
+
+def endpoints_of(nodes: list[BrokerNode]) -> str:
+    return ";".join(n.endpoint for n in nodes)

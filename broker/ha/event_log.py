@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .events import HA_EVENTS_TOPIC, REPLICA_ACK, HaEvent
+from .events import COMMIT_ADVANCED, HA_EVENTS_TOPIC, REPLICA_ACK, HaEvent
 
 log = logging.getLogger(__name__)
 
@@ -36,24 +36,36 @@ class HaEventLog:
         self.written = 0
         self.recent: deque[HaEvent] = deque(maxlen=1000)  # for admin haEvents and status pages
         self._last_ack: dict[str, int] = {}
+        self._last_offset: dict[str, int] = {}
+        self.data_end = 0  # end of the newest record that is not itself a replication event
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.listeners: list[Callable[[HaEvent], None]] = []
 
+    def note_data(self, end_offset: int) -> None:
+        """A record other than a replication event now ends at ``end_offset``."""
+        self.data_end = max(self.data_end, end_offset)
+
     def emit(self, type_: str, **fields: Any) -> HaEvent | None:
         now = int(time.time() * 1000)
-        if type_ == REPLICA_ACK:
-            replica = str(fields.get("replica", ""))
-            if now - self._last_ack.get(replica, 0) < self.ack_interval_ms:
+        if type_ in (REPLICA_ACK, COMMIT_ADVANCED):
+            # events are records too: an ack or commit that only covers event records says nothing new
+            # (and would feed back: its own event record would be acked again)
+            key = f"{type_}:{fields.get('replica', '')}"
+            offset = int(fields.get("offset", -1))
+            if self.data_end <= self._last_offset.get(key, -1) or offset <= self._last_offset.get(key, -1):
                 return None
-            self._last_ack[replica] = now
+            if type_ == REPLICA_ACK and now - self._last_ack.get(key, 0) < self.ack_interval_ms:
+                return None
+            self._last_ack[key] = now
+            self._last_offset[key] = offset
         event = HaEvent(type=type_, cluster=self.cluster, group=self.group, node=self.node, ts=now,
                         address=self.address, **fields)
         if len(self.pending) == self.pending.maxlen:
             self.dropped += 1
         self.pending.append(event)
         self.recent.append(event)
-        if type_ != REPLICA_ACK:
+        if type_ not in (REPLICA_ACK, COMMIT_ADVANCED):
             log.info("ha event %s: %s", type_, {k: v for k, v in fields.items() if v not in ("", -1, ())})
         for listener in self.listeners:
             listener(event)

@@ -120,7 +120,8 @@ class RouteInfo:
             if not members:
                 continue
             perm = tc.perm
-            if not any(k[2] == 0 for k in members):
+            serves = any(lb.registration.extras.get("anyNodeServes") == "true" for lb in members.values())
+            if not serves and not any(k[2] == 0 for k in members):
                 perm &= ~PERM_WRITE  # no master: read-only, like RocketMQ's acting master
             route.queue_datas.add(broker_name=broker_name, read_queue_nums=tc.read_queue_nums,
                                   write_queue_nums=tc.write_queue_nums, perm=perm, topic_sys_flag=tc.topic_sys_flag)
@@ -128,6 +129,8 @@ class RouteInfo:
             for (_, _, bid), lb in members.items():
                 bd.broker_addrs[bid] = lb.registration.broker_addr
                 bd.grpc_addrs[bid] = lb.registration.grpc_addr
+                if lb.registration.extras.get("anyNodeServes") == "true":
+                    bd.any_node_serves = True
             route.order = route.order or tc.order
             route.attributes.update(tc.attributes)
         return route if route.queue_datas else None

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rnamesrv.proto\x12\x14rocketscope.internal\x1a\x0c\x63ommon.proto\"\xd2\x03\n\x12\x42rokerRegistration\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12\x11\n\tgrpc_addr\x18\x05 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x06 \x01(\t\x12\x37\n\x0c\x64\x61ta_version\x18\x07 \x01(\x0b\x32!.rocketscope.internal.DataVersion\x12\x31\n\x06topics\x18\x08 \x03(\x0b\x32!.rocketscope.internal.TopicConfig\x12\x1c\n\x14heartbeat_timeout_ms\x18\t \x01(\x03\x12\x14\n\x0cmetrics_addr\x18\n \x01(\t\x12\x0c\n\x04role\x18\x0b \x01(\t\x12\x0c\n\x04term\x18\x0c \x01(\x03\x12\r\n\x05\x65poch\x18\r \x01(\x03\x12\x44\n\x06\x65xtras\x18\x0e \x03(\x0b\x32\x34.rocketscope.internal.BrokerRegistration.ExtrasEntry\x1a-\n\x0b\x45xtrasEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"k\n\x0eRegisterResult\x12,\n\x06status\x18\x01 \x01(\x0b\x32\x1c.rocketscope.internal.Status\x12\x13\n\x0bmaster_addr\x18\x02 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x03 \x01(\t\"e\n\x10UnregisterBroker\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\"\x94\x01\n\x0eSessionRequest\x12<\n\x08register\x18\x01 \x01(\x0b\x32(.rocketscope.internal.BrokerRegistrationH\x00\x12<\n\nunregister\x18\x02 \x01(\x0b\x32&.rocketscope.internal.UnregisterBrokerH\x00\x42\x06\n\x04kind\"G\n\x0fSessionResponse\x12\x34\n\x06result\x18\x01 \x01(\x0b\x32$.rocketscope.internal.RegisterResult\"y\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\"\xa6\x02\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12G\n\x0c\x62roker_addrs\x18\x03 \x03(\x0b\x32\x31.rocketscope.internal.BrokerData.BrokerAddrsEntry\x12\x43\n\ngrpc_addrs\x18\x04 \x03(\x0b\x32/.rocketscope.internal.BrokerData.GrpcAddrsEntry\x1a\x32\n\x10\x42rokerAddrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x30\n\x0eGrpcAddrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8a\x02\n\x0eTopicRouteData\x12\x34\n\x0bqueue_datas\x18\x01 \x03(\x0b\x32\x1f.rocketscope.internal.QueueData\x12\x36\n\x0c\x62roker_datas\x18\x02 \x03(\x0b\x32 .rocketscope.internal.BrokerData\x12\r\n\x05order\x18\x03 \x01(\x08\x12H\n\nattributes\x18\x04 \x03(\x0b\x32\x34.rocketscope.internal.TopicRouteData.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\" \n\x0fGetRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"u\n\x10GetRouteResponse\x12,\n\x06status\x18\x01 \x01(\x0b\x32\x1c.rocketscope.internal.Status\x12\x33\n\x05route\x18\x02 \x01(\x0b\x32$.rocketscope.internal.TopicRouteData\"h\n\x0e\x42rokerLiveInfo\x12>\n\x0cregistration\x18\x01 \x01(\x0b\x32(.rocketscope.internal.BrokerRegistration\x12\x16\n\x0elast_update_ms\x18\x02 \x01(\x03\"L\n\x13\x43lusterInfoResponse\x12\x35\n\x07\x62rokers\x18\x01 \x03(\x0b\x32$.rocketscope.internal.BrokerLiveInfo\"#\n\x11TopicListResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\"#\n\x12\x44\x65leteTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t2\xe7\x03\n\nNameServer\x12`\n\rBrokerSession\x12$.rocketscope.internal.SessionRequest\x1a%.rocketscope.internal.SessionResponse(\x01\x30\x01\x12\x64\n\x13GetRouteInfoByTopic\x12%.rocketscope.internal.GetRouteRequest\x1a&.rocketscope.internal.GetRouteResponse\x12X\n\x0eGetClusterInfo\x12\x1b.rocketscope.internal.Empty\x1a).rocketscope.internal.ClusterInfoResponse\x12W\n\x0fGetAllTopicList\x12\x1b.rocketscope.internal.Empty\x1a\'.rocketscope.internal.TopicListResponse\x12^\n\x14\x44\x65leteTopicInNamesrv\x12(.rocketscope.internal.DeleteTopicRequest\x1a\x1c.rocketscope.internal.Statusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rnamesrv.proto\x12\x14rocketscope.internal\x1a\x0c\x63ommon.proto\"\xd2\x03\n\x12\x42rokerRegistration\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12\x11\n\tgrpc_addr\x18\x05 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x06 \x01(\t\x12\x37\n\x0c\x64\x61ta_version\x18\x07 \x01(\x0b\x32!.rocketscope.internal.DataVersion\x12\x31\n\x06topics\x18\x08 \x03(\x0b\x32!.rocketscope.internal.TopicConfig\x12\x1c\n\x14heartbeat_timeout_ms\x18\t \x01(\x03\x12\x14\n\x0cmetrics_addr\x18\n \x01(\t\x12\x0c\n\x04role\x18\x0b \x01(\t\x12\x0c\n\x04term\x18\x0c \x01(\x03\x12\r\n\x05\x65poch\x18\r \x01(\x03\x12\x44\n\x06\x65xtras\x18\x0e \x03(\x0b\x32\x34.rocketscope.internal.BrokerRegistration.ExtrasEntry\x1a-\n\x0b\x45xtrasEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"k\n\x0eRegisterResult\x12,\n\x06status\x18\x01 \x01(\x0b\x32\x1c.rocketscope.internal.Status\x12\x13\n\x0bmaster_addr\x18\x02 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x03 \x01(\t\"e\n\x10UnregisterBroker\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\"\x94\x01\n\x0eSessionRequest\x12<\n\x08register\x18\x01 \x01(\x0b\x32(.rocketscope.internal.BrokerRegistrationH\x00\x12<\n\nunregister\x18\x02 \x01(\x0b\x32&.rocketscope.internal.UnregisterBrokerH\x00\x42\x06\n\x04kind\"G\n\x0fSessionResponse\x12\x34\n\x06result\x18\x01 \x01(\x0b\x32$.rocketscope.internal.RegisterResult\"y\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\"\xbf\x02\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12G\n\x0c\x62roker_addrs\x18\x03 \x03(\x0b\x32\x31.rocketscope.internal.BrokerData.BrokerAddrsEntry\x12\x43\n\ngrpc_addrs\x18\x04 \x03(\x0b\x32/.rocketscope.internal.BrokerData.GrpcAddrsEntry\x12\x17\n\x0f\x61ny_node_serves\x18\x05 \x01(\x08\x1a\x32\n\x10\x42rokerAddrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x30\n\x0eGrpcAddrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8a\x02\n\x0eTopicRouteData\x12\x34\n\x0bqueue_datas\x18\x01 \x03(\x0b\x32\x1f.rocketscope.internal.QueueData\x12\x36\n\x0c\x62roker_datas\x18\x02 \x03(\x0b\x32 .rocketscope.internal.BrokerData\x12\r\n\x05order\x18\x03 \x01(\x08\x12H\n\nattributes\x18\x04 \x03(\x0b\x32\x34.rocketscope.internal.TopicRouteData.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\" \n\x0fGetRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"u\n\x10GetRouteResponse\x12,\n\x06status\x18\x01 \x01(\x0b\x32\x1c.rocketscope.internal.Status\x12\x33\n\x05route\x18\x02 \x01(\x0b\x32$.rocketscope.internal.TopicRouteData\"h\n\x0e\x42rokerLiveInfo\x12>\n\x0cregistration\x18\x01 \x01(\x0b\x32(.rocketscope.internal.BrokerRegistration\x12\x16\n\x0elast_update_ms\x18\x02 \x01(\x03\"L\n\x13\x43lusterInfoResponse\x12\x35\n\x07\x62rokers\x18\x01 \x03(\x0b\x32$.rocketscope.internal.BrokerLiveInfo\"#\n\x11TopicListResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\"#\n\x12\x44\x65leteTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t2\xe7\x03\n\nNameServer\x12`\n\rBrokerSession\x12$.rocketscope.internal.SessionRequest\x1a%.rocketscope.internal.SessionResponse(\x01\x30\x01\x12\x64\n\x13GetRouteInfoByTopic\x12%.rocketscope.internal.GetRouteRequest\x1a&.rocketscope.internal.GetRouteResponse\x12X\n\x0eGetClusterInfo\x12\x1b.rocketscope.internal.Empty\x1a).rocketscope.internal.ClusterInfoResponse\x12W\n\x0fGetAllTopicList\x12\x1b.rocketscope.internal.Empty\x1a\'.rocketscope.internal.TopicListResponse\x12^\n\x14\x44\x65leteTopicInNamesrv\x12(.rocketscope.internal.DeleteTopicRequest\x1a\x1c.rocketscope.internal.Statusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -55,27 +55,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUEUEDATA']._serialized_start=958
   _globals['_QUEUEDATA']._serialized_end=1079
   _globals['_BROKERDATA']._serialized_start=1082
-  _globals['_BROKERDATA']._serialized_end=1376
-  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_start=1276
-  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_end=1326
-  _globals['_BROKERDATA_GRPCADDRSENTRY']._serialized_start=1328
-  _globals['_BROKERDATA_GRPCADDRSENTRY']._serialized_end=1376
-  _globals['_TOPICROUTEDATA']._serialized_start=1379
-  _globals['_TOPICROUTEDATA']._serialized_end=1645
-  _globals['_TOPICROUTEDATA_ATTRIBUTESENTRY']._serialized_start=1596
-  _globals['_TOPICROUTEDATA_ATTRIBUTESENTRY']._serialized_end=1645
-  _globals['_GETROUTEREQUEST']._serialized_start=1647
-  _globals['_GETROUTEREQUEST']._serialized_end=1679
-  _globals['_GETROUTERESPONSE']._serialized_start=1681
-  _globals['_GETROUTERESPONSE']._serialized_end=1798
-  _globals['_BROKERLIVEINFO']._serialized_start=1800
-  _globals['_BROKERLIVEINFO']._serialized_end=1904
-  _globals['_CLUSTERINFORESPONSE']._serialized_start=1906
-  _globals['_CLUSTERINFORESPONSE']._serialized_end=1982
-  _globals['_TOPICLISTRESPONSE']._serialized_start=1984
-  _globals['_TOPICLISTRESPONSE']._serialized_end=2019
-  _globals['_DELETETOPICREQUEST']._serialized_start=2021
-  _globals['_DELETETOPICREQUEST']._serialized_end=2056
-  _globals['_NAMESERVER']._serialized_start=2059
-  _globals['_NAMESERVER']._serialized_end=2546
+  _globals['_BROKERDATA']._serialized_end=1401
+  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_start=1301
+  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_end=1351
+  _globals['_BROKERDATA_GRPCADDRSENTRY']._serialized_start=1353
+  _globals['_BROKERDATA_GRPCADDRSENTRY']._serialized_end=1401
+  _globals['_TOPICROUTEDATA']._serialized_start=1404
+  _globals['_TOPICROUTEDATA']._serialized_end=1670
+  _globals['_TOPICROUTEDATA_ATTRIBUTESENTRY']._serialized_start=1621
+  _globals['_TOPICROUTEDATA_ATTRIBUTESENTRY']._serialized_end=1670
+  _globals['_GETROUTEREQUEST']._serialized_start=1672
+  _globals['_GETROUTEREQUEST']._serialized_end=1704
+  _globals['_GETROUTERESPONSE']._serialized_start=1706
+  _globals['_GETROUTERESPONSE']._serialized_end=1823
+  _globals['_BROKERLIVEINFO']._serialized_start=1825
+  _globals['_BROKERLIVEINFO']._serialized_end=1929
+  _globals['_CLUSTERINFORESPONSE']._serialized_start=1931
+  _globals['_CLUSTERINFORESPONSE']._serialized_end=2007
+  _globals['_TOPICLISTRESPONSE']._serialized_start=2009
+  _globals['_TOPICLISTRESPONSE']._serialized_end=2044
+  _globals['_DELETETOPICREQUEST']._serialized_start=2046
+  _globals['_DELETETOPICREQUEST']._serialized_end=2081
+  _globals['_NAMESERVER']._serialized_start=2084
+  _globals['_NAMESERVER']._serialized_end=2571
 # @@protoc_insertion_point(module_scope)

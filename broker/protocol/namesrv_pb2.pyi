@@ -97,7 +97,7 @@ class QueueData(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ...) -> None: ...
 
 class BrokerData(_message.Message):
-    __slots__ = ("cluster", "broker_name", "broker_addrs", "grpc_addrs")
+    __slots__ = ("cluster", "broker_name", "broker_addrs", "grpc_addrs", "any_node_serves")
     class BrokerAddrsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -116,11 +116,13 @@ class BrokerData(_message.Message):
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ADDRS_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDRS_FIELD_NUMBER: _ClassVar[int]
+    ANY_NODE_SERVES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     broker_addrs: _containers.ScalarMap[int, str]
     grpc_addrs: _containers.ScalarMap[int, str]
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addrs: _Optional[_Mapping[int, str]] = ..., grpc_addrs: _Optional[_Mapping[int, str]] = ...) -> None: ...
+    any_node_serves: bool
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addrs: _Optional[_Mapping[int, str]] = ..., grpc_addrs: _Optional[_Mapping[int, str]] = ..., any_node_serves: _Optional[bool] = ...) -> None: ...
 
 class TopicRouteData(_message.Message):
     __slots__ = ("queue_datas", "broker_datas", "order", "attributes")

@@ -80,6 +80,31 @@ class CommitLog:
             self.log.append(bytes(chunk))
             view = view[len(chunk):]
 
+    def planned_offset(self, cursor: int, size: int) -> int:
+        """Where a record of ``size`` bytes lands if the log ends at ``cursor`` (``append``'s rule)."""
+        seg = self.log.segment_size
+        remaining = seg - cursor % seg  # a full segment (cursor on a boundary) rolls: a whole new one
+        return cursor if size <= remaining else cursor - cursor % seg + seg
+
+    def append_record_at(self, offset: int, data: bytes) -> None:
+        """Write a record encoded elsewhere (a Raft leader) at ``offset``, filling a segment end first."""
+        end = self.log.max_offset
+        if offset < end:
+            raise ValueError(f"record at {offset} is below the log end {end}")
+        if not self.log.segments:
+            if offset % self.log.segment_size:
+                raise ValueError(f"first record at {offset} is not at a segment start")
+            self.log.set_start(offset)
+            end = offset
+        if offset > end:
+            room = self.log.remaining()
+            if end + room != offset:
+                raise ValueError(f"gap from {end} to {offset} is not the end of a segment")
+            self.log.append(record.encode_blank(room))
+        if self.log.remaining() == 0:
+            self.log.roll()
+        self.log.append(data)
+
     def truncate(self, offset: int) -> None:
         self.log.truncate(offset)
         self.corrupt = [(s, e) for s, e in self.corrupt if s < offset]

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import record
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue, tag_hash
@@ -30,7 +31,8 @@ from .retention import RetentionPolicy
 
 log = logging.getLogger(__name__)
 
-ALL_TOPICS_KEY = "*"  # index key prefix under which every message id is also indexed
+ALL_TOPICS_KEY = "*"
+HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"  # index key prefix under which every message id is also indexed
 
 
 class PutStatus(enum.Enum):
@@ -97,6 +99,9 @@ class MessageStore:
         self.dispatch_listeners: list[DispatchListener] = []
         self.replication_waiter: ReplicationWaiter | None = None
         self.on_append: Callable[[], None] | None = None
+        self.on_data: Callable[[int], None] | None = None  # a non-system record now ends at this offset
+        # DLedger mode: puts become Raft proposals; the log is written by the Raft layer
+        self.replicated_writer: Callable[[list[StoredMessage]], Awaitable[list[PutResult]]] | None = None
         self.flush = FlushService(self.commit_log.log.sync, lambda: self.commit_log.log.synced_offset,
                                   config.flush_interval_s)
         self._tasks: list[asyncio.Task[None]] = []
@@ -119,10 +124,13 @@ class MessageStore:
             self.queue_next[(topic, qid)] = cq.max_offset
         self.dispatched = safe
         replayed = 0
-        for msg in self.commit_log.iter_messages(safe, end):
+        bound = end if self._confirm is None else min(end, self._confirm)
+        for msg in self.commit_log.iter_messages(safe, bound):
             self._dispatch(msg)
+            self.dispatched = msg.physical_offset + msg.size
             replayed += 1
-        self.dispatched = end
+        if self._confirm is None:
+            self.dispatched = end
         self._save_checkpoint()
         log.info("store recovered in %.2fs: commit log [%d, %d), %d records re-dispatched, "
                  "%d corrupt ranges, %d queues", time.monotonic() - started, self.commit_log.min_offset, end,
@@ -186,12 +194,49 @@ class MessageStore:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=f"disk error: {exc}")
         self.queue_next[key] = msg.queue_offset + 1
         self._pending.append(msg)
+        if self.on_data is not None and msg.topic != HA_EVENTS_TOPIC:
+            self.on_data(msg.physical_offset + msg.size)
         if self.on_append is not None:
             self.on_append()
         return PutResult(PutStatus.PUT_OK, msg)
 
+    def prepare(self, msg: StoredMessage, cursor: int) -> bytes:
+        """Encode ``msg`` for a replicated log whose end will be ``cursor`` (a Raft leader's proposal).
+
+        Assigns the queue offset and the physical offset the record will have once the log
+        holds everything proposed before it; raises RecordError for a message that cannot
+        be stored.
+        """
+        if len(msg.body) > self.config.max_message_size:
+            raise RecordError(f"body of {len(msg.body)} bytes exceeds maxMessageSize")
+        key = (msg.topic, msg.queue_id)
+        msg.queue_offset = self.queue_next.get(key, 0)
+        if not msg.store_timestamp:
+            msg.store_timestamp = int(time.time() * 1000)
+        msg.store_host = msg.store_host or self.config.store_host
+        msg.physical_offset = cursor
+        data = record.encode(msg)
+        planned = self.commit_log.planned_offset(cursor, len(data))
+        if planned != cursor:
+            msg.physical_offset = planned
+            data = record.encode(msg)
+        self.queue_next[key] = msg.queue_offset + 1
+        if self.on_data is not None and msg.topic != HA_EVENTS_TOPIC:
+            self.on_data(msg.physical_offset + len(data))
+        return data
+
+    def rebuild_queue_offsets(self) -> None:
+        """Queue offsets past the dispatched part, from the log itself (a new Raft leader's uncommitted tail)."""
+        for key, cq in self.cqs.items():
+            self.queue_next[key] = cq.max_offset
+        for msg in self.commit_log.iter_messages(self.dispatched, self.commit_log.max_offset):
+            key = (msg.topic, msg.queue_id)
+            self.queue_next[key] = max(self.queue_next.get(key, 0), msg.queue_offset + 1)
+
     async def put(self, messages: Iterable[StoredMessage]) -> list[PutResult]:
         """Append a batch, make it visible once confirmed, and wait for flush and replication."""
+        if self.replicated_writer is not None:
+            return await self.replicated_writer(list(messages))
         results = [self.append(m) for m in messages]
         self.dispatch_confirmed()
         end = max((r.message.physical_offset + r.message.size for r in results if r.message), default=0)
@@ -236,6 +281,10 @@ class MessageStore:
             msg = self._pending.popleft()
             self._dispatch(msg)
             self.dispatched = msg.physical_offset + msg.size
+        if not self._pending and self.dispatched < bound:  # written by replication: read it back
+            for msg in self.commit_log.iter_messages(self.dispatched, bound):
+                self._dispatch(msg)
+                self.dispatched = msg.physical_offset + msg.size
 
     def _dispatch(self, msg: StoredMessage) -> None:
         key = (msg.topic, msg.queue_id)

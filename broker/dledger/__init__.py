@@ -1,0 +1,1 @@
+"""DLedger mode: the commit log replicated by the shared Raft core (broker/raft)."""

@@ -1,0 +1,171 @@
+"""The Raft log of DLedger mode *is* the commit log.
+
+A normal Raft entry is exactly one commit-log record, encoded by the leader with the
+physical offset it will have on every member (the leader plans offsets ahead of the
+Raft log end, see ``MessageStore.prepare``); a no-op entry has no bytes.  Next to the
+commit log a small index file keeps, per entry, its term, commit-log offset, size and
+kind (24 bytes, like DLedger's index file), so the Raft core's ``term(i)`` and
+``entries(lo, hi)`` are one array lookup and one positional read.  Truncating a
+divergent tail truncates both files.  Consumers never see an uncommitted record: the
+store dispatches only up to the end of the last committed entry.
+
+There is no snapshotting (DLedger 0.3.1.2 has none either): every entry a lagging member
+may need stays, so retention is off in DLedger mode.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+from array import array
+from pathlib import Path
+
+from rocketscope.broker.raft.messages import Entry, EntryKind, HardState, entry_size
+from rocketscope.broker.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+INDEX = struct.Struct(">qqiI")  # term, commit-log offset, size (0 for a no-op), kind
+_PHYS_AT = 28  # the physical_offset field inside a record
+
+
+class DLedgerLog:
+    def __init__(self, store: MessageStore, directory: Path) -> None:
+        self.store = store
+        self.commit_log = store.commit_log
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.index_path = self.directory / "index"
+        self.hard_state_path = self.directory / "hardstate"
+        self.terms = array("q")
+        self.offsets = array("q")
+        self.sizes = array("i")
+        self.kinds = array("B")
+        self.fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._load()
+        self.hard_state = self._load_hard_state()
+
+    # ---------------------------------------------------------------- loading
+    def _load(self) -> None:
+        data = os.pread(self.fd, os.fstat(self.fd).st_size, 0)
+        usable = len(data) - len(data) % INDEX.size
+        log_end = self.commit_log.max_offset
+        n = 0
+        for term, offset, size, kind in INDEX.iter_unpack(data[:usable]):
+            if offset + size > log_end:  # the commit log lost this record in a crash
+                break
+            self.terms.append(term)
+            self.offsets.append(offset)
+            self.sizes.append(size)
+            self.kinds.append(kind)
+            n += 1
+        if n * INDEX.size != len(data):
+            os.ftruncate(self.fd, n * INDEX.size)
+            log.warning("dledger index truncated to %d entries after recovery", n)
+        end = self.end_offset(n)
+        if self.commit_log.max_offset > end:  # records written after the last indexed entry
+            log.warning("dledger: commit log truncated from %d to %d (records not in the Raft index)",
+                        self.commit_log.max_offset, end)
+            self.commit_log.truncate(end)
+
+    def _load_hard_state(self) -> HardState:
+        try:
+            d = json.loads(self.hard_state_path.read_text())
+            return HardState(int(d["term"]), d.get("vote"), min(int(d.get("commit", 0)), self.last_index()))
+        except (OSError, ValueError, KeyError):
+            return HardState()
+
+    def save_hard_state(self, hs: HardState, sync: bool) -> None:
+        tmp = self.hard_state_path.with_suffix(".tmp")
+        with open(tmp, "w") as fh:
+            json.dump({"term": hs.term, "vote": hs.vote, "commit": hs.commit}, fh)
+            if sync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, self.hard_state_path)
+        self.hard_state = hs
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    # ---------------------------------------------------- Storage (read side)
+    def first_index(self) -> int:
+        return 1
+
+    def last_index(self) -> int:
+        return len(self.terms)
+
+    def term(self, index: int) -> int:
+        if index == 0:
+            return 0
+        if index < 0 or index > len(self.terms):
+            raise IndexError(f"entry {index} is not stored (last index {len(self.terms)})")
+        return self.terms[index - 1]
+
+    def entry(self, index: int) -> Entry:
+        i = index - 1
+        if self.kinds[i] == EntryKind.NOOP:
+            return Entry(index, self.terms[i], EntryKind.NOOP, b"")
+        data = self.commit_log.read_raw(self.offsets[i], self.sizes[i])
+        if len(data) != self.sizes[i]:
+            raise IndexError(f"entry {index}: commit log holds {len(data)} of {self.sizes[i]} bytes")
+        return Entry(index, self.terms[i], EntryKind.NORMAL, data)
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        out: list[Entry] = []
+        total = 0
+        for index in range(lo, min(hi, len(self.terms) + 1)):
+            e = self.entry(index)
+            total += entry_size(e)
+            if out and total > max_bytes:
+                break
+            out.append(e)
+        return out
+
+    # ------------------------------------------------------------ write side
+    def end_offset(self, index: int) -> int:
+        """Commit-log offset just past entry ``index`` (0 for index 0)."""
+        if index <= 0:
+            return 0
+        return self.offsets[index - 1] + self.sizes[index - 1]
+
+    def truncate_from(self, index: int) -> tuple[int, int]:
+        """Drop entries >= ``index``; return the commit-log range removed."""
+        if index > len(self.terms):
+            return self.commit_log.max_offset, self.commit_log.max_offset
+        start = self.offsets[index - 1]
+        old_end = self.commit_log.max_offset
+        self.commit_log.truncate(start)
+        keep = index - 1
+        del self.terms[keep:], self.offsets[keep:], self.sizes[keep:], self.kinds[keep:]
+        os.ftruncate(self.fd, keep * INDEX.size)
+        return start, old_end
+
+    def append(self, entries: list[Entry]) -> tuple[int, int] | None:
+        """Store entries (replacing a divergent tail); return the truncated range, if any."""
+        truncated = None
+        if entries and entries[0].index <= len(self.terms):
+            truncated = self.truncate_from(entries[0].index)
+        buf = bytearray()
+        for e in entries:
+            if e.index != len(self.terms) + 1:
+                raise ValueError(f"entry {e.index} does not follow the log end {len(self.terms)}")
+            if e.kind == EntryKind.NOOP or not e.data:
+                offset, size, kind = self.commit_log.max_offset, 0, EntryKind.NOOP
+            else:
+                (offset,) = struct.unpack_from(">q", e.data, _PHYS_AT)
+                self.commit_log.append_record_at(offset, e.data)
+                size, kind = len(e.data), EntryKind.NORMAL
+            self.terms.append(e.term)
+            self.offsets.append(offset)
+            self.sizes.append(size)
+            self.kinds.append(int(kind))
+            buf += INDEX.pack(e.term, offset, size, int(kind))
+        if buf:
+            os.pwrite(self.fd, bytes(buf), (len(self.terms) - len(entries)) * INDEX.size)
+        return truncated
+
+    def sync(self) -> None:
+        self.commit_log.log.sync()
+        os.fdatasync(self.fd)

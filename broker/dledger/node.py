@@ -1,0 +1,324 @@
+"""The DLedger member: drives the Raft core with ticks, messages and proposals.
+
+The Ready contract (docs/RAFT.md) in asyncio: persist the entries and hard state, fsync
+(in a worker thread) when the Ready says so, only then send its messages, then apply the
+committed entries — which here means moving the store's confirm offset, so consumers see
+exactly the committed prefix, and answering the sends waiting for those indexes.  A send
+succeeds only if the committed entry at its index still carries the term it was proposed
+in; otherwise a new leader replaced it and the client gets an error, never SEND_OK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rocketscope.broker.ha import events as ev
+from rocketscope.broker.protocol import dledger_pb2
+from rocketscope.broker.raft import EventKind, HardState, NotLeader, ProposalDropped, RaftConfig, RaftNode, Ready, Role
+from rocketscope.broker.store.message_store import PutResult, PutStatus
+from rocketscope.broker.store.record import RecordError, StoredMessage
+from rocketscope.config import ConfigError
+
+from .log_store import DLedgerLog
+from .transport import PeerLink, from_pb
+
+if TYPE_CHECKING:
+    from rocketscope.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+def parse_peers(text: str) -> dict[str, str]:
+    """``n0-host:port;n1-host:port`` (RocketMQ's dLegerPeers) → {id: address}."""
+    peers: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(";"))):
+        pid, sep, addr = item.partition("-")
+        if not sep or ":" not in addr:
+            raise ConfigError(f"config key dLegerPeers has bad item {item!r}: expected id-host:port")
+        peers[pid] = addr
+    return peers
+
+
+@dataclass
+class Waiter:
+    term: int
+    future: asyncio.Future[bool]
+    started: float
+
+
+class DLedgerNode:
+    def __init__(self, broker: Broker) -> None:
+        s = broker.settings
+        self.broker = broker
+        self.group = s.dLegerGroup or s.brokerName
+        self.self_id = s.dLegerSelfId
+        self.peers = parse_peers(s.dLegerPeers)
+        if self.self_id not in self.peers:
+            raise ConfigError(f"config key dLegerSelfId has bad value {self.self_id!r}: not one of dLegerPeers "
+                             f"({', '.join(self.peers)})")
+        ids = list(self.peers)
+        self.self_index = ids.index(self.self_id)
+        self.tick_s = s.dLegerTickMillis / 1000
+        self.config = RaftConfig(node_id=self.self_id, peers=tuple(ids), heartbeat_ticks=s.dLegerHeartbeatTicks,
+                                 election_ticks_min=s.dLegerElectionTicksMin,
+                                 election_ticks_max=s.dLegerElectionTicksMax,
+                                 preferred_leader=s.preferredLeaderId or None)
+        self.log: DLedgerLog | None = None
+        self.node: RaftNode | None = None
+        self.links: dict[str, PeerLink] = {}
+        self.peer_addrs: dict[str, tuple[str, str]] = {}  # id -> (grpc addr, admin addr)
+        self.waiters: dict[int, Waiter] = {}
+        self.role = Role.FOLLOWER
+        self.leader_id: str | None = None
+        self.term = 0
+        self.commit_index = 0
+        self._cursor: int | None = None
+        self._kick = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.elections = 0
+        self.append_latencies: list[float] = []
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == Role.LEADER
+
+    @property
+    def broker_id(self) -> int:
+        return 0 if self.is_leader else self.self_index + 1
+
+    def leader_grpc_addr(self) -> str | None:
+        if self.leader_id is None:
+            return None
+        if self.leader_id == self.self_id:
+            return self.broker.grpc_addr
+        return self.peer_addrs.get(self.leader_id, ("", ""))[0] or None
+
+    def leader_admin_addr(self) -> str | None:
+        if self.leader_id is None or self.leader_id == self.self_id:
+            return None
+        return self.peer_addrs.get(self.leader_id, ("", ""))[1] or None
+
+    # -------------------------------------------------------------- lifecycle
+    def open(self) -> None:
+        """After the store recovered: load the Raft log and expose its committed prefix."""
+        store = self.broker.store
+        self.log = DLedgerLog(store, store.root / "dledger")
+        hs = self.log.hard_state
+        self.node = RaftNode(self.config, self.log, hs, rng_seed=random.randrange(2**63), applied=hs.commit)
+        self.term, self.commit_index = hs.term, hs.commit
+        store.set_confirm_offset(self.log.end_offset(hs.commit))
+        log.info("dledger %s/%s: log has %d entries, commit %d, term %d; peers %s", self.group, self.self_id,
+                 self.log.last_index(), hs.commit, hs.term, self.peers)
+
+    def header(self) -> dledger_pb2.RaftBatch:
+        b = self.broker
+        return dledger_pb2.RaftBatch(group=self.group, sender=self.self_id, sender_grpc_addr=b.grpc_addr,
+                                     sender_admin_addr=b.internal_addr)
+
+    def start(self) -> None:
+        for pid, addr in self.peers.items():
+            if pid != self.self_id:
+                link = PeerLink(pid, addr, self.header)
+                self.links[pid] = link
+                link.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._ticker(), name="dledger-tick"),
+                       loop.create_task(self._ready_loop(), name="dledger-ready")]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for link in self.links.values():
+            await link.stop()
+        self._fail_waiters("the broker is shutting down")
+        if self.log:
+            self.log.sync()
+            self.log.close()
+
+    # ------------------------------------------------------------------ input
+    def on_batch(self, batch: dledger_pb2.RaftBatch) -> None:
+        if batch.sender_grpc_addr:
+            self.peer_addrs[batch.sender] = (batch.sender_grpc_addr, batch.sender_admin_addr)
+        assert self.node is not None
+        for m in batch.messages:
+            try:
+                self.node.step(from_pb(m))
+            except Exception:
+                log.exception("dledger: bad message from %s", batch.sender)
+        self._kick.set()
+
+    async def _ticker(self) -> None:
+        assert self.node is not None
+        while True:
+            await asyncio.sleep(self.tick_s)
+            self.node.tick()
+            self._kick.set()
+
+    # -------------------------------------------------------------- proposals
+    async def propose(self, messages: list[StoredMessage]) -> list[PutResult]:
+        node, store = self.node, self.broker.store
+        assert node is not None
+        if not self.is_leader:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=f"{self.self_id} is not the leader of "
+                              f"{self.group} (leader: {self.leader_id or 'none yet'})") for _ in messages]
+        saved = dict(store.queue_next)
+        cursor = self._cursor if self._cursor is not None else store.commit_log.max_offset
+        datas, results = [], []
+        for m in messages:
+            try:
+                data = store.prepare(m, cursor)
+            except RecordError as exc:
+                results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, reason=str(exc)))
+                continue
+            datas.append(data)
+            results.append(PutResult(PutStatus.PUT_OK, m))
+            cursor = m.physical_offset + len(data)
+        if not datas:
+            return results
+        try:
+            first = node.propose_batch(datas)
+        except ProposalDropped as exc:
+            store.queue_next.clear()
+            store.queue_next.update(saved)
+            reason = "not the leader" if isinstance(exc, NotLeader) else str(exc)
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=reason) if r.message else r for r in results]
+        self._cursor = cursor
+        term = node.term
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        futures = []
+        for i in range(len(datas)):
+            fut: asyncio.Future[bool] = loop.create_future()
+            self.waiters[first + i] = Waiter(term, fut, started)
+            futures.append(fut)
+        self._kick.set()
+        timeout = self.broker.settings.maxWaitAckTimeMs / 1000
+        await asyncio.wait(futures, timeout=timeout)
+        oks = iter([f.done() and not f.cancelled() and f.result() for f in futures])
+        for r in results:
+            if r.message is None:
+                continue
+            ok = next(oks)
+            if not ok:
+                r.status = PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+                r.reason = "not committed at a majority within maxWaitAckTimeMs (the leader may have changed)"
+        return results
+
+    def _fail_waiters(self, reason: str) -> None:
+        for w in self.waiters.values():
+            if not w.future.done():
+                w.future.set_result(False)
+        self.waiters.clear()
+
+    # ------------------------------------------------------------------ ready
+    async def _ready_loop(self) -> None:
+        node = self.node
+        assert node is not None
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            while node.has_ready():
+                rd = node.ready()
+                try:
+                    await self._handle(rd)
+                finally:
+                    node.advance(rd)
+
+    async def _handle(self, rd: Ready) -> None:
+        lg = self.log
+        assert lg is not None
+        if rd.entries:
+            truncated = lg.append(rd.entries)
+            if truncated is not None and truncated[1] > truncated[0]:
+                self._cursor = None
+                self.broker.ha_events.emit(ev.TRUNCATION, term=self.term, from_offset=truncated[0],
+                                           to_offset=truncated[1])
+        if rd.hard_state is not None:
+            lg.save_hard_state(rd.hard_state, rd.must_sync)
+            self.term = rd.hard_state.term
+        if rd.must_sync:
+            await asyncio.to_thread(lg.sync)
+        for m in rd.messages:
+            link = self.links.get(m.to)
+            if link is not None:
+                link.send(m)
+        if rd.soft_state is not None:
+            self._on_soft_state(rd.soft_state.role, rd.soft_state.leader)
+        if rd.committed_entries:
+            last = rd.committed_entries[-1].index
+            self.commit_index = last
+            self.broker.store.set_confirm_offset(lg.end_offset(last))
+            now = time.perf_counter()
+            for e in rd.committed_entries:
+                w = self.waiters.pop(e.index, None)
+                if w is not None and not w.future.done():
+                    ok = e.term == w.term
+                    w.future.set_result(ok)
+                    if ok:
+                        self.append_latencies.append((now - w.started) * 1000)
+            del self.append_latencies[:-2000]
+        for e in rd.events:
+            self._emit(e)
+
+    def _on_soft_state(self, role: Role, leader: str | None) -> None:
+        was_leader = self.is_leader
+        self.role, self.leader_id = role, leader
+        if role == Role.LEADER and not was_leader:
+            store = self.broker.store
+            self._cursor = store.commit_log.max_offset
+            store.rebuild_queue_offsets()
+            log.info("dledger %s/%s: leader of term %d", self.group, self.self_id, self.term)
+            self.broker.on_dledger_role_change()
+        elif was_leader and role != Role.LEADER:
+            self._cursor = None
+            self._fail_waiters("leadership lost")
+            log.info("dledger %s/%s: no longer leader (now %s, leader %s)", self.group, self.self_id, role, leader)
+            self.broker.on_dledger_role_change()
+        elif role != Role.LEADER:
+            self.broker.on_dledger_role_change()
+
+    def _emit(self, e: object) -> None:
+        lg = self.log
+        assert lg is not None
+        kind = e.kind  # type: ignore[attr-defined]
+        ha = self.broker.ha_events
+        if kind == EventKind.REPLICA_ACK:
+            ha.emit(ev.REPLICA_ACK, term=self.term, replica=e.peer, offset=lg.end_offset(e.index))  # type: ignore
+        elif kind == EventKind.COMMIT_ADVANCED:
+            ha.emit(ev.COMMIT_ADVANCED, term=self.term, offset=lg.end_offset(e.index))  # type: ignore[attr-defined]
+        elif kind == EventKind.ROLE_CHANGE:
+            ha.emit(ev.ROLE_CHANGE, term=e.term, role=str(e.role).upper())  # type: ignore[attr-defined]
+        elif kind == EventKind.ELECTION_STARTED and not e.pre_vote:  # type: ignore[attr-defined]
+            ha.emit(ev.ELECTION_STARTED, term=e.term)  # type: ignore[attr-defined]
+        elif kind == EventKind.ELECTION_WON:
+            self.elections += 1
+            ha.emit(ev.ELECTION_WON, term=e.term)  # type: ignore[attr-defined]
+        elif kind == EventKind.ELECTION_LOST and not e.pre_vote:  # type: ignore[attr-defined]
+            ha.emit(ev.ELECTION_LOST, term=e.term)  # type: ignore[attr-defined]
+        elif kind == EventKind.LEADER_ELECTED:
+            ha.emit(ev.LEADER_ELECTED, term=e.term, leader=e.leader)  # type: ignore[attr-defined]
+
+    # ----------------------------------------------------------------- status
+    def status(self) -> dict[str, object]:
+        node = self.node
+        progress = node.progress() if node is not None and self.is_leader else {}
+        lg = self.log
+        return {
+            "mode": "dledger", "group": self.group, "selfId": self.self_id, "role": str(self.role).upper(),
+            "leader": self.leader_id, "term": self.term, "commitIndex": self.commit_index,
+            "lastIndex": lg.last_index() if lg else 0,
+            "commitOffset": lg.end_offset(self.commit_index) if lg else 0,
+            "peers": {pid: {"address": addr, "connected": self.links[pid].connected if pid in self.links else True,
+                            **({"match": progress[pid][0]} if pid in progress else {})}
+                      for pid, addr in self.peers.items()},
+            "hardState": HardState(self.term, None, self.commit_index)._asdict(),
+        }
