@@ -1,0 +1,37 @@
+"""replication_latency: per topic, broker group, replica and minute, how long replication took.
+
+Latency of a stored copy to a replica = the replica's first ack past the copy's offset
+minus the copy's born time (the send start: the trace has no exact store time, and send
+start is what the producer experiences).  The replica ``__quorum__`` is the commit
+(quorum) time.  Every stored copy counts in ``messages``, only acked ones in ``samples``
+and the percentiles, so never-replicated (truncated) copies show as the difference.
+Minute and date are of the born time.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from rocketscope.spark.jobs.common import latency_stats, minute, utc_date
+from rocketscope.spark.model import Model
+
+
+def build(model: Model) -> DataFrame:
+    rep = model.replication.select(
+        "topic",
+        "broker_group",
+        "replica",
+        "born_ts",
+        (F.col("ack_ts") - F.col("born_ts")).alias("latency_ms"),
+    )
+    return (
+        rep.groupBy(
+            utc_date("born_ts").alias("date"),
+            minute("born_ts").alias("minute"),
+            "topic",
+            "broker_group",
+            "replica",
+        )
+        .agg(F.count(F.lit(1)).alias("messages"), *latency_stats("latency_ms"))
+    )

@@ -1,0 +1,323 @@
+"""The intermediate tables every job shares: decoded records, leaderships, message copies,
+their replication, and consumption.
+
+Definitions (docs/ANALYTICS.md explains the reasons):
+
+* a **copy** is one Pub record (one send attempt) of a msgId; ``stored_ts`` is its
+  timestamp plus cost time (when the send result came back, the latest the broker can
+  have stored it); successful copies carry the physical offset of their offsetMsgId;
+* a copy's **broker group and generation** come from the leadership intervals of its
+  store host: leader_elected / master_elected events emitted by the leader itself, and
+  role_change events to a leader or master role; a copy belongs to the last leadership of
+  its host that started at or before it was stored;
+* a copy is **truncated** when a truncation event of its group in a later generation,
+  after the copy was stored, covers its offset;
+* an **attempt** is one delivery to a consumer group: SubBefore and SubAfter joined on
+  (requestId, msgId); either may be missing.  A **DLQ move** of (msgId, group G) is a
+  failed attempt of G with ``retry_times >= 16`` (maxReconsumeTimes) or any delivery of
+  the msgId from the topic ``%DLQ%G``, whichever is earlier.
+
+Timestamps are epoch milliseconds (long) inside the model; the jobs convert at output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from rocketscope.spark.asof import asof_join
+from rocketscope.spark.decode import decode_events, decode_trace
+from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
+
+NEG_INF = -(2**62)
+POS_INF = 2**62
+DLQ_PREFIX = "%DLQ%"
+
+
+def leaderships(events: DataFrame) -> DataFrame:
+    """(group, gen, mode, address, node, start_ts, valid_from, valid_to) per leadership of a node.
+
+    ``valid_from`` of a host's first leadership is open (-inf): data stored before the
+    first event we have still belongs to it.
+    """
+    role = F.lower(F.col("role"))
+    is_leader = (
+        F.col("type").isin("leader_elected", "master_elected")
+        & ((F.col("leader") == "") | (F.col("leader") == F.col("node")))
+    ) | ((F.col("type") == "role_change") & ((role == "leader") | role.endswith("master")))
+    lead = (
+        events.where(is_leader & (F.col("address") != ""))
+        .groupBy("group", "gen", "address")
+        .agg(F.min("ts").alias("start_ts"), F.first("mode").alias("mode"), F.min("node").alias("node"))
+    )
+    w = Window.partitionBy("address").orderBy("start_ts", "gen")
+    return lead.select(
+        "group",
+        "gen",
+        "mode",
+        "address",
+        "node",
+        "start_ts",
+        F.when(F.lag("start_ts").over(w).isNull(), F.lit(NEG_INF)).otherwise(F.col("start_ts")).alias("valid_from"),
+        F.coalesce(F.lead("start_ts").over(w), F.lit(POS_INF)).alias("valid_to"),
+    )
+
+
+@dataclass
+class Model:
+    """Lazily built, cached intermediate tables over one set of input rows."""
+
+    spark: SparkSession
+    rows: DataFrame
+    asof_method: str = "interval"
+    bucket: int | None = None
+    persist: bool = True
+    _cache: dict[str, DataFrame] = field(default_factory=dict)
+
+    def _keep(self, name: str, df: DataFrame) -> DataFrame:
+        if self.persist:
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._cache[name] = df
+        return df
+
+    def cached(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
+        """A job's own intermediate table, built once per model and persisted like the shared ones."""
+        if name not in self._cache:
+            self._keep(name, build())
+        return self._cache[name]
+
+    def unpersist(self) -> None:
+        for df in self._cache.values():
+            df.unpersist()
+        self._cache.clear()
+
+    # ------------------------------------------------------------------ inputs
+    @property
+    def records(self) -> DataFrame:
+        """Decoded trace records, exact duplicates (a trace message sent twice) removed."""
+        if "records" not in self._cache:
+            self._keep("records", decode_trace(self.rows).dropDuplicates())
+        return self._cache["records"]
+
+    @property
+    def events(self) -> DataFrame:
+        if "events" not in self._cache:
+            self._keep("events", decode_events(self.rows))
+        return self._cache["events"]
+
+    @property
+    def leaderships(self) -> DataFrame:
+        if "leaderships" not in self._cache:
+            self._keep("leaderships", leaderships(self.events))
+        return self._cache["leaderships"]
+
+    # ------------------------------------------------------------------ copies
+    @property
+    def copies(self) -> DataFrame:
+        """One row per Pub record with group, gen, truncated flag and quorum commit time."""
+        if "copies" in self._cache:
+            return self._cache["copies"]
+        pubs = self.records.where(F.col("rec_type") == "Pub").select(
+            "msg_id",
+            "topic",
+            F.col("grp").alias("producer_group"),
+            "keys",
+            F.col("ts").alias("born_ts"),
+            (F.col("ts") + F.coalesce(F.col("cost_time"), F.lit(0))).alias("stored_ts"),
+            "store_host",
+            "phys_offset",
+            F.coalesce(F.col("success"), F.lit(False)).alias("success"),
+        )
+        lead = F.broadcast(self.leaderships.alias("ld"))
+        mapped = pubs.join(
+            lead,
+            on=(pubs["store_host"] == F.col("ld.address"))
+            & (F.col("ld.valid_from") <= pubs["stored_ts"])
+            & (pubs["stored_ts"] < F.col("ld.valid_to")),
+            how="left",
+        ).select(
+            *[pubs[c] for c in pubs.columns],
+            F.col("ld.group").alias("broker_group"),
+            F.col("ld.gen").alias("gen"),
+            F.col("ld.mode").alias("ha_mode"),
+        )
+        # Truncations are few (one or two per failover): one broadcast row per broker group
+        # with all of them, tested per copy with a higher-order function instead of a
+        # semi-join and a join back (two shuffles of every copy).
+        trunc = F.broadcast(
+            self.events.where(F.col("type") == "truncation")
+            .groupBy(F.col("group").alias("t_group"))
+            .agg(F.collect_list(F.struct(
+                F.col("gen").alias("gen"), F.col("ts").alias("ts"),
+                F.col("from_offset").alias("lo"), F.col("to_offset").alias("hi"),
+            )).alias("truncs"))
+        )
+        stored = F.col("success") & F.col("phys_offset").isNotNull() & F.col("broker_group").isNotNull()
+        covered = F.exists(
+            F.col("truncs"),
+            lambda t: (t["gen"] > F.col("gen")) & (t["ts"] >= F.col("stored_ts"))
+            & (t["lo"] <= F.col("phys_offset")) & (F.col("phys_offset") < t["hi"]),
+        )
+        copies = (
+            mapped.join(trunc, on=F.col("broker_group") == F.col("t_group"), how="left")
+            .withColumn("truncated", F.coalesce(stored & covered, F.lit(False)))
+            .drop("t_group", "truncs")
+        )
+        quorum = self.replication.where(F.col("replica") == QUORUM).select(
+            "msg_id", "born_ts", "store_host", "phys_offset", F.col("ack_ts").alias("committed_ts")
+        )
+        copies = copies.join(quorum, on=["msg_id", "born_ts", "store_host", "phys_offset"], how="left")
+        return self._keep("copies", copies)
+
+    @property
+    def stored_copies(self) -> DataFrame:
+        """Successful copies whose broker group and generation are known, before the truncation flag."""
+        pubs = self.records.where((F.col("rec_type") == "Pub") & F.col("success") & F.col("phys_offset").isNotNull())
+        pubs = pubs.select(
+            "msg_id",
+            "topic",
+            F.col("ts").alias("born_ts"),
+            (F.col("ts") + F.coalesce(F.col("cost_time"), F.lit(0))).alias("stored_ts"),
+            "store_host",
+            "phys_offset",
+        )
+        lead = F.broadcast(self.leaderships.alias("ld"))
+        return pubs.join(
+            lead,
+            on=(pubs["store_host"] == F.col("ld.address"))
+            & (F.col("ld.valid_from") <= pubs["stored_ts"])
+            & (pubs["stored_ts"] < F.col("ld.valid_to")),
+            how="inner",
+        ).select(
+            *[pubs[c] for c in pubs.columns], F.col("ld.group").alias("broker_group"), F.col("ld.gen").alias("gen")
+        )
+
+    # ------------------------------------------------------------- replication
+    @property
+    def acks(self) -> DataFrame:
+        """(broker_group, gen, replica, offset, ts): replica acks, and commits under the replica ``__quorum__``."""
+        ev = self.events
+        return ev.where((F.col("type") == "replica_ack") & (F.col("replica") != "") & (F.col("offset") >= 0)).select(
+            F.col("group").alias("broker_group"), "gen", "replica", "offset", "ts"
+        ).unionByName(
+            ev.where((F.col("type") == "commit_advanced") & (F.col("offset") >= 0)).select(
+                F.col("group").alias("broker_group"), "gen", F.lit(QUORUM).alias("replica"), "offset", "ts"
+            )
+        )
+
+    @property
+    def replication(self) -> DataFrame:
+        """One row per (stored copy, replica of its group and generation) with ``ack_ts`` (null: never acked)."""
+        if "replication" in self._cache:
+            return self._cache["replication"]
+        acks = self.acks
+        replicas = acks.select("broker_group", "gen", "replica").distinct()
+        candidates = self.stored_copies.join(F.broadcast(replicas), on=["broker_group", "gen"], how="inner")
+        joined = asof_join(
+            candidates, acks, ["broker_group", "gen", "replica"], "phys_offset", "ack_ts",
+            method=self.asof_method, bucket=self.bucket,
+        )
+        return self._keep("replication", joined)
+
+    # ------------------------------------------------------------- consumption
+    @property
+    def attempts(self) -> DataFrame:
+        """One row per delivery attempt (SubBefore full-outer-joined with SubAfter)."""
+        r = self.records
+        before = r.where(F.col("rec_type") == "SubBefore").select(
+            "msg_id", "request_id", F.col("grp").alias("b_grp"), F.col("ts").alias("begin_ts"), "retry_times",
+            F.col("origin_topic").alias("b_origin"),
+        ).dropDuplicates(["msg_id", "request_id"])
+        after = r.where(F.col("rec_type") == "SubAfter").select(
+            "msg_id", "request_id", F.col("grp").alias("a_grp"), F.col("ts").alias("a_ts"), "cost_time", "success",
+            F.col("origin_topic").alias("a_origin"),
+        ).dropDuplicates(["msg_id", "request_id"])
+        both = before.join(after, on=["msg_id", "request_id"], how="full_outer")
+        return both.select(
+            "msg_id",
+            "request_id",
+            F.coalesce("b_grp", "a_grp").alias("grp"),
+            "begin_ts",
+            F.coalesce("a_ts", F.col("begin_ts") + F.col("cost_time")).alias("end_ts"),
+            "success",
+            "retry_times",
+            F.coalesce("b_origin", "a_origin").alias("origin_topic"),
+        ).where(F.col("grp").isNotNull())
+
+    @property
+    def consumers(self) -> DataFrame:
+        """One row per (msg_id, consumer group): deliveries, first delivery and ack, retries, DLQ."""
+        if "consumers" in self._cache:
+            return self._cache["consumers"]
+        a = self.attempts
+        failed_final = (F.col("success") == F.lit(False)) & (F.col("retry_times") >= MAX_RECONSUME_TIMES)
+        stats = a.groupBy("msg_id", "grp").agg(
+            F.countDistinct("request_id").alias("deliveries"),
+            F.min("begin_ts").alias("first_delivery_ts"),
+            F.min(F.when(F.col("success"), F.col("end_ts"))).alias("first_ack_ts"),
+            F.max("retry_times").alias("max_retry_times"),
+            F.count(F.when(F.col("success") == F.lit(False), True)).alias("failures"),
+            F.min(F.when(failed_final, F.coalesce("end_ts", "begin_ts"))).alias("dlq_retry_ts"),
+        )
+        from_dlq = (
+            a.where(F.col("origin_topic").startswith(DLQ_PREFIX))
+            .select(
+                "msg_id",
+                F.substring(F.col("origin_topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("grp"),
+                F.coalesce("begin_ts", "end_ts").alias("t"),
+            )
+            .groupBy("msg_id", "grp")
+            .agg(F.min("t").alias("dlq_topic_ts"))
+        )
+        joined = stats.join(from_dlq, on=["msg_id", "grp"], how="full_outer").select(
+            "msg_id",
+            "grp",
+            F.coalesce("deliveries", F.lit(0)).cast("int").alias("deliveries"),
+            "first_delivery_ts",
+            "first_ack_ts",
+            "max_retry_times",
+            F.coalesce("failures", F.lit(0)).cast("int").alias("failures"),
+            (F.col("dlq_retry_ts").isNotNull() | F.col("dlq_topic_ts").isNotNull()).alias("dlq"),
+            F.least("dlq_retry_ts", "dlq_topic_ts").alias("dlq_ts"),
+        )
+        return self._keep("consumers", joined)
+
+    # ---------------------------------------------------------------- messages
+    @property
+    def messages(self) -> DataFrame:
+        """One row per msgId that has Pub records: the effective copy and the msg-level flags.
+
+        The effective copy is the earliest successful copy that was not truncated; else
+        the earliest successful one; else the earliest attempt.
+        """
+        if "messages" in self._cache:
+            return self._cache["messages"]
+        c = self.copies
+        live = F.col("success") & ~F.col("truncated")
+        w = Window.partitionBy("msg_id").orderBy(
+            live.desc(), F.col("success").desc(), F.col("stored_ts").asc(), F.col("store_host").asc()
+        )
+        flags = c.groupBy("msg_id").agg(
+            F.min("born_ts").alias("first_born_ts"),
+            F.count(F.lit(1)).cast("int").alias("send_attempts"),
+            F.count(F.when(~F.col("success"), True)).cast("int").alias("failed_sends"),
+            F.count(F.when(F.col("truncated"), True)).cast("int").alias("truncated_copies"),
+            F.max(F.when(live, F.col("stored_ts"))).alias("last_live_ts"),
+            F.min(F.when(F.col("truncated"), F.col("stored_ts"))).alias("first_truncated_ts"),
+        )
+        eff = c.withColumn("__rn", F.row_number().over(w)).where(F.col("__rn") == 1).drop("__rn")
+        msgs = eff.join(flags, on="msg_id").select(
+            "msg_id", "topic", "producer_group", "keys",
+            F.col("first_born_ts").alias("born_ts"),
+            F.when(F.col("success"), F.col("stored_ts")).alias("stored_ts"),
+            "store_host", "broker_group", "ha_mode", "gen",
+            F.col("born_ts").alias("eff_born_ts"),
+            "phys_offset", "success", "committed_ts", "send_attempts", "failed_sends", "truncated_copies",
+            ((F.col("truncated_copies") > 0) & (F.col("last_live_ts") > F.col("first_truncated_ts"))).alias("resent"),
+            ((F.col("truncated_copies") > 0) & F.col("last_live_ts").isNull()).alias("lost"),
+        )
+        return self._keep("messages", msgs)

@@ -1,0 +1,61 @@
+"""SparkSession set-up with the settings that matter on small machines (NOTES.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+QUICK_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
+def local_cores(master: str) -> int:
+    """Cores of a ``local[N]`` / ``local[*]`` / ``local`` master."""
+    inside = master[len("local["):-1] if master.startswith("local[") else "1"
+    if inside.split(",")[0] == "*":
+        return os.cpu_count() or 1
+    try:
+        return max(1, int(inside.split(",")[0]))
+    except ValueError:
+        return os.cpu_count() or 1
+
+
+def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-analyze",
+                driver_memory: str | None = None, shuffle_partitions: int | None = None,
+                quick_start: bool = False) -> SparkSession:
+    """A session bound to loopback, in UTC.
+
+    ``quick_start`` adds the serial GC and the C1-only JIT: seconds less start-up for
+    small inputs (tests, a day of a small cluster), but the C1 code is much slower on
+    millions of records, so it is off by default.  In local mode the shuffle partitions
+    default to twice the cores: Spark's 200 cost seconds of task overhead per stage here.
+
+    Progress goes to stderr as one line per job (``rocketscope.spark.run``) instead of
+    Spark's console progress bar.
+
+    ``master=None`` leaves the master to spark-submit.  The session time zone is UTC so
+    minute buckets and date partitions do not depend on the machine.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    builder = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        # The cached intermediate tables are read a few times each: compressing them
+        # (dictionary statistics per column) cost more CPU than it saved.
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
+    )
+    if quick_start:
+        builder = builder.config("spark.driver.extraJavaOptions", QUICK_START_JAVA_OPTIONS)
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    if not shuffle_partitions and master and master.startswith("local"):
+        shuffle_partitions = 2 * local_cores(master)
+    if shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    return builder.getOrCreate()
