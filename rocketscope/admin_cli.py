@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from rocketscope.broker.protocol import admin_pb2, common_pb2
+from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 
 from .admin_client import AdminClient, AdminError
 
@@ -368,3 +368,50 @@ def ha_events(namesrv: str | None, broker: str | None, max_events: int, as_json:
         emit(as_json, events, ("#Time", "#Group", "#Node", "#Type", "#Detail", "#Term/Epoch", "#Offset"), rows)
         return 0
     run(go, namesrv)
+
+
+async def _container_call(addr: str, method: str, request: object) -> object:
+    import grpc
+
+    async with grpc.aio.insecure_channel(addr) as ch:
+        try:
+            return await getattr(admin_pb2_grpc.ContainerAdminStub(ch), method)(request, timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            raise AdminError(f"container {addr} did not answer {method}: {exc.code().name}") from None
+
+
+@admin.command("addBroker")
+@namesrv_opt
+@click.option("-c", "--brokerContainerAddr", "container", required=True, help="container admin address")
+@click.option("-b", "--brokerConfigPath", "config_path", required=True, help="broker config file (on the container)")
+def add_broker(namesrv: str | None, container: str, config_path: str) -> None:
+    """Start a broker inside a running BrokerContainer."""
+    async def go(c: AdminClient) -> int:
+        st = await _container_call(container, "AddBroker", admin_pb2.AddBrokerRequest(config_path=config_path))
+        if st.code:  # type: ignore[attr-defined]
+            click.echo(f"error: {st.remark}", err=True)  # type: ignore[attr-defined]
+            return 1
+        click.echo(f"add broker {config_path} to {container} success.")
+        return 0
+    run(go, None)
+
+
+@admin.command("removeBroker")
+@namesrv_opt
+@click.option("-c", "--brokerContainerAddr", "container", required=True, help="container admin address")
+@click.option("-b", "--brokerIdentity", "identity", required=True, help="clusterName:brokerName:brokerId")
+def remove_broker(namesrv: str | None, container: str, identity: str) -> None:
+    """Stop and remove a broker from a running BrokerContainer."""
+    parts = identity.split(":")
+    if len(parts) != 3 or not parts[2].lstrip("-").isdigit():
+        raise click.BadParameter("expected clusterName:brokerName:brokerId", param_hint="-b")
+
+    async def go(c: AdminClient) -> int:
+        req = admin_pb2.RemoveBrokerRequest(cluster_name=parts[0], broker_name=parts[1], broker_id=int(parts[2]))
+        st = await _container_call(container, "RemoveBroker", req)
+        if st.code:  # type: ignore[attr-defined]
+            click.echo(f"error: {st.remark}", err=True)  # type: ignore[attr-defined]
+            return 1
+        click.echo(f"remove broker {identity} from {container} success.")
+        return 0
+    run(go, None)

@@ -63,6 +63,20 @@ def broker(config_path: str | None, namesrv: str | None) -> None:
         sys.exit(1)
 
 
+@main.command()
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="container.conf")
+def container(config_path: str | None) -> None:
+    """Run several brokers in one process (mqbrokercontainer)."""
+    from rocketscope.broker.container import load_container_config, run_container
+
+    setup_logging("container")
+    try:
+        asyncio.run(run_container(load_container_config(_load(config_path))))
+    except (ConfigError, TelemetryConfigError, OSError) as exc:
+        click.echo(f"container: {exc}", err=True)
+        sys.exit(1)
+
+
 main.add_command(admin)
 
 

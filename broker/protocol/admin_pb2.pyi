@@ -270,3 +270,45 @@ class HaEventsResponse(_message.Message):
     status: _common_pb2.Status
     events: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., events: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AddBrokerRequest(_message.Message):
+    __slots__ = ("config_path",)
+    CONFIG_PATH_FIELD_NUMBER: _ClassVar[int]
+    config_path: str
+    def __init__(self, config_path: _Optional[str] = ...) -> None: ...
+
+class RemoveBrokerRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_id")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ...) -> None: ...
+
+class ContainerBroker(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "role", "grpc_addr", "admin_addr", "config_path")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_ADDR_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_PATH_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    role: str
+    grpc_addr: str
+    admin_addr: str
+    config_path: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., admin_addr: _Optional[str] = ..., config_path: _Optional[str] = ...) -> None: ...
+
+class ContainerStatusResponse(_message.Message):
+    __slots__ = ("status", "brokers")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    brokers: _containers.RepeatedCompositeFieldContainer[ContainerBroker]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., brokers: _Optional[_Iterable[_Union[ContainerBroker, _Mapping]]] = ...) -> None: ...

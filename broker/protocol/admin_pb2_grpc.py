@@ -698,3 +698,161 @@ class BrokerAdmin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ContainerAdminStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.AddBroker = channel.unary_unary(
+                '/rocketscope.internal.ContainerAdmin/AddBroker',
+                request_serializer=admin__pb2.AddBrokerRequest.SerializeToString,
+                response_deserializer=common__pb2.Status.FromString,
+                _registered_method=True)
+        self.RemoveBroker = channel.unary_unary(
+                '/rocketscope.internal.ContainerAdmin/RemoveBroker',
+                request_serializer=admin__pb2.RemoveBrokerRequest.SerializeToString,
+                response_deserializer=common__pb2.Status.FromString,
+                _registered_method=True)
+        self.ContainerStatus = channel.unary_unary(
+                '/rocketscope.internal.ContainerAdmin/ContainerStatus',
+                request_serializer=common__pb2.Empty.SerializeToString,
+                response_deserializer=admin__pb2.ContainerStatusResponse.FromString,
+                _registered_method=True)
+
+
+class ContainerAdminServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def AddBroker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveBroker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ContainerStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ContainerAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'AddBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddBroker,
+                    request_deserializer=admin__pb2.AddBrokerRequest.FromString,
+                    response_serializer=common__pb2.Status.SerializeToString,
+            ),
+            'RemoveBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveBroker,
+                    request_deserializer=admin__pb2.RemoveBrokerRequest.FromString,
+                    response_serializer=common__pb2.Status.SerializeToString,
+            ),
+            'ContainerStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ContainerStatus,
+                    request_deserializer=common__pb2.Empty.FromString,
+                    response_serializer=admin__pb2.ContainerStatusResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'rocketscope.internal.ContainerAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('rocketscope.internal.ContainerAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ContainerAdmin:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def AddBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.ContainerAdmin/AddBroker',
+            admin__pb2.AddBrokerRequest.SerializeToString,
+            common__pb2.Status.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.ContainerAdmin/RemoveBroker',
+            admin__pb2.RemoveBrokerRequest.SerializeToString,
+            common__pb2.Status.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ContainerStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.ContainerAdmin/ContainerStatus',
+            common__pb2.Empty.SerializeToString,
+            admin__pb2.ContainerStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
