@@ -82,9 +82,11 @@ main.add_command(admin)
 
 def _mount_optional() -> None:
     """Commands whose modules import heavy dependencies are imported when the CLI starts, not per call."""
+    from rocketscope.spark.cli import analyze
     from rocketscope.telemetry.cli import exporter
 
     main.add_command(exporter)
+    main.add_command(analyze)
 
 
 _mount_optional()
