@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SNAPSHOT_INTERVAL_S = 2.0
+ROLE_VALUES = {"LEADER": 3, "FOLLOWER": 2, "CANDIDATE": 1, "PRE_CANDIDATE": 1}  # DLedger's numbering
 Labels = dict[str, Any]
 
 _CONSUME_MODE = {pb.PUSH_CONSUMER: "push", pb.SIMPLE_CONSUMER: "pop", pb.PULL_CONSUMER: "pull"}
@@ -70,6 +71,8 @@ class BrokerMetrics:
         self.finish_latency = telemetry.histogram("rocketmq_finish_message_latency")
         self.delay_latency = telemetry.histogram("rocketmq_delay_message_latency")
         self.rpc_latency = telemetry.histogram("rocketmq_rpc_latency")
+        self.append_latency = telemetry.histogram("dledger_append_entry_latency")
+        self.elections = telemetry.counter("dledger_election_total")
         self._snapshot: dict[str, list[tuple[float, Labels]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._registrations: list[Any] = []
@@ -123,6 +126,16 @@ class BrokerMetrics:
     def on_delay_delivered(self, topic: str, late_ms: int) -> None:
         self.delay_latency.record(max(late_ms, 0) / 1000, {"topic": topic})
 
+    def on_dledger_commit(self, latency_ms: float) -> None:
+        d = self.broker.dledger
+        if d is not None:
+            self.append_latency.record(latency_ms, {"group": d.group, "self_id": d.self_id})
+
+    def on_dledger_election(self, result: str) -> None:
+        d = self.broker.dledger
+        if d is not None:
+            self.elections.add(1, {"group": d.group, "self_id": d.self_id, "election_result": result})
+
     def on_rpc(self, method: str, code: int, seconds: float, long_polling: bool) -> None:
         if not self.enabled:
             return
@@ -144,7 +157,9 @@ class BrokerMetrics:
         "rocketmq_storage_dispatch_behind_bytes", "rocketmq_storage_message_reserve_time",
         "rocketmq_storage_disk_usage_ratio", "rocketmq_timing_messages", "rocketmq_half_messages",
         "rocketmq_topic_max_offset", "rocketmq_consumer_committed_offset", "rocketmq_consumer_queue_lag_messages",
-        "rocketmq_consumer_queue_lag_latency",
+        "rocketmq_consumer_queue_lag_latency", "rocketmq_ha_role", "rocketmq_ha_replica_ack_offset",
+        "rocketmq_ha_replication_lag_bytes", "dledger_role", "dledger_term", "dledger_commit_index",
+        "dledger_peer_lag_entries",
     )
 
     def start(self) -> None:
@@ -183,6 +198,7 @@ class BrokerMetrics:
         self._connections(snap)
         self._lag(snap)
         self._storage(snap)
+        self._ha(snap)
         timing: dict[str, int] = {}
         for off in b.timer.by_msg_id.values():
             msg = None if len(timing) > 1000 else b.store.message_at("rmq_sys_wheel_timer", 0, off)
@@ -265,6 +281,36 @@ class BrokerMetrics:
                 if not is_retry:
                     snap["rocketmq_consumer_committed_offset"].append(
                         (committed_sum, {"consumer_group": group, "topic": topic}))
+
+    def _ha(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
+        """Replication gauges: who leads, how far each replica has acknowledged, how far behind it is."""
+        b = self.broker
+        group = {"broker_group": b.broker_name}
+        end = b.store.commit_log.max_offset
+        d = b.dledger
+        if d is not None:
+            labels = {"group": d.group, "self_id": d.self_id}
+            snap["dledger_role"].append((ROLE_VALUES.get(str(d.role).upper(), 0), labels))
+            snap["dledger_term"].append((d.term, labels))
+            snap["dledger_commit_index"].append((d.commit_index, labels))
+            snap["rocketmq_ha_role"].append((1 if d.is_leader else 0, group))
+            if d.is_leader and d.node is not None and d.log is not None:
+                for peer, (match, _next, _state) in d.node.progress().items():
+                    if peer == d.self_id:
+                        continue
+                    snap["dledger_peer_lag_entries"].append(
+                        (max(0, d.log.last_index() - match), {**labels, "remote_id": peer}))
+                    acked = d.log.end_offset(min(match, d.log.last_index()))
+                    replica = {**group, "replica": f"{d.group}-{peer}"}
+                    snap["rocketmq_ha_replica_ack_offset"].append((acked, replica))
+                    snap["rocketmq_ha_replication_lag_bytes"].append((max(0, end - acked), replica))
+            return
+        snap["rocketmq_ha_role"].append((1 if b.is_master else 0, group))
+        if b.is_master:
+            for st in b.replication_master.slaves.values():
+                replica = {**group, "replica": st.name}
+                snap["rocketmq_ha_replica_ack_offset"].append((st.ack_offset, replica))
+                snap["rocketmq_ha_replication_lag_bytes"].append((max(0, end - st.ack_offset), replica))
 
     def _storage(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
         store = self.broker.store

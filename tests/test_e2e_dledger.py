@@ -12,6 +12,7 @@ from cluster import BrokerNode, LocalCluster, wait_until
 from conftest import free_port
 from faultproxy import FaultProxy, ProxyLoop, proxy_loop
 from rmq import drain, message, producer, simple_consumer
+from telemetry_support import find, scrape
 
 pytestmark = pytest.mark.e2e
 SIZE = 3
@@ -26,12 +27,15 @@ class Group:
         self.proxies: dict[tuple[int, int], FaultProxy] = {
             (i, j): pl.proxy(self.peer_ports[j]) for i in range(SIZE) for j in range(SIZE) if i != j}
         self.nodes: list[BrokerNode] = []
+        self.prom_port = free_port()
         for i in range(SIZE):
+            metrics = {"metricsExporterType": "PROM", "metricsPromExporterHost": "127.0.0.1",
+                       "metricsPromExporterPort": self.prom_port} if i == 0 else {}
             peers = ";".join(f"n{j}-127.0.0.1:{self.peer_ports[j] if j == i else self.proxies[(i, j)].port}"
                              for j in range(SIZE))
             self.nodes.append(c.start_broker(f"d{i}", brokerName="broker-d", enableDLegerCommitLog="true",
                                              dLegerGroup="broker-d", dLegerPeers=peers, dLegerSelfId=f"n{i}",
-                                             flushDiskType="SYNC_FLUSH"))
+                                             flushDiskType="SYNC_FLUSH", **metrics))
 
     @property
     def endpoint(self) -> str:
@@ -148,3 +152,7 @@ def test_dledger_survives_kills_and_partitions_under_load(group: Group) -> None:
     kinds = {e["type"] for e in events}
     assert {"leader_elected", "role_change", "replica_ack", "commit_advanced"} <= kinds
     assert max(e["term"] for e in events if e["type"] == "leader_elected") >= 2
+    text = scrape(f"http://127.0.0.1:{g.prom_port}/metrics")
+    assert find(text, "dledger_term", group="broker-d", self_id="n0")[0][1] >= 2
+    assert find(text, "dledger_role", group="broker-d", self_id="n0")[0][1] in (2, 3)
+    assert find(text, "dledger_commit_index", group="broker-d", self_id="n0")[0][1] > 0

@@ -77,6 +77,7 @@ def test_prometheus_scrapes_namesrv_broker_and_exporter(metrics_cluster: dict[st
         assert labels["cluster"] == "DefaultCluster" and labels["node_type"] == "broker"
         assert labels["node_id"] == "broker-a-0" and labels["message_type"] == "normal"
         assert value("rocketmq_namesrv_registered_brokers") == 2
+        assert value('rocketmq_ha_role{node_id="broker-a-0",broker_group="broker-a"}') == 1
         # broker-b pushes OTLP to the exporter, which Prometheus scrapes
         wait_until(lambda: value('rocketmq_topic_number{node_id="broker-b-0"}') is not None, timeout=30,
                    what="broker-b's series through the exporter")

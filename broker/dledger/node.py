@@ -265,6 +265,7 @@ class DLedgerNode:
                     w.future.set_result(ok)
                     if ok:
                         self.append_latencies.append((now - w.started) * 1000)
+                        self.broker.metrics.on_dledger_commit((now - w.started) * 1000)
             del self.append_latencies[:-2000]
         for e in rd.events:
             self._emit(e)
@@ -301,8 +302,10 @@ class DLedgerNode:
             ha.emit(ev.ELECTION_STARTED, term=e.term)  # type: ignore[attr-defined]
         elif kind == EventKind.ELECTION_WON:
             self.elections += 1
+            self.broker.metrics.on_dledger_election("won")
             ha.emit(ev.ELECTION_WON, term=e.term)  # type: ignore[attr-defined]
         elif kind == EventKind.ELECTION_LOST and not e.pre_vote:  # type: ignore[attr-defined]
+            self.broker.metrics.on_dledger_election("lost")
             ha.emit(ev.ELECTION_LOST, term=e.term)  # type: ignore[attr-defined]
         elif kind == EventKind.LEADER_ELECTED:
             ha.emit(ev.LEADER_ELECTED, term=e.term, leader=e.leader)  # type: ignore[attr-defined]
