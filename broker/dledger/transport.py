@@ -94,20 +94,25 @@ class PeerLink:
         while True:
             try:
                 async with grpc.aio.insecure_channel(
-                        self.address, options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as channel:
+                        self.address, options=[("grpc.max_send_message_length", 64 * 1024 * 1024),
+                                               ("grpc.initial_reconnect_backoff_ms", 50),
+                                               ("grpc.max_reconnect_backoff_ms", 500)]) as channel:
+                    # wait until the peer really answers: a stream opened on a dead address only fails later
+                    await asyncio.wait_for(channel.channel_ready(), 1.0)
                     stub = dledger_pb2_grpc.DLedgerPeerStub(channel)
                     self.connected = True
                     if failures:
-                        log.info("dledger: link to %s (%s) up again", self.peer_id, self.address)
+                        log.info("dledger: link to %s (%s) up", self.peer_id, self.address)
                     failures = 0
                     ack = await stub.Send(self._batches())
                     if ack.error:
                         log.error("dledger: peer %s refused our messages: %s", self.peer_id, ack.error)
-            except grpc.aio.AioRpcError as exc:
+            except (grpc.aio.AioRpcError, TimeoutError) as exc:
                 if failures == 0:
-                    log.warning("dledger: link to %s (%s) down: %s", self.peer_id, self.address, exc.code().name)
+                    reason = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else "not reachable"
+                    log.warning("dledger: link to %s (%s) down: %s", self.peer_id, self.address, reason)
                 failures += 1
             self.connected = False
             while not self.queue.empty():  # stale while disconnected: Raft resends what matters
                 self.queue.get_nowait()
-            await asyncio.sleep(min(0.05 * 2 ** min(failures, 4), 0.5))
+            await asyncio.sleep(0.05)
