@@ -11,6 +11,7 @@ import itertools
 import logging
 import signal
 import time
+import uuid
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, dledger_pb2_grpc, ha_pb2_grpc, namesrv_pb2
-from rocketscope.config import Settings
+from rocketscope.config import ConfigError, Settings
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
 from .admin_service import BrokerAdminService
@@ -221,6 +222,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.offsets.flush_loop(s.consumerOffsetFlushInterval / 1000)))
         self._tasks.append(loop.create_task(self._housekeeping()))
+        if s.brokerTraceEnable:
+            await self._start_broker_trace()
         self.metrics.start()
         self.client_metrics.start()
         self.ha_events.start()
@@ -249,6 +252,8 @@ class Broker:
     async def stop(self) -> None:
         log.info("broker %s shutting down", self.broker_name)
         await self.replication_slave.stop()
+        if hasattr(self.trace_hooks, "stop"):
+            await self.trace_hooks.stop()  # type: ignore[attr-defined]
         await self.ha_events.stop()
         if self.dledger is not None:
             await self.dledger.stop()
@@ -296,6 +301,28 @@ class Broker:
         log.info("role changed: %s#%d -> %s#%d", old_role, old_id, role, self.broker_id)
         self.ha_events.emit(ROLE_CHANGE, role=role)
         self.namesrv.register_now()
+
+    async def _start_broker_trace(self) -> None:
+        """brokerTraceEnable: the broker writes trace records for clients that write none."""
+        try:
+            from rocketscope.trace.broker_side import BrokerTracer
+        except ImportError as exc:
+            raise ConfigError(f"config key brokerTraceEnable has bad value 'true': broker-side trace is not "
+                              f"available in this build ({exc})") from exc
+        s = self.settings
+        self.topics.create_if_absent(s.msgTraceTopicName, 1, system=True)
+
+        async def append(topic: str, body: str, keys: list[str]) -> None:
+            msg = StoredMessage(topic=topic, queue_id=0, body=body.encode("utf-8"),
+                                properties={"KEYS": " ".join(keys), "UNIQ_KEY": uuid.uuid4().hex.upper()})
+            await self.store.put([msg])
+
+        tracer = BrokerTracer(append=append, region_id=s.regionId, store_host=self.grpc_addr,
+                              trace_topic=s.msgTraceTopicName)
+        await tracer.start()
+        self.trace_hooks = tracer
+        self.pop.trace = tracer
+        log.info("broker-side trace on: records go to %s", s.msgTraceTopicName)
 
     def on_dledger_role_change(self) -> None:
         """Raft role or leader changed: re-register, and a new leader takes over the write-side services."""

@@ -154,8 +154,7 @@ def delete_topic(namesrv: str | None, cluster: str | None, topic: str) -> None:
         for addr in await c.target_brokers(None, cluster):
             st = await c.broker_call(addr, "DeleteTopic", admin_pb2.TopicRequest(topic=topic))
             click.echo(f"delete topic [{topic}] from {addr}: {'success' if not st.code else st.remark}")  # type: ignore[attr-defined]
-        await c._namesrv_call("DeleteTopicInNamesrv", __import__(
-            "rocketscope.broker.protocol.namesrv_pb2", fromlist=["x"]).DeleteTopicRequest(topic=topic))
+        await c.delete_topic_in_namesrv(topic)
         return 0
     run(go, namesrv)
 

@@ -77,6 +77,15 @@ class AdminClient:
     async def route(self, topic: str) -> namesrv_pb2.GetRouteResponse:
         return await self._namesrv_call("GetRouteInfoByTopic", namesrv_pb2.GetRouteRequest(topic=topic))  # type: ignore[return-value]
 
+    async def delete_topic_in_namesrv(self, topic: str) -> None:
+        """Drop the topic's route from every name server (the brokers re-register without it anyway)."""
+        for addr in self.namesrv_addrs:
+            stub = namesrv_pb2_grpc.NameServerStub(self._channel(addr))
+            try:
+                await stub.DeleteTopicInNamesrv(namesrv_pb2.DeleteTopicRequest(topic=topic), timeout=self.timeout)
+            except grpc.aio.AioRpcError:
+                continue
+
     async def masters(self, cluster: str | None = None) -> list[BrokerNode]:
         return [b for b in await self.cluster() if b.broker_id == 0 and (cluster is None or b.cluster == cluster)]
 

@@ -166,6 +166,11 @@ def test_admin_commands(cluster: LocalCluster) -> None:
     assert int(next(iter(status.values()))["commitLogMaxOffset"]) > 0
     missing = cluster.admin("queryMsgById", "-i", "NO_SUCH_ID", check=False)
     assert missing.returncode == 1 and "no message" in missing.stderr
+    cluster.admin("updateTopic", "-c", "DefaultCluster", "-t", "TopicDoomed")
+    wait_until(lambda: "TopicDoomed" in cluster.admin_json("topicList"), what="topic registered")
+    assert "success" in cluster.admin("deleteTopic", "-c", "DefaultCluster", "-t", "TopicDoomed").stdout
+    assert "TopicDoomed" not in cluster.admin_json("topicList")
+    assert cluster.admin("topicRoute", "-t", "TopicDoomed", check=False).returncode == 1
 
 
 # ---------------------------------------------------------------- bad input
