@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import struct
+import time
 from array import array
 from pathlib import Path
 
@@ -45,6 +46,7 @@ class DLedgerLog:
         self.fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._load()
         self.hard_state = self._load_hard_state()
+        self._commit_written = 0.0
 
     # ---------------------------------------------------------------- loading
     def _load(self) -> None:
@@ -77,13 +79,25 @@ class DLedgerLog:
             return HardState()
 
     def save_hard_state(self, hs: HardState, sync: bool) -> None:
+        """Persist term and vote (and, lazily, commit).
+
+        Only term and vote must be durable before answering; the commit index is re-learnt
+        from the leader (docs/RAFT.md), so a commit-only change is written at most once a
+        second and never fsynced — it only spares a restarted node some re-dispatch.
+        """
+        old = self.hard_state
+        now = time.monotonic()
+        if (hs.term, hs.vote) == (old.term, old.vote) and now - self._commit_written < 1.0:
+            self.hard_state = hs
+            return
         tmp = self.hard_state_path.with_suffix(".tmp")
         with open(tmp, "w") as fh:
             json.dump({"term": hs.term, "vote": hs.vote, "commit": hs.commit}, fh)
-            if sync:
+            if sync and (hs.term, hs.vote) != (old.term, old.vote):
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, self.hard_state_path)
+        self._commit_written = now
         self.hard_state = hs
 
     def close(self) -> None:
