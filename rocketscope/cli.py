@@ -82,11 +82,13 @@ main.add_command(admin)
 
 def _mount_optional() -> None:
     """Commands whose modules import heavy dependencies are imported when the CLI starts, not per call."""
+    from rocketscope.dashboards.cli import dashboard
     from rocketscope.spark.cli import analyze
     from rocketscope.telemetry.cli import exporter
 
     main.add_command(exporter)
     main.add_command(analyze)
+    main.add_command(dashboard)
 
 
 _mount_optional()
