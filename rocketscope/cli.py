@@ -90,6 +90,10 @@ def _mount_optional() -> None:
     main.add_command(analyze)
     main.add_command(dashboard)
 
+    from rocketscope.trace.cli import query_msg_trace_by_id
+
+    admin.add_command(query_msg_trace_by_id)
+
 
 _mount_optional()
 

@@ -1,0 +1,177 @@
+"""Broker-side trace: turns TraceHooks calls into trace records and writes them to the trace topic.
+
+Hooks run synchronously on the broker's event loop and only buffer; ``start()`` runs a task that
+batches the buffer every ``flush_interval_s`` with ``rocketscope.trace.batching`` and awaits
+``append(trace_topic, body, keys)``.  ``stop()`` flushes what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rocketscope.trace.batching import build_batches
+from rocketscope.trace.codec import (
+    EndTransactionRecord,
+    PubRecord,
+    RecallRecord,
+    SubAfterRecord,
+    SubBeforeRecord,
+)
+from rocketscope.trace.ids import make_offset_msg_id, split_address
+
+log = logging.getLogger(__name__)
+
+_MSG_TYPES = {"NORMAL": 0, "TRANSACTION": 1, "DELAY": 3, "FIFO": 4}
+_DLQ_PREFIX = "%DLQ%"
+
+Append = Callable[[str, str, list[str]], Awaitable[Any]]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _msg_type(msg: Any) -> int:
+    return _MSG_TYPES.get(msg.properties.get("__MSGTYPE", "NORMAL"), 0)
+
+
+def _origin_topic(msg: Any) -> str:
+    props = msg.properties
+    return props.get("RETRY_TOPIC") or props.get("REAL_TOPIC") or msg.topic
+
+
+class BrokerTracer:
+    def __init__(self, append: Append, region_id: str, store_host: str, trace_topic: str = "RMQ_SYS_TRACE_TOPIC",
+                 flush_interval_s: float = 0.2, batch: int = 64) -> None:
+        self._append = append
+        self.region_id = region_id or "DefaultRegion"
+        self.store_host = store_host
+        self.trace_topic = trace_topic
+        self.flush_interval_s = flush_interval_s
+        self.batch = batch
+        self._buf: list[tuple[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self.written = 0
+        self.dropped = 0
+
+    # --- buffering -------------------------------------------------------------------------------
+    def _add(self, topic: str, record: Any) -> None:
+        try:
+            self._buf.append((topic, record))
+        except Exception:  # pragma: no cover - never raise into the broker
+            self.dropped += 1
+
+    def _offset_msg_id(self, msg: Any) -> str:
+        try:
+            host, port = split_address(self.store_host or msg.store_host)
+            return make_offset_msg_id(host, port, max(msg.physical_offset, 0))
+        except Exception:
+            return ""
+
+    # --- hooks -----------------------------------------------------------------------------------
+    def on_stored(self, msg: Any, *, client_id: str, client_traced: bool, cost_ms: int, status: str) -> None:
+        if client_traced or msg.topic.startswith(("%RETRY%", _DLQ_PREFIX)):
+            return  # the broker's own re-put of a retry or dead letter is not a send
+        props = msg.properties
+        topic = props.get("REAL_TOPIC") or msg.topic
+        self._add(topic, PubRecord(
+            timestamp=msg.born_timestamp or _now_ms(), region_id=self.region_id, group=props.get("PGROUP", ""),
+            topic=topic, msg_id=msg.msg_id, tags=props.get("TAGS", ""), keys=props.get("KEYS", ""),
+            store_host=self.store_host, body_length=len(msg.body), cost_time=int(cost_ms),
+            msg_type=_msg_type(msg), offset_msg_id=self._offset_msg_id(msg), success=True))
+
+    def on_send_failed(self, topic: str, msg_id: str, tags: str, keys: str, body_length: int, *, client_id: str,
+                       client_traced: bool, code: int, reason: str) -> None:
+        if client_traced:
+            return
+        self._add(topic, PubRecord(
+            timestamp=_now_ms(), region_id=self.region_id, group="", topic=topic, msg_id=msg_id, tags=tags or "",
+            keys=keys or "", store_host=self.store_host, body_length=int(body_length), cost_time=0, msg_type=0,
+            offset_msg_id="", success=False))
+
+    def on_delivered(self, group: str, msg: Any, *, attempt: int, request_id: str, client_id: str,
+                     client_traced: bool) -> None:
+        if client_traced:
+            return
+        self._add(_origin_topic(msg), SubBeforeRecord(
+            timestamp=_now_ms(), region_id=self.region_id, group=group, request_id=request_id, msg_id=msg.msg_id,
+            retry_times=max(attempt - 1, 0), keys=msg.properties.get("KEYS", "")))
+
+    def _sub_after(self, group: str, msg: Any, request_id: str, cost_ms: int, success: bool, code: int) -> None:
+        self._add(_origin_topic(msg), SubAfterRecord(
+            request_id=request_id, msg_id=msg.msg_id, cost_time=int(cost_ms), success=success,
+            keys=msg.properties.get("KEYS", ""), context_code=code, timestamp=_now_ms(), group=group))
+
+    def on_acked(self, group: str, msg: Any, *, request_id: str, cost_ms: int, client_id: str,
+                 client_traced: bool) -> None:
+        if client_traced:
+            return
+        self._sub_after(group, msg, request_id, cost_ms, True, 0)
+
+    def on_expired(self, group: str, msg: Any, *, request_id: str, cost_ms: int) -> None:
+        self._sub_after(group, msg, request_id, cost_ms, False, 1)
+
+    def on_dead_lettered(self, group: str, msg: Any, *, attempts: int) -> None:
+        dlq = _DLQ_PREFIX + group
+        self._add(_origin_topic(msg), PubRecord(
+            timestamp=_now_ms(), region_id=self.region_id, group=group, topic=dlq, msg_id=msg.msg_id,
+            tags=msg.properties.get("TAGS", ""), keys=msg.properties.get("KEYS", ""), store_host=self.store_host,
+            body_length=len(msg.body), cost_time=0, msg_type=_msg_type(msg), offset_msg_id="", success=True))
+
+    def on_transaction_end(self, half: Any, *, state: str, transaction_id: str, from_check: bool) -> None:
+        props = half.properties
+        topic = props.get("REAL_TOPIC") or half.topic
+        self._add(topic, EndTransactionRecord(
+            timestamp=_now_ms(), region_id=self.region_id, group=props.get("PGROUP", ""), topic=topic,
+            msg_id=half.msg_id, tags=props.get("TAGS", ""), keys=props.get("KEYS", ""), store_host=self.store_host,
+            msg_type=1, transaction_id=transaction_id or "", transaction_state=state, from_check=bool(from_check)))
+
+    def on_recalled(self, topic: str, msg_id: str, *, success: bool) -> None:
+        self._add(topic, RecallRecord(timestamp=_now_ms(), region_id=self.region_id, group="", topic=topic,
+                                      msg_id=msg_id, success=bool(success)))
+
+    def on_delay_delivered(self, msg: Any, *, late_ms: int) -> None:
+        pass
+
+    # --- writing ---------------------------------------------------------------------------------
+    async def flush(self) -> None:
+        async with self._lock:
+            while self._buf:
+                chunk, self._buf = self._buf[: self.batch], self._buf[self.batch:]
+                try:
+                    plan = build_batches(chunk)
+                except Exception:
+                    log.exception("broker trace: cannot encode %d records", len(chunk))
+                    self.dropped += len(chunk)
+                    continue
+                self.dropped += len(plan.oversize)
+                for b in plan.batches:
+                    try:
+                        await self._append(self.trace_topic, b.body, list(b.keys))
+                        self.written += len(b.records)
+                    except Exception:
+                        log.exception("broker trace: append failed")
+                        self.dropped += len(b.records)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            await self.flush()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()

@@ -1,0 +1,57 @@
+"""``queryMsgTraceById``: print one message's trace like mqadmin does, or the timeline as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+
+import click
+
+from rocketscope.trace.lookup import TraceLookup, TraceLookupError
+from rocketscope.trace.timeline import Timeline
+
+_ROW = "{:<28} {:<34} {:<8} {:<8} {:<24} {:<8}"
+
+
+def _ts(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def render_table(tl: Timeline) -> str:
+    lines = [f"msgId: {tl.msg_id}  topic: {tl.topic}  tags: {tl.tags or '-'}  keys: {tl.keys or '-'}", ""]
+    lines.append(_ROW.format("#Type", "#ProducerGroup", "#Cost", "#Retry", "#Time", "#Status"))
+    for s in tl.sends:
+        lines.append(_ROW.format("Pub", s.group or "-", f"{s.cost_time}ms", "-", _ts(s.begin), s.status))
+    for g in tl.groups:
+        lines.append("")
+        lines.append(_ROW.format("#Type", "#ConsumerGroup", "#Cost", "#Retry", "#Time", "#Status"))
+        for d in g.deliveries:
+            cost = "-" if d.cost_time is None else f"{d.cost_time}ms"
+            retry = "-" if d.retry_times is None else str(d.retry_times)
+            lines.append(_ROW.format("Sub", g.group, cost, retry, _ts(d.begin if d.begin is not None else d.end),
+                                     d.status))
+        if g.dlq is not None:
+            lines.append(_ROW.format("DLQ", g.group, "-", "-", _ts(g.dlq.timestamp), "FAILED"))
+    for w in tl.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+@click.command("queryMsgTraceById")
+@click.option("-n", "--namesrv", required=True, help="name server address")
+@click.option("-i", "--msg-id", "msg_id", required=True, help="message id (UNIQ_KEY)")
+@click.option("-t", "--trace-topic", default="RMQ_SYS_TRACE_TOPIC", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")
+def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, as_json: bool) -> None:
+    """Show the trace of one message."""
+    try:
+        tl = asyncio.run(TraceLookup(namesrv).lookup(msg_id, trace_topic))
+    except TraceLookupError as e:
+        raise click.ClickException(str(e)) from e
+    if as_json:
+        click.echo(json.dumps(tl.to_dict(), indent=2, default=str))
+    else:
+        click.echo(render_table(tl))
