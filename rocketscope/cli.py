@@ -94,6 +94,10 @@ def _mount_optional() -> None:
 
     admin.add_command(query_msg_trace_by_id)
 
+    from rocketscope.broker.security.cli import gen_certs
+
+    admin.add_command(gen_certs)
+
 
 _mount_optional()
 

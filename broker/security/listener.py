@@ -1,0 +1,149 @@
+"""Binding a grpc.aio server to its port in each TLS mode, including permissive (TLS and plaintext on one port).
+
+gRPC serves one kind of transport per port, but RocketMQ's ``tls.server.mode=permissive``
+means "accept TLS and plaintext on the same port" (Netty peeks at the first byte).  We do
+the same in front of gRPC: the server listens on two loopback-only ports (one TLS, one
+plaintext) and a small asyncio front end owns the public port, reads the first byte of
+each connection (0x16 = a TLS handshake record) and splices the connection to the
+matching internal port.  The front end never decrypts anything: TLS still terminates in
+gRPC with the same credentials as in enforcing mode.
+
+The cost: every byte of a permissive connection is copied once more through the event
+loop, and gRPC sees the front end (127.0.0.1) as the peer.  ``real_peer`` maps that back
+to the client's address for the ACL address checks and logs.  Permissive is meant for
+migrating a cluster to TLS, not as a permanent mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+import grpc
+
+from .tls import TlsMode, TlsServerConfig
+
+log = logging.getLogger(__name__)
+TLS_RECORD_HANDSHAKE = 0x16
+_CHUNK = 256 * 1024
+
+# internal-connection local port -> the real client peer ("ipv4:10.0.0.7:53422"); process-wide
+_PEERS: dict[int, str] = {}
+
+
+def real_peer(peer: str) -> str:
+    """The client's peer string for a connection that came through a permissive front end, else ``peer``."""
+    if not _PEERS or not peer.startswith(("ipv4:127.0.0.1:", "ipv6:[::1]:", "ipv6:%5B::1%5D:")):
+        return peer
+    try:
+        port = int(peer.rpartition(":")[2])
+    except ValueError:
+        return peer
+    return _PEERS.get(port, peer)
+
+
+def _peer_string(addr: tuple[object, ...] | None) -> str:
+    if not addr:
+        return "unknown"
+    host, port = str(addr[0]), addr[1]
+    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+
+
+@dataclass
+class Listener:
+    """A bound port; ``start()`` after ``server.start()``, ``stop()`` before or after ``server.stop()``."""
+
+    address: str
+    mode: TlsMode
+    port: int
+    tls_port: int = 0
+    plain_port: int = 0
+    _server: asyncio.base_events.Server | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def start(self) -> None:
+        if self.mode is not TlsMode.PERMISSIVE or self._server is not None:
+            return
+        host, _, port = self.address.rpartition(":")
+        self._server = await asyncio.start_server(self._accept, host.strip("[]") or None, int(port),
+                                                  reuse_address=True)
+        sock = self._server.sockets[0]
+        self.port = int(sock.getsockname()[1])
+        log.info("permissive TLS front end on %s (TLS -> 127.0.0.1:%d, plaintext -> 127.0.0.1:%d)", self.address,
+                 self.tls_port, self.plain_port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for t in list(self._tasks):
+                t.cancel()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        local_port = 0
+        try:
+            first = await reader.read(1)
+            if not first:
+                return
+            target = self.tls_port if first[0] == TLS_RECORD_HANDSHAKE else self.plain_port
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
+            local_port = int(up_writer.get_extra_info("sockname")[1])
+            _PEERS[local_port] = _peer_string(writer.get_extra_info("peername"))
+            up_writer.write(first)
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            _PEERS.pop(local_port, None)
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            data = await src.read(_CHUNK)
+            if not data:
+                break
+            dst.write(data)
+            await dst.drain()
+    except (OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            dst.close()
+
+
+def bind_server(server: grpc.aio.Server, address: str, tls: TlsServerConfig) -> Listener:
+    """Add the port(s) for ``address`` ('0.0.0.0:8081') to ``server`` per ``tls.mode``; OSError if a bind fails.
+
+    disabled: add_insecure_port; enforcing: add_secure_port; permissive: a TLS and a plaintext
+    port on 127.0.0.1 plus the front end started by ``Listener.start()``.
+    """
+    mode = tls.mode
+    if mode is TlsMode.DISABLED:
+        port = server.add_insecure_port(address)
+        if not port:
+            raise OSError(f"cannot bind {address}")
+        return Listener(address, mode, port)
+    creds = tls.server_credentials()
+    if mode is TlsMode.ENFORCING:
+        port = server.add_secure_port(address, creds)
+        if not port:
+            raise OSError(f"cannot bind {address} (TLS)")
+        return Listener(address, mode, port)
+    tls_port = server.add_secure_port("127.0.0.1:0", creds)
+    plain_port = server.add_insecure_port("127.0.0.1:0")
+    if not tls_port or not plain_port:
+        raise OSError(f"cannot bind the internal loopback ports for permissive TLS on {address}")
+    return Listener(address, mode, int(address.rpartition(":")[2]), tls_port, plain_port)
