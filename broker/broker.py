@@ -44,6 +44,7 @@ from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
 from .pull import PullService
+from .security import AclInterceptor, SecurityConfig, bind_server
 from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
@@ -80,6 +81,10 @@ class Broker:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         s = settings
+        self.security = SecurityConfig.from_properties(s.raw)
+        self.acl_guard = None
+        self._listeners = []
+        self._acl_watcher = None
         self.dledger: DLedgerNode | None = None
         self.cluster = s.brokerClusterName
         self.broker_name = s.brokerName
@@ -120,7 +125,8 @@ class Broker:
             # no snapshots: keep every entry a lagging member may need (DLedger 0.3.1.2 has none either)
             self.store.config.retention.disk_max_used_ratio = 1.01
             self.store.config.retention.delete_when = ""
-        self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000)
+        self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000,
+                                     channel=self.security.client_tls.channel)
         self.topics_on_change = self.namesrv.register_now
         self._rr = itertools.count()
         self._servers: list[grpc.aio.Server] = []
@@ -182,7 +188,8 @@ class Broker:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         s = self.settings
-        self.telemetry = Telemetry.start(self.telemetry_config, "broker", self.cluster, self.node_id)
+        self.telemetry = Telemetry.start(self.telemetry_config, "broker", self.cluster, self.node_id,
+                                         serve=self.security.metrics_serve())
         self.metrics = BrokerMetrics(self, self.telemetry)
         self.pop.on_dead_letter = self.metrics.on_dead_lettered
         await self.store.start()
@@ -194,31 +201,37 @@ class Broker:
         self.pop.start()
         self.timer.start()
         self.transactions.start()
-        self.client_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        sec = self.security
+        self.acl_guard = sec.guard(s.msgTraceTopicName, self.telemetry.counter("rocketmq_acl_denied_total"))
+        interceptors = [AclInterceptor(self.acl_guard)] if self.acl_guard else []
+        self.client_server = grpc.aio.server(interceptors=interceptors,
+                                             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                                       ("grpc.max_send_message_length", 64 * 1024 * 1024)])
         add_messaging_service(MessagingService(self), self.client_server, self)
         self.client_metrics.register(self.client_server)
-        if not self.client_server.add_insecure_port(f"0.0.0.0:{s.grpcServerPort}"):
-            raise OSError(f"cannot bind grpcServerPort {s.grpcServerPort}")
-        self.admin_server = grpc.aio.server()
+        self._listeners.append(bind_server(self.client_server, f"0.0.0.0:{s.grpcServerPort}", sec.server_tls))
+        self.admin_server = grpc.aio.server(interceptors=interceptors)
         admin_pb2_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self), self.admin_server)
-        if not self.admin_server.add_insecure_port(f"0.0.0.0:{s.listenPort}"):
-            raise OSError(f"cannot bind listenPort {s.listenPort}")
+        internal = sec.server_tls.for_internal()
+        self._listeners.append(bind_server(self.admin_server, f"0.0.0.0:{s.listenPort}", internal))
         self.ha_server = grpc.aio.server(options=[("grpc.max_send_message_length", 64 * 1024 * 1024)])
         ha_pb2_grpc.add_ReplicationServicer_to_server(self.replication_master, self.ha_server)
-        if not self.ha_server.add_insecure_port(f"0.0.0.0:{self.ha_port}"):
-            raise OSError(f"cannot bind haListenPort {self.ha_port}")
+        self._listeners.append(bind_server(self.ha_server, f"0.0.0.0:{self.ha_port}", internal))
         self._servers = [self.client_server, self.admin_server, self.ha_server]
         if self.dledger is not None:
             self.peer_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
             dledger_pb2_grpc.add_DLedgerPeerServicer_to_server(
                 PeerServicer(self.dledger.group, self.dledger.on_batch), self.peer_server)
             peer_port = int(self.dledger.peers[self.dledger.self_id].rpartition(":")[2])
-            if not self.peer_server.add_insecure_port(f"0.0.0.0:{peer_port}"):
-                raise OSError(f"cannot bind the DLedger port {peer_port} (dLegerPeers)")
+            self._listeners.append(bind_server(self.peer_server, f"0.0.0.0:{peer_port}", internal))
             self._servers.append(self.peer_server)
         for server in self._servers:
             await server.start()
+        for listener in self._listeners:
+            await listener.start()
+        if self.acl_guard is not None:
+            self._acl_watcher = sec.watcher(self.acl_guard)
+            self._acl_watcher.start()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.offsets.flush_loop(s.consumerOffsetFlushInterval / 1000)))
         self._tasks.append(loop.create_task(self._housekeeping()))
@@ -259,6 +272,10 @@ class Broker:
             await self.dledger.stop()
         await self.forwarder.close()
         await self.namesrv.stop()
+        if self._acl_watcher is not None:
+            await self._acl_watcher.stop()
+        for listener in self._listeners:
+            await listener.stop()
         for server in self._servers:
             await server.stop(grace=1)
         for t in self._tasks:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 from rocketscope.config import Key, Settings, load_settings, non_negative, port, positive
 
+from .security.config import SECURITY_KEYS
+
 GiB = 1 << 30
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
@@ -87,6 +89,9 @@ BROKER_KEYS: list[Key] = [
     Key("regionId", str, "DefaultRegion", "region written into trace records (MSG_REGION)"),
     Key("brokerTraceEnable", bool, False, "the broker writes trace records itself (RocketScope)"),
 ]
+
+BROKER_KEYS += SECURITY_KEYS
+
 
 def _telemetry_key_names() -> tuple[str, ...]:
     from rocketscope.telemetry.config import KEYS

@@ -21,6 +21,8 @@ from rocketscope.config import ConfigError, Key, Settings, load_settings, port, 
 
 from .broker import Broker
 from .broker_config import load_broker_config
+from .security.config import TLS_KEYS, SecurityConfig
+from .security.listener import Listener, bind_server
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ CONTAINER_KEYS: list[Key] = [
 
 
 def load_container_config(raw: Mapping[str, str]) -> Settings:
-    return load_settings(CONTAINER_KEYS, raw, what="container")
+    return load_settings([*CONTAINER_KEYS, *TLS_KEYS], raw, what="container")
 
 
 class BrokerContainer:
@@ -41,6 +43,7 @@ class BrokerContainer:
         self.settings = settings
         self.brokers: dict[tuple[str, str, int], tuple[Broker, str]] = {}
         self.server: grpc.aio.Server | None = None
+        self._listener: Listener | None = None
         self.port = 0
 
     def _key(self, b: Broker) -> tuple[str, str, int]:
@@ -75,10 +78,16 @@ class BrokerContainer:
     async def start(self) -> None:
         self.server = grpc.aio.server()
         admin_pb2_grpc.add_ContainerAdminServicer_to_server(ContainerAdminService(self), self.server)
-        self.port = self.server.add_insecure_port(f"0.0.0.0:{self.settings.listenPort}")
-        if not self.port:
-            raise OSError(f"container cannot bind listenPort {self.settings.listenPort}")
+        # the container's admin port (addBroker/removeBroker) has TLS but no ACL: require client
+        # certificates (tls.internal.need.client.auth=require) where untrusted hosts can reach it
+        tls = SecurityConfig.from_properties(self.settings.raw).server_tls.for_internal()
+        try:
+            self._listener = bind_server(self.server, f"0.0.0.0:{self.settings.listenPort}", tls)
+        except OSError:
+            raise OSError(f"container cannot bind listenPort {self.settings.listenPort}") from None
         await self.server.start()
+        await self._listener.start()
+        self.port = self._listener.port
         for path in filter(None, (p.strip() for p in self.settings.brokerConfigPaths.split(":"))):
             await self.add_broker(path)
         log.info("container listening on %s:%d with %d broker(s)", self.settings.brokerContainerIP, self.port,
@@ -88,6 +97,8 @@ class BrokerContainer:
         for broker, _ in list(self.brokers.values()):
             await broker.stop()
         self.brokers.clear()
+        if self._listener is not None:
+            await self._listener.stop()
         if self.server:
             await self.server.stop(grace=1)
         log.info("container stopped")

@@ -78,8 +78,9 @@ class LeaderForwarder:
     def _channel(self, addr: str) -> grpc.aio.Channel:
         ch = self._channels.get(addr)
         if ch is None:
-            ch = grpc.aio.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                                                          ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+            options = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                       ("grpc.max_send_message_length", 64 * 1024 * 1024)]
+            ch = self.broker.security.client_tls.channel(addr, options=options)
             self._channels[addr] = ch
         return ch
 

@@ -27,11 +27,13 @@ class NamesrvUnavailable(Exception):
 
 class NamesrvClient:
     def __init__(self, addresses: list[str], registration: Callable[[], namesrv_pb2.BrokerRegistration],
-                 period_s: float) -> None:
+                 period_s: float, channel: Callable[[str], grpc.aio.Channel] | None = None) -> None:
+        """``channel`` builds the channel to one name server (TLS when the broker's tls.enable is on)."""
         self.addresses = addresses
         self.registration = registration
         self.period_s = period_s
-        self.channels = {a: grpc.aio.insecure_channel(a) for a in addresses}
+        make = channel or grpc.aio.insecure_channel
+        self.channels = {a: make(a) for a in addresses}
         self.stubs = {a: namesrv_pb2_grpc.NameServerStub(c) for a, c in self.channels.items()}
         self._tasks: list[asyncio.Task[None]] = []
         self._kick: dict[str, asyncio.Event] = {a: asyncio.Event() for a in addresses}

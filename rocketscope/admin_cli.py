@@ -14,7 +14,7 @@ import click
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 
-from .admin_client import AdminClient, AdminError
+from .admin_client import AdminClient, AdminError, Connection
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -31,9 +31,13 @@ def emit(as_json: bool, data: Any, headers: Sequence[str], rows: Sequence[Sequen
         print_table(headers, rows)
 
 
+# set by the ``admin`` group's options before any command runs (one command per process)
+CONNECTION = Connection()
+
+
 def run(fn: Callable[[AdminClient], Awaitable[int | None]], namesrv: str | None) -> None:
     async def main() -> int:
-        client = AdminClient(namesrv or os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"))
+        client = AdminClient(namesrv or os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"), connection=CONNECTION)
         try:
             return await fn(client) or 0
         finally:
@@ -55,8 +59,26 @@ json_opt = click.option("--json", "as_json", is_flag=True, help="print JSON inst
 
 
 @click.group("admin")
-def admin() -> None:
+@click.option("--tls", "use_tls", is_flag=True, envvar="ROCKETSCOPE_ADMIN_TLS",
+              help="connect with TLS (a cluster with tls.server.mode=enforcing)")
+@click.option("--trustCertPath", "trust", default="", envvar="ROCKETSCOPE_ADMIN_TRUST_CERT",
+              help="PEM CA to verify the servers with (default: the system store); implies --tls")
+@click.option("--certPath", "cert", default="", envvar="ROCKETSCOPE_ADMIN_CERT",
+              help="PEM client certificate for mutual TLS; implies --tls")
+@click.option("--keyPath", "key", default="", envvar="ROCKETSCOPE_ADMIN_KEY", help="PEM key of --certPath")
+@click.option("--serverNameOverride", "server_name", default="", help="name server certificates must carry")
+@click.option("--accessKey", "access_key", default="", envvar="ROCKETMQ_ACCESS_KEY",
+              help="sign requests with this ACL account (aclEnable clusters)")
+@click.option("--secretKey", "secret_key", default="", envvar="ROCKETMQ_SECRET_KEY", help="secret of --accessKey")
+def admin(use_tls: bool, trust: str, cert: str, key: str, server_name: str, access_key: str,
+          secret_key: str) -> None:
     """Administer a RocketScope cluster (the commands of RocketMQ's mqadmin)."""
+    from rocketscope.broker.security.tls import TlsClientConfig
+
+    global CONNECTION
+    tls = TlsClientConfig(enabled=bool(use_tls or trust or cert), cert_path=cert, key_path=key,
+                          trust_cert_path=trust, server_name_override=server_name)
+    CONNECTION = Connection(tls, access_key, secret_key)
 
 
 @admin.command("clusterList")
@@ -372,9 +394,10 @@ def ha_events(namesrv: str | None, broker: str | None, max_events: int, as_json:
 async def _container_call(addr: str, method: str, request: object) -> object:
     import grpc
 
-    async with grpc.aio.insecure_channel(addr) as ch:
+    async with CONNECTION.channel(addr) as ch:
         try:
-            return await getattr(admin_pb2_grpc.ContainerAdminStub(ch), method)(request, timeout=30)
+            return await getattr(admin_pb2_grpc.ContainerAdminStub(ch), method)(request, timeout=30,
+                                                                             metadata=CONNECTION.metadata())
         except grpc.aio.AioRpcError as exc:
             raise AdminError(f"container {addr} did not answer {method}: {exc.code().name}") from None
 

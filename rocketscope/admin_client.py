@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from rocketscope.broker.security.signature import client_metadata
+from rocketscope.broker.security.tls import TlsClientConfig
 
 
 class AdminError(Exception):
@@ -25,15 +27,32 @@ class BrokerNode:
     registration: namesrv_pb2.BrokerRegistration
 
 
+@dataclass(frozen=True)
+class Connection:
+    """How the admin tools reach the cluster: TLS settings and the account requests are signed with."""
+
+    tls: TlsClientConfig = field(default_factory=TlsClientConfig)
+    access_key: str = ""
+    secret_key: str = ""
+
+    def channel(self, addr: str) -> grpc.aio.Channel:
+        return self.tls.channel(addr)
+
+    def metadata(self) -> list[tuple[str, str]] | None:
+        """A fresh signature per call (the broker bounds the clock skew of x-mq-date-time)."""
+        return client_metadata(self.access_key, self.secret_key) if self.access_key else None
+
+
 class AdminClient:
-    def __init__(self, namesrv: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, namesrv: str, timeout_s: float = 5.0, connection: Connection | None = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         self.timeout = timeout_s
+        self.connection = connection or Connection()
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _channel(self, addr: str) -> grpc.aio.Channel:
         if addr not in self._channels:
-            self._channels[addr] = grpc.aio.insecure_channel(addr)
+            self._channels[addr] = self.connection.channel(addr)
         return self._channels[addr]
 
     async def close(self) -> None:
@@ -45,7 +64,7 @@ class AdminClient:
         for addr in self.namesrv_addrs:
             stub = namesrv_pb2_grpc.NameServerStub(self._channel(addr))
             try:
-                return await getattr(stub, method)(request, timeout=self.timeout)
+                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self.connection.metadata())
             except grpc.aio.AioRpcError as exc:
                 errors.append(f"{addr}: {exc.code().name}")
         if not self.namesrv_addrs:
@@ -57,7 +76,8 @@ class AdminClient:
 
     async def broker_call(self, addr: str, method: str, request: object) -> object:
         try:
-            return await getattr(self.broker_stub(addr), method)(request, timeout=self.timeout)
+            return await getattr(self.broker_stub(addr), method)(request, timeout=self.timeout,
+                                                                 metadata=self.connection.metadata())
         except grpc.aio.AioRpcError as exc:
             raise AdminError(f"broker {addr} did not answer {method}: {exc.code().name} {exc.details()}") from None
 
@@ -82,7 +102,8 @@ class AdminClient:
         for addr in self.namesrv_addrs:
             stub = namesrv_pb2_grpc.NameServerStub(self._channel(addr))
             try:
-                await stub.DeleteTopicInNamesrv(namesrv_pb2.DeleteTopicRequest(topic=topic), timeout=self.timeout)
+                await stub.DeleteTopicInNamesrv(namesrv_pb2.DeleteTopicRequest(topic=topic), timeout=self.timeout,
+                                                metadata=self.connection.metadata())
             except grpc.aio.AioRpcError:
                 continue
 

@@ -7,10 +7,28 @@ from __future__ import annotations
 
 import logging
 import signal
+from typing import Any
 
 import click
 
 from .exporter import ExporterConfig, ExporterServer
+
+
+def _tls(cert: str, key: str, trust: str, client_auth: str) -> Any:
+    """The exporter's TLS settings from the CLI, validated now so a bad file is reported before binding."""
+    if not cert and not key:
+        return None
+    from rocketscope.broker.security.tls import server_config
+    from rocketscope.config import ConfigError
+
+    raw = {"tls.server.mode": "enforcing", "tls.server.certPath": cert, "tls.server.keyPath": key,
+           "tls.server.trustCertPath": trust, "tls.server.need.client.auth": client_auth}
+    try:
+        tls = server_config(raw)
+        tls.validate()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc).replace("tls.server.", "--tls-")) from None
+    return tls
 
 
 @click.command("exporter")
@@ -28,15 +46,21 @@ from .exporter import ExporterConfig, ExporterServer
 @click.option("--min-expiry", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Never expire a node sooner than this, whatever its push interval.")
 @click.option("--no-legacy-names", is_flag=True, help="Do not serve the rocketmq-exporter gauge names.")
+@click.option("--tls-cert", default="", help="PEM certificate: serve all three listeners with TLS (HTTPS).")
+@click.option("--tls-key", default="", help="PEM private key of --tls-cert.")
+@click.option("--tls-trust", default="", help="PEM CA that client certificates must chain to.")
+@click.option("--tls-client-auth", type=click.Choice(["none", "optional", "require"]), default="none",
+              show_default=True, help="Client certificates on the three listeners.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def exporter(host: str, grpc_port: int, http_port: int, metrics_port: int, expire_after: float | None,
-             default_expiry: float, min_expiry: float, no_legacy_names: bool, log_level: str) -> None:
+             default_expiry: float, min_expiry: float, no_legacy_names: bool, tls_cert: str, tls_key: str,
+             tls_trust: str, tls_client_auth: str, log_level: str) -> None:
     """Receive OTLP metrics from brokers, name servers and controllers; serve one /metrics."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ExporterConfig(host=host, grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port,
                             expire_after=expire_after, default_expiry=default_expiry, min_expiry=min_expiry,
-                            legacy_names=not no_legacy_names)
+                            legacy_names=not no_legacy_names, tls=_tls(tls_cert, tls_key, tls_trust, tls_client_auth))
     try:
         server = ExporterServer(config).start()
     except OSError as exc:

@@ -15,6 +15,7 @@ Why these choices:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.sdk.metrics import (
@@ -89,16 +90,25 @@ class _ScrapeCollector:
         return families(sdk_points(data))
 
 
+MetricsServe = Callable[[int, str, CollectorRegistry], tuple[Any, Any]]
+
+
 class PrometheusEndpoint:
     """PROM mode's /metrics on its own registry and HTTP server."""
 
-    def __init__(self, reader: InMemoryMetricReader, host: str, port: int) -> None:
+    def __init__(self, reader: InMemoryMetricReader, host: str, port: int, serve: MetricsServe | None = None) -> None:
+        """``serve`` replaces prometheus_client's plain HTTP server (the broker passes an HTTPS
+        one when tls.metrics.enable is on); it returns (server, thread) like start_http_server."""
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_ScrapeCollector(reader))  # type: ignore[arg-type]
-        self._server, self._thread = start_http_server(port, addr=host or "0.0.0.0", registry=self.registry)
         self.host = host or "0.0.0.0"
+        if serve is None:
+            self._server, self._thread = start_http_server(port, addr=self.host, registry=self.registry)
+        else:
+            self._server, self._thread = serve(port, self.host, self.registry)
         self.port = int(self._server.server_address[1])
-        log.info("metrics: Prometheus endpoint listening on http://%s:%d/metrics", self.host, self.port)
+        scheme = "http" if serve is None else "https"
+        log.info("metrics: Prometheus endpoint listening on %s://%s:%d/metrics", scheme, self.host, self.port)
 
     def close(self) -> None:
         self._server.shutdown()

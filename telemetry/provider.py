@@ -31,7 +31,7 @@ from opentelemetry.sdk.resources import Resource
 from . import catalogue
 from .catalogue import Instrument, Kind
 from .config import ExporterType, TelemetryConfig
-from .exposure import PrometheusEndpoint, build_reader
+from .exposure import MetricsServe, PrometheusEndpoint, build_reader
 from .instruments import (
     NOOP,
     CardinalityGuard,
@@ -77,7 +77,7 @@ def views(limit: int) -> list[View]:
 class _Core:
     """What the nodes of one process share: provider, SDK instruments, guards, endpoint."""
 
-    def __init__(self, config: TelemetryConfig, node_type: str) -> None:
+    def __init__(self, config: TelemetryConfig, node_type: str, serve: MetricsServe | None = None) -> None:
         self.config = config
         self.lock = threading.Lock()
         self.guards: dict[str, CardinalityGuard] = {}
@@ -95,7 +95,7 @@ class _Core:
         self.meter = self.provider.get_meter(METER_NAMES.get(node_type, f"rocketscope-{node_type}"))
         try:
             if config.exporter_type is ExporterType.PROM:
-                self.endpoint = PrometheusEndpoint(reader, config.prom_host, config.prom_port)  # type: ignore[arg-type]
+                self.endpoint = PrometheusEndpoint(reader, config.prom_host, config.prom_port, serve)  # type: ignore[arg-type]
         except OSError as exc:
             self.provider.shutdown()
             raise OSError(exc.errno, f"metrics: cannot listen on {config.prom_host or '0.0.0.0'}:"
@@ -179,14 +179,14 @@ class Telemetry:
     # ---- lifecycle
     @classmethod
     def start(cls, config: TelemetryConfig, node_type: str, cluster: str, node_id: str,
-              extra_labels: Mapping[str, str] | None = None) -> Telemetry:
+              extra_labels: Mapping[str, str] | None = None, serve: MetricsServe | None = None) -> Telemetry:
         """Build the process's MeterProvider with views and the configured exposure.
         ``node_id`` must be unique per process across the cluster (e.g. ``broker-a-0`` for
         brokerName-brokerId): master and slave of one group are different nodes."""
         labels = base_labels(config, node_type, cluster, node_id, extra_labels)
         if not config.enabled:
             return cls(None, config, labels)
-        core = _Core(config, node_type)
+        core = _Core(config, node_type, serve)
         log.info("metrics: %s telemetry started for %s/%s/%s", config.exporter_type.name, cluster, node_type, node_id)
         return cls(core, config, labels)
 

@@ -124,7 +124,7 @@ class DLedgerNode:
     def start(self) -> None:
         for pid, addr in self.peers.items():
             if pid != self.self_id:
-                link = PeerLink(pid, addr, self.header)
+                link = PeerLink(pid, addr, self.header, channel=self.broker.security.client_tls.channel)
                 self.links[pid] = link
                 link.start()
         loop = asyncio.get_running_loop()

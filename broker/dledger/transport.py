@@ -55,8 +55,11 @@ class PeerServicer(dledger_pb2_grpc.DLedgerPeerServicer):
 class PeerLink:
     """The outbound stream to one peer."""
 
-    def __init__(self, peer_id: str, address: str, header: Callable[[], dledger_pb2.RaftBatch]) -> None:
+    def __init__(self, peer_id: str, address: str, header: Callable[[], dledger_pb2.RaftBatch],
+                 channel: Callable[..., grpc.aio.Channel] = grpc.aio.insecure_channel) -> None:
+        """``channel`` builds the outbound channel (the broker's TLS client settings)."""
         self.peer_id = peer_id
+        self.make_channel = channel
         self.address = address
         self.header = header
         self.queue: asyncio.Queue[Message] = asyncio.Queue()
@@ -93,7 +96,7 @@ class PeerLink:
         failures = 0
         while True:
             try:
-                async with grpc.aio.insecure_channel(
+                async with self.make_channel(
                         self.address, options=[("grpc.max_send_message_length", 64 * 1024 * 1024),
                                                ("grpc.initial_reconnect_backoff_ms", 50),
                                                ("grpc.max_reconnect_backoff_ms", 500)]) as channel:

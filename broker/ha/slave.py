@@ -101,7 +101,7 @@ class ReplicationSlave:
                 yield item
 
         await reports.put(report())
-        async with grpc.aio.insecure_channel(addr) as channel:
+        async with self.broker.security.client_tls.channel(addr) as channel:
             stub = ha_pb2_grpc.ReplicationStub(channel)
             async for chunk in stub.Stream(requests()):
                 if chunk.error:
@@ -130,9 +130,9 @@ class ReplicationSlave:
         from rocketscope.broker.topics import TopicConfig
 
         b = self.broker
-        async with grpc.aio.insecure_channel(admin_addr) as channel:
+        async with b.security.client_tls.channel(admin_addr) as channel:
             stub = admin_pb2_grpc.BrokerAdminStub(channel)
-            topics = await stub.GetTopicConfigs(common_pb2.Empty(), timeout=5)
+            topics = await stub.GetTopicConfigs(common_pb2.Empty(), timeout=5, metadata=b.security.inner_metadata())
             for t in topics.topics:
                 cfg = b.topics.get(t.topic_name)
                 new = TopicConfig(t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order,
@@ -141,7 +141,7 @@ class ReplicationSlave:
                         new.read_queue_nums, new.write_queue_nums, new.perm, new.attributes):
                     new.system = cfg.system if cfg else new.system
                     b.topics.update(new)
-            groups = await stub.GetSubGroups(common_pb2.Empty(), timeout=5)
+            groups = await stub.GetSubGroups(common_pb2.Empty(), timeout=5, metadata=b.security.inner_metadata())
             for g in groups.groups:
                 mine = b.groups.get(g.group_name)
                 if mine is None or (mine.retry_max_times, mine.consume_message_orderly) != (
@@ -149,6 +149,6 @@ class ReplicationSlave:
                     b.groups.update(GroupConfig(g.group_name, g.consume_enable, g.consume_message_orderly,
                                                 g.retry_max_times, g.retry_queue_nums, g.consume_broadcast_enable,
                                                 g.which_broker_when_consume_slowly))
-            offsets = await stub.ConsumerOffsets(common_pb2.Empty(), timeout=5)
+            offsets = await stub.ConsumerOffsets(common_pb2.Empty(), timeout=5, metadata=b.security.inner_metadata())
             for o in offsets.offsets:
                 b.offsets.commit(o.group, o.topic, o.queue_id, o.offset)

@@ -13,6 +13,8 @@ from rocketscope.broker.protocol import namesrv_pb2_grpc
 from rocketscope.config import Key, Settings, load_settings, port, positive
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
+from ..security.config import TLS_KEYS, SecurityConfig
+from ..security.listener import Listener, bind_server
 from .route_info import RouteInfo
 from .service import NameServerService, scan_loop
 
@@ -31,7 +33,7 @@ NAMESRV_KEYS: list[Key] = [
 def load_namesrv_config(raw: Mapping[str, str]) -> Settings:
     from rocketscope.broker.broker_config import TELEMETRY_KEYS
 
-    return load_settings(NAMESRV_KEYS, raw, extra_known=(*TELEMETRY_KEYS, "enableControllerInNamesrv"),
+    return load_settings([*NAMESRV_KEYS, *TLS_KEYS], raw, extra_known=(*TELEMETRY_KEYS, "enableControllerInNamesrv"),
                          what="name server")
 
 
@@ -44,16 +46,24 @@ class NameServer:
         self._scan: asyncio.Task[None] | None = None
         self.telemetry_config = TelemetryConfig.from_properties(settings.raw)
         self.telemetry = Telemetry.disabled()
+        # TLS only (no ACL: brokers are the name server's only callers); see docs/SECURITY.md
+        self.security = SecurityConfig.from_properties(settings.raw)
+        self._listener: Listener | None = None
 
     async def start(self) -> None:
-        self.telemetry = Telemetry.start(self.telemetry_config, "namesrv", "", f"namesrv-{self.settings.listenPort}")
+        self.telemetry = Telemetry.start(self.telemetry_config, "namesrv", "", f"namesrv-{self.settings.listenPort}",
+                                         serve=self.security.metrics_serve())
         self._register_gauges()
         self.server = grpc.aio.server()
         namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.routes, self.telemetry), self.server)
-        self.port = self.server.add_insecure_port(f"{self.settings.listenHost}:{self.settings.listenPort}")
-        if not self.port:
-            raise OSError(f"name server cannot bind {self.settings.listenHost}:{self.settings.listenPort}")
+        address = f"{self.settings.listenHost}:{self.settings.listenPort}"
+        try:
+            self._listener = bind_server(self.server, address, self.security.server_tls.for_internal())
+        except OSError as exc:
+            raise OSError(f"name server cannot bind {address}: {exc}") from None
         await self.server.start()
+        await self._listener.start()
+        self.port = self._listener.port
         self._scan = asyncio.get_running_loop().create_task(
             scan_loop(self.routes, self.settings.scanNotActiveBrokerInterval / 1000))
         log.info("name server listening on %s:%d", self.settings.listenHost, self.port)
@@ -76,6 +86,8 @@ class NameServer:
     async def stop(self) -> None:
         if self._scan:
             self._scan.cancel()
+        if self._listener is not None:
+            await self._listener.stop()
         if self.server:
             await self.server.stop(grace=1)
         await asyncio.to_thread(self.telemetry.stop)

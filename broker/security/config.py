@@ -4,7 +4,7 @@ docs/CONFIG.md) and ``SecurityConfig``, built from a process's raw properties.""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,7 @@ from rocketscope.config import ConfigError, Key, non_negative, positive
 from . import signature as sig
 from .acl import AclError
 from .guard import AclGuard, Counter
-from .tls import TlsClientConfig, TlsServerConfig, client_config, server_config
+from .tls import TlsClientConfig, TlsServerConfig, client_config, server_config, start_metrics_server
 from .watcher import FileWatcher
 
 _MODES = ("DISABLED", "PERMISSIVE", "ENFORCING")
@@ -31,8 +31,8 @@ SECURITY_KEYS: list[Key] = [
     Key("tls.internal.need.client.auth", str, "", "client certificates on the admin, HA, Raft and controller "
         "ports (RocketScope; default: tls.server.need.client.auth)", choices=("", *_AUTH)),
     Key("tls.metrics.enable", bool, False, "serve /metrics over HTTPS with the tls.server pair (RocketScope)"),
-    Key("tls.enable", bool, None, "the broker's own outbound connections use TLS (default: on when "
-        "tls.server.mode is not disabled)"),
+    Key("tls.enable", str, "auto", "the broker's own outbound connections use TLS: true, false or auto (on when "
+        "tls.server.mode is not disabled)", choices=("AUTO", "TRUE", "FALSE")),
     Key("tls.client.certPath", str, "", "PEM certificate outbound connections present (mutual TLS)"),
     Key("tls.client.keyPath", str, "", "PEM private key of tls.client.certPath"),
     Key("tls.client.keyPassword", str, "", "password of an encrypted tls.client.keyPath"),
@@ -50,6 +50,8 @@ SECURITY_KEYS: list[Key] = [
         "signs its own admin calls with (slave and follower metadata sync)"),
 ]
 SECURITY_KEY_NAMES = frozenset(k.name for k in SECURITY_KEYS)
+# the keys a process without ACL (name server, controller) accepts: TLS on its listener and /metrics
+TLS_KEYS: list[Key] = [k for k in SECURITY_KEYS if k.name.startswith("tls.")]
 
 
 def _bool(raw: Mapping[str, str], key: str, default: bool) -> bool:
@@ -124,6 +126,13 @@ class SecurityConfig:
     def watcher(self, guard: AclGuard) -> FileWatcher:
         """Reloads ``guard`` when the ACL file changes; ``start()`` it on the event loop."""
         return FileWatcher(self.acl_file, guard.reload, self.watch_interval_s)
+
+    def metrics_serve(self) -> Callable[[int, str, Any], tuple[Any, Any]] | None:
+        """The HTTPS server for PROM mode's /metrics when tls.metrics.enable is on, else None (plain HTTP)."""
+        tls = self.server_tls
+        if not tls.metrics_https:
+            return None
+        return lambda port, host, registry: start_metrics_server(port, host, registry, tls)
 
     def inner_metadata(self) -> list[tuple[str, str]]:
         """Signed metadata for the broker's own admin calls (fresh date each call); [] without credentials."""

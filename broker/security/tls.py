@@ -61,7 +61,7 @@ def _enum(raw: Mapping[str, str], key: str, cls: type[Enum], default: Enum) -> A
 
 def _bool(raw: Mapping[str, str], key: str, default: bool) -> bool:
     text = (raw.get(key) or "").strip().lower()
-    if not text:
+    if not text or text == "auto":
         return default
     if text in ("true", "false"):
         return text == "true"

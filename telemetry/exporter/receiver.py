@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import ssl
 import zlib
 from collections.abc import Callable
 from concurrent import futures
@@ -39,12 +40,16 @@ class MetricsServicer(metrics_service_pb2_grpc.MetricsServiceServicer):
         return ExportMetricsServiceResponse()
 
 
-def grpc_server(sink: Sink, host: str, port: int, max_receive_bytes: int) -> tuple[grpc.Server, int]:
-    """A started gRPC server and its bound port (``port=0`` picks one)."""
+def grpc_server(sink: Sink, host: str, port: int, max_receive_bytes: int,
+                credentials: grpc.ServerCredentials | None = None) -> tuple[grpc.Server, int]:
+    """A started gRPC server and its bound port (``port=0`` picks one); TLS with ``credentials``."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otlp-grpc"),
                          options=[("grpc.max_receive_message_length", max_receive_bytes)])
     metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsServicer(sink), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if credentials is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        bound = server.add_secure_port(f"{host}:{port}", credentials)
     if bound == 0:
         raise OSError(f"exporter: cannot listen for OTLP/gRPC on {host}:{port}")
     server.start()
@@ -98,7 +103,11 @@ def _handler(sink: Sink, max_body: int) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def http_server(sink: Sink, host: str, port: int, max_body: int) -> ThreadingHTTPServer:
+def http_server(sink: Sink, host: str, port: int, max_body: int,
+                ssl_context: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
+    """The OTLP/HTTP receiver (not started); HTTPS when ``ssl_context`` is given."""
     server = ThreadingHTTPServer((host, port), _handler(sink, max_body))
     server.daemon_threads = True
+    if ssl_context is not None:
+        server.socket = ssl_context.wrap_socket(server.socket, server_side=True)
     return server

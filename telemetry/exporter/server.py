@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from prometheus_client import CollectorRegistry, start_http_server
@@ -19,6 +20,9 @@ from ..render import families
 from . import legacy
 from .receiver import grpc_server, http_server
 from .store import NodeKey, SeriesStore
+
+if TYPE_CHECKING:
+    from rocketscope.broker.security.tls import TlsServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,9 @@ class ExporterConfig:
     min_expiry: float = 5.0
     max_receive_bytes: int = 64 * 1024 * 1024
     legacy_names: bool = True
+    # TLS on all three listeners (enforcing only: the exporter has no plaintext-and-TLS port);
+    # built by the CLI from --tls-cert/--tls-key/--tls-trust/--tls-client-auth
+    tls: TlsServerConfig | None = None
 
 
 class _Collector:
@@ -66,18 +73,26 @@ class ExporterServer:
         self.store.ingest(points(request), peer)
 
     def start(self) -> ExporterServer:
+        from rocketscope.broker.security.tls import start_metrics_server
+
         c = self.config
-        self._grpc, self.grpc_port = grpc_server(self.ingest, c.host, c.grpc_port, c.max_receive_bytes)
+        creds = c.tls.server_credentials() if c.tls else None
+        self._grpc, self.grpc_port = grpc_server(self.ingest, c.host, c.grpc_port, c.max_receive_bytes, creds)
         self._http = None
         try:
-            self._http = http_server(self.ingest, c.host, c.http_port, c.max_receive_bytes)
+            self._http = http_server(self.ingest, c.host, c.http_port, c.max_receive_bytes,
+                                     c.tls.ssl_server_context() if c.tls else None)
             self.http_port = int(self._http.server_address[1])
             self._http_thread = threading.Thread(target=self._http.serve_forever, name="otlp-http", daemon=True)
             self._http_thread.start()
             self.registry = CollectorRegistry(auto_describe=False)
             self.registry.register(_Collector(self.store, c.legacy_names))  # type: ignore[arg-type]
-            self._metrics, self._metrics_thread = start_http_server(c.metrics_port, addr=c.host,
-                                                                    registry=self.registry)
+            if c.tls is None:
+                self._metrics, self._metrics_thread = start_http_server(c.metrics_port, addr=c.host,
+                                                                        registry=self.registry)
+            else:
+                self._metrics, self._metrics_thread = start_metrics_server(c.metrics_port, c.host, self.registry,
+                                                                           c.tls)
             self.metrics_port = int(self._metrics.server_address[1])
         except OSError:
             self._grpc.stop(grace=None)
@@ -88,8 +103,10 @@ class ExporterServer:
         self._sweeper = threading.Thread(target=self._sweep, name="exporter-expiry", daemon=True)
         self._sweeper.start()
         self._started = True
-        log.info("exporter: listening: OTLP/gRPC %s:%d, OTLP/HTTP http://%s:%d/v1/metrics, Prometheus http://%s:%d/metrics",
-                 c.host, self.grpc_port, c.host, self.http_port, c.host, self.metrics_port)
+        scheme = "https" if c.tls else "http"
+        log.info("exporter: listening: OTLP/gRPC%s %s:%d, OTLP/HTTP %s://%s:%d/v1/metrics, Prometheus %s://%s:%d/metrics",
+                 " (TLS)" if c.tls else "", c.host, self.grpc_port, scheme, c.host, self.http_port, scheme, c.host,
+                 self.metrics_port)
         return self
 
     def _sweep(self) -> None:

@@ -1,13 +1,8 @@
-"""PENDING (not collected by pytest): end-to-end TLS/ACL tests that need broker/security wired into the broker.
-
-Move back to tests/test_security_e2e.py once broker/broker.py binds its listeners with
-broker.security.listener.bind_server and installs the AclInterceptor (see docs/SECURITY.md).
-"""
 """End to end: a broker with TLS and ACL on, the official client with TLS and credentials.
 
-Needs the broker wiring described in docs/SECURITY.md ("Integration contract"): until the
-broker builds its listeners with ``bind_server`` and installs ``AclInterceptor``, these
-tests fail (the broker ignores the keys and serves plaintext without ACL).
+The broker binds every listener with ``bind_server`` and installs ``AclInterceptor`` on the
+client and admin ports; the name server and the replication/Raft ports get TLS as well
+(docs/SECURITY.md).
 
 The official client's TLS uses the system trust store (``grpc.ssl_channel_credentials()``
 without roots).  gRPC reads ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` once per process, when
@@ -17,7 +12,9 @@ directory chosen at import time (before any test runs) and writes the CA there l
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +23,7 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from cluster import BrokerNode, LocalCluster, wait_until
+from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, wait_until
 from conftest import free_port
 from rmq import drain, message
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
@@ -265,3 +262,161 @@ def test_refusals_are_counted(secure: tuple[LocalCluster, BrokerNode, Path]) -> 
                    if line.startswith("rocketmq_acl_denied_total{") and 'reason="signature"' in line)
 
     wait_until(lambda: denied() >= 1, what="rocketmq_acl_denied_total{reason=signature}")
+
+
+# ---------------------------------------------------------------------------------------------
+# A whole TLS fleet: name server, SYNC_MASTER and slave all enforcing TLS, ACL on the brokers.
+# This proves the broker's *outbound* connections (name server sessions, replication stream,
+# the slave's metadata sync signed with innerClientAuthenticationCredentials) and the admin
+# CLI's --trustCertPath/--accessKey options, on top of the listeners tested above.
+
+
+def admin_cli(namesrv: str, *args: str, creds: tuple[str, str] | None = ("opsAdmin", "admin-secret"),
+              tls: bool = True) -> subprocess.CompletedProcess[str]:
+    opts = ["--trustCertPath", str(CERTS / "ca.pem")] if tls else []
+    if creds:
+        opts += ["--accessKey", creds[0], "--secretKey", creds[1]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROCKETMQ_", "ROCKETSCOPE_ADMIN"))}
+    return subprocess.run([str(BIN), "admin", *opts, *args, "-n", namesrv], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+@pytest.fixture(scope="module")
+def fleet(secure: tuple[LocalCluster, BrokerNode, Path], tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[tuple[LocalCluster, str]]:
+    _, _, acl_file = secure  # same CA and ACL file
+    root = tmp_path_factory.mktemp("fleet")
+    ns_port = free_port()
+    ns_conf = root / "namesrv.conf"
+    ns_conf.write_text("".join(f"{k}={v}\n" for k, v in {"listenPort": ns_port, **tls_conf()}.items()))
+    c = LocalCluster(root)
+    c.namesrvs.append(Proc("namesrv-tls", [str(BIN), "namesrv", "-c", str(ns_conf)], root / "namesrv.log").start())
+    c.namesrv_ports.append(ns_port)
+    namesrv = f"127.0.0.1:{ns_port}"
+    common = {"namesrvAddr": namesrv, "aclEnable": "true", "aclFile": acl_file,
+              "innerClientAuthenticationCredentials": '{"accessKey": "opsAdmin", "secretKey": "admin-secret"}',
+              **tls_conf()}
+    try:
+        wait_until(lambda: _port_open(ns_port), what="TLS name server")
+        for name, conf in (("tls-m", {"brokerName": "broker-tls", "brokerRole": "SYNC_MASTER", "brokerId": 0,
+                                      "haListenPort": free_port()}),
+                           ("tls-s", {"brokerName": "broker-tls", "brokerRole": "SLAVE", "brokerId": 1,
+                                      "haListenPort": free_port()})):
+            c.brokers[name] = _start_plain(c, root, name, {**common, **conf})
+        yield c, namesrv
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+def _start_plain(c: LocalCluster, root: Path, name: str, conf: dict[str, Any]) -> BrokerNode:
+    """LocalCluster.start_broker waits through a plaintext admin CLI; this one waits on the ports only."""
+    grpc_port, listen_port = free_port(), free_port()
+    values = {"grpcServerPort": grpc_port, "listenPort": listen_port, "storePathRootDir": root / f"store-{name}",
+              "mappedFileSizeCommitLog": 1 << 20, "defaultTopicQueueNums": 2, **conf}
+    path = root / f"{name}.conf"
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    node = BrokerNode(name, path, grpc_port, listen_port, root / f"store-{name}",
+                      Proc(name, [str(BIN), "broker", "-c", str(path)], root / f"{name}.log"))
+    node.proc.start()
+    wait_until(lambda: _port_open(grpc_port) and _port_open(listen_port), what=f"broker {name} ports")
+    return node
+
+
+def test_tls_fleet_registers_replicates_and_is_administered_over_tls(fleet: tuple[LocalCluster, str]) -> None:
+    c, namesrv = fleet
+    master, slave = c.brokers["tls-m"], c.brokers["tls-s"]
+
+    def registered() -> bool:
+        res = admin_cli(namesrv, "clusterList", "--json")
+        return res.returncode == 0 and {b["brokerId"] for b in json.loads(res.stdout)} == {0, 1}
+    wait_until(registered, timeout=30, what="both brokers registered with the TLS name server")
+
+    # a plaintext admin cannot even reach the name server
+    plain = admin_cli(namesrv, "clusterList", creds=None, tls=False)
+    assert plain.returncode != 0
+    # topic creation is admin-only on the brokers: refused without credentials, accepted with
+    refused = admin_cli(namesrv, "updateTopic", "-c", "DefaultCluster", "-t", "TopicFleet", creds=None)
+    assert refused.returncode != 0 and "UNAUTHENTICATED" in refused.stderr, refused
+    not_admin = admin_cli(namesrv, "updateTopic", "-c", "DefaultCluster", "-t", "TopicFleet",
+                          creds=("appProducer", "producer-secret"))
+    assert not_admin.returncode != 0 and "PERMISSION_DENIED" in not_admin.stderr, not_admin
+    done = admin_cli(namesrv, "updateTopic", "-c", "DefaultCluster", "-t", "TopicFleet", "-r", "2", "-w", "2")
+    assert done.returncode == 0, done.stderr
+
+    # SYNC_MASTER acknowledges only once the slave has the message: replication runs over TLS
+    p = Producer(client_config(master, "appProducer", "producer-secret"), ("TopicFleet",), tls_enable=True)
+    p.startup()
+    try:
+        wait_until(lambda: _try_send(p), timeout=30, what="a send acknowledged by the SYNC_MASTER")
+        for i in range(4):
+            p.send(message("TopicFleet", f"f{i}".encode()))
+    finally:
+        p.shutdown()
+
+    def slave_caught_up() -> bool:
+        res = admin_cli(namesrv, "haStatus", "-b", f"127.0.0.1:{slave.listen_port}")
+        return res.returncode == 0 and json.loads(res.stdout)[f"127.0.0.1:{slave.listen_port}"]["maxOffset"] > 0
+    wait_until(slave_caught_up, timeout=30, what="the slave's commit log over TLS")
+    status = json.loads(admin_cli(namesrv, "haStatus", "-b", f"127.0.0.1:{master.listen_port}").stdout)
+    m = status[f"127.0.0.1:{master.listen_port}"]
+    assert m["slaves"] and all(s["ackOffset"] == m["maxOffset"] for s in m["slaves"]), m
+    # the slave pulled the topic config from the master's admin port, signing with the inner account
+    topics_file = slave.store / "config" / "topics.json"
+    wait_until(lambda: topics_file.exists() and "TopicFleet" in topics_file.read_text(), timeout=30,
+               what="topic metadata synced to the slave")
+
+
+def _try_send(p: Producer) -> bool:
+    try:
+        p.send(message("TopicFleet", b"probe"))
+        return True
+    except Exception:
+        return False
+
+
+def test_exporter_serves_otlp_and_metrics_over_tls(tmp_path: Path) -> None:
+    import http.client
+    import ssl
+    import urllib.request
+
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    from rocketscope.broker.security.tls import server_config
+    from rocketscope.telemetry.exporter import ExporterConfig, ExporterServer
+
+    tls = server_config({"tls.server.mode": "enforcing", "tls.server.certPath": str(CERTS / "server.pem"),
+                         "tls.server.keyPath": str(CERTS / "server.key")})
+    server = ExporterServer(ExporterConfig(host="127.0.0.1", grpc_port=0, http_port=0, metrics_port=0,
+                                           tls=tls)).start()
+    try:
+        req = ExportMetricsServiceRequest()
+        rm = req.resource_metrics.add()
+        attr = rm.resource.attributes.add()
+        attr.key, attr.value.string_value = "service.name", "broker"
+        metric = rm.scope_metrics.add().metrics.add()
+        metric.name = "rocketmq_tls_probe"
+        point = metric.gauge.data_points.add()
+        point.as_int = 7
+        label = point.attributes.add()
+        label.key, label.value.string_value = "node_id", "tls-node"
+        ctx = ssl.create_default_context(cafile=str(CERTS / "ca.pem"))
+        post = urllib.request.Request(f"https://127.0.0.1:{server.http_port}/v1/metrics",
+                                      data=req.SerializeToString(),
+                                      headers={"Content-Type": "application/x-protobuf"})
+        with urllib.request.urlopen(post, context=ctx, timeout=10) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(f"https://127.0.0.1:{server.metrics_port}/metrics", context=ctx,
+                                    timeout=10) as resp:
+            assert "rocketmq_tls_probe" in resp.read().decode()
+        with pytest.raises((OSError, http.client.HTTPException)):  # plaintext is refused on the TLS port
+            urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5)
+        # OTLP/gRPC with TLS
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+        with grpc.secure_channel(f"127.0.0.1:{server.grpc_port}",
+                                 grpc.ssl_channel_credentials((CERTS / "ca.pem").read_bytes())) as ch:
+            metrics_service_pb2_grpc.MetricsServiceStub(ch).Export(req, timeout=10)
+    finally:
+        server.stop()
