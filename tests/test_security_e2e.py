@@ -299,7 +299,9 @@ def fleet(secure: tuple[LocalCluster, BrokerNode, Path], tmp_path_factory: pytes
     try:
         wait_until(lambda: _port_open(ns_port), what="TLS name server")
         for name, conf in (("tls-m", {"brokerName": "broker-tls", "brokerRole": "SYNC_MASTER", "brokerId": 0,
-                                      "haListenPort": free_port()}),
+                                      "haListenPort": free_port(), "metricsExporterType": "PROM",
+                                      "metricsPromExporterHost": "127.0.0.1",
+                                      "metricsPromExporterPort": FLEET_METRICS_PORT, "tls.metrics.enable": "true"}),
                            ("tls-s", {"brokerName": "broker-tls", "brokerRole": "SLAVE", "brokerId": 1,
                                       "haListenPort": free_port()})):
             c.brokers[name] = _start_plain(c, root, name, {**common, **conf})
@@ -309,6 +311,9 @@ def fleet(secure: tuple[LocalCluster, BrokerNode, Path], tmp_path_factory: pytes
         raise
     finally:
         c.stop()
+
+
+FLEET_METRICS_PORT = free_port()
 
 
 def _start_plain(c: LocalCluster, root: Path, name: str, conf: dict[str, Any]) -> BrokerNode:
@@ -364,6 +369,12 @@ def test_tls_fleet_registers_replicates_and_is_administered_over_tls(fleet: tupl
     m = status[f"127.0.0.1:{master.listen_port}"]
     assert m["slaves"] and all(s["ackOffset"] == m["maxOffset"] for s in m["slaves"]), m
     # the slave pulled the topic config from the master's admin port, signing with the inner account
+    # /metrics over HTTPS (tls.metrics.enable) with the same certificate
+    import ssl
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=str(CERTS / "ca.pem"))
+    with urllib.request.urlopen(f"https://127.0.0.1:{FLEET_METRICS_PORT}/metrics", context=ctx, timeout=10) as resp:
+        assert "rocketmq_messages_in_total" in resp.read().decode()
     topics_file = slave.store / "config" / "topics.json"
     wait_until(lambda: topics_file.exists() and "TopicFleet" in topics_file.read_text(), timeout=30,
                what="topic metadata synced to the slave")
