@@ -33,6 +33,7 @@ from .dledger.node import DLedgerNode
 from .dledger.transport import PeerServicer
 from .forwarding import LeaderForwarder
 from .groups import GroupManager
+from .grpc_options import server_options
 from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService, status
 from .ha.event_log import HaEventLog
@@ -205,21 +206,21 @@ class Broker:
         self.acl_guard = sec.guard(s.msgTraceTopicName, self.telemetry.counter("rocketmq_acl_denied_total"))
         interceptors = [AclInterceptor(self.acl_guard)] if self.acl_guard else []
         self.client_server = grpc.aio.server(interceptors=interceptors,
-                                             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                                                      ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+                                             options=server_options(("grpc.max_receive_message_length", 64 << 20),
+                                                                    ("grpc.max_send_message_length", 64 << 20)))
         add_messaging_service(MessagingService(self), self.client_server, self)
         self.client_metrics.register(self.client_server)
         self._listeners.append(bind_server(self.client_server, f"0.0.0.0:{s.grpcServerPort}", sec.server_tls))
-        self.admin_server = grpc.aio.server(interceptors=interceptors)
+        self.admin_server = grpc.aio.server(interceptors=interceptors, options=server_options())
         admin_pb2_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self), self.admin_server)
         internal = sec.server_tls.for_internal()
         self._listeners.append(bind_server(self.admin_server, f"0.0.0.0:{s.listenPort}", internal))
-        self.ha_server = grpc.aio.server(options=[("grpc.max_send_message_length", 64 * 1024 * 1024)])
+        self.ha_server = grpc.aio.server(options=server_options(("grpc.max_send_message_length", 64 << 20)))
         ha_pb2_grpc.add_ReplicationServicer_to_server(self.replication_master, self.ha_server)
         self._listeners.append(bind_server(self.ha_server, f"0.0.0.0:{self.ha_port}", internal))
         self._servers = [self.client_server, self.admin_server, self.ha_server]
         if self.dledger is not None:
-            self.peer_server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+            self.peer_server = grpc.aio.server(options=server_options(("grpc.max_receive_message_length", 64 << 20)))
             dledger_pb2_grpc.add_DLedgerPeerServicer_to_server(
                 PeerServicer(self.dledger.group, self.dledger.on_batch), self.peer_server)
             peer_port = int(self.dledger.peers[self.dledger.self_id].rpartition(":")[2])

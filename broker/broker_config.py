@@ -110,7 +110,23 @@ def load_broker_config(raw: Mapping[str, str]) -> Settings:
         from rocketscope.config import ConfigError
 
         raise ConfigError("config key brokerId has bad value '0': a SLAVE needs brokerId > 0")
+    _check_distinct_ports(settings)
     return settings
+
+
+def _check_distinct_ports(settings: Settings) -> None:
+    """Two listeners on one port would not fail to bind (see grpc_options.py): refuse the config instead."""
+    from rocketscope.config import ConfigError
+
+    ports = {"grpcServerPort": settings.grpcServerPort, "listenPort": settings.listenPort,
+             "haListenPort": settings.haListenPort or settings.listenPort + 1}
+    seen: dict[int, str] = {}
+    for key, value in ports.items():
+        if value and value in seen:
+            implied = " (haListenPort 0 means listenPort + 1)" if key == "haListenPort" and not settings.haListenPort \
+                else ""
+            raise ConfigError(f"config key {key} has bad value '{value}': the same port as {seen[value]}{implied}")
+        seen[value] = key
 
 
 def namesrv_addresses(settings: Settings) -> list[str]:

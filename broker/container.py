@@ -21,6 +21,7 @@ from rocketscope.config import ConfigError, Key, Settings, load_settings, port, 
 
 from .broker import Broker
 from .broker_config import load_broker_config
+from .grpc_options import server_options
 from .security.config import TLS_KEYS, SecurityConfig
 from .security.listener import Listener, bind_server
 
@@ -76,7 +77,7 @@ class BrokerContainer:
         return True
 
     async def start(self) -> None:
-        self.server = grpc.aio.server()
+        self.server = grpc.aio.server(options=server_options())
         admin_pb2_grpc.add_ContainerAdminServicer_to_server(ContainerAdminService(self), self.server)
         # the container's admin port (addBroker/removeBroker) has TLS but no ACL: require client
         # certificates (tls.internal.need.client.auth=require) where untrusted hosts can reach it

@@ -21,9 +21,9 @@ _children: list[subprocess.Popen[bytes]] = []
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    from rocketscope.ports import free_port as pick
+
+    return pick()
 
 
 def port_open(port: int) -> bool:

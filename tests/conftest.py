@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Iterator
 
@@ -11,10 +10,10 @@ import pytest
 
 
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port that is free on 127.0.0.1 right now and was not handed out before (rocketscope.ports)."""
+    from rocketscope.ports import free_port as pick
+
+    return pick()
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +38,17 @@ def spark() -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Keep each phase's report on the item, so a fixture's teardown can print process logs
+    when the test itself failed (``failed_call(request)``)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def failed_call(request: pytest.FixtureRequest) -> bool:
+    report = getattr(request.node, "rep_call", None)
+    return bool(report is not None and report.failed)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cluster import BrokerNode, LocalCluster, wait_until
-from conftest import free_port
+from conftest import failed_call, free_port
 from faultproxy import FaultProxy, ProxyLoop, proxy_loop
 from rmq import drain, message, producer, simple_consumer
 from telemetry_support import find, scrape
@@ -63,7 +63,7 @@ class Group:
 
 
 @pytest.fixture()
-def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
+def group(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Group]:
     c = LocalCluster(tmp_path_factory.mktemp("dledger"))
     with proxy_loop() as pl:
         try:
@@ -72,6 +72,8 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
             wait_until(lambda: g.leader() is not None, timeout=30, what="a leader")
             c.admin("updateTopic", "-b", g.nodes[g.leader()].admin_addr, "-t", "TopicDl", "-r", "4", "-w", "4")
             yield g
+            if failed_call(request):
+                print(c.logs())
         except BaseException:
             print(c.logs())
             raise

@@ -13,6 +13,7 @@ from rocketscope.broker.protocol import namesrv_pb2_grpc
 from rocketscope.config import Key, Settings, load_settings, port, positive
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
+from ..grpc_options import server_options
 from ..security.config import TLS_KEYS, SecurityConfig
 from ..security.listener import Listener, bind_server
 from .route_info import RouteInfo
@@ -54,7 +55,7 @@ class NameServer:
         self.telemetry = Telemetry.start(self.telemetry_config, "namesrv", "", f"namesrv-{self.settings.listenPort}",
                                          serve=self.security.metrics_serve())
         self._register_gauges()
-        self.server = grpc.aio.server()
+        self.server = grpc.aio.server(options=server_options())
         namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.routes, self.telemetry), self.server)
         address = f"{self.settings.listenHost}:{self.settings.listenPort}"
         try:

@@ -44,7 +44,7 @@ def grpc_server(sink: Sink, host: str, port: int, max_receive_bytes: int,
                 credentials: grpc.ServerCredentials | None = None) -> tuple[grpc.Server, int]:
     """A started gRPC server and its bound port (``port=0`` picks one); TLS with ``credentials``."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otlp-grpc"),
-                         options=[("grpc.max_receive_message_length", max_receive_bytes)])
+                         options=[("grpc.max_receive_message_length", max_receive_bytes), ("grpc.so_reuseport", 0)])
     metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsServicer(sink), server)
     if credentials is None:
         bound = server.add_insecure_port(f"{host}:{port}")

@@ -1,0 +1,24 @@
+"""Broker configuration checks that need no running broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketscope.broker.broker_config import load_broker_config
+from rocketscope.config import ConfigError
+from rocketscope.ports import free_port
+
+
+def test_two_listeners_on_one_port_are_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="listenPort has bad value '9000': the same port as grpcServerPort"):
+        load_broker_config({"grpcServerPort": "9000", "listenPort": "9000"})
+    with pytest.raises(ConfigError, match=r"haListenPort .*listenPort \+ 1"):
+        load_broker_config({"grpcServerPort": "10912", "listenPort": "10911"})
+    settings = load_broker_config({"grpcServerPort": "8081", "listenPort": "10911"})
+    assert (settings.grpcServerPort, settings.listenPort) == (8081, 10911)
+
+
+def test_free_ports_are_never_handed_out_twice_and_avoid_the_ephemeral_range() -> None:
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(p < 32768 for p in ports)
