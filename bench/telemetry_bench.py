@@ -1,12 +1,17 @@
 """Metrics overhead and scrape cost (issue 6).
 
-    .venv/bin/python bench/telemetry_bench.py [--messages 3000] [--topics 1000] [--groups 10]
+    .venv/bin/python bench/telemetry_bench.py [--messages 3000] [--rounds 5] [--topics 1000] [--groups 10]
 
-1. Produce throughput (official client, 1 KiB, 64 in flight, ASYNC_FLUSH) with
-   metricsExporterType=PROM against DISABLE, alternating runs in one command.
-2. /metrics scrape time and size of a PROM broker holding ``--topics`` topics with
+1. Produce throughput (official client, 1 KiB, 64 in flight, ASYNC_FLUSH) against two brokers
+   started side by side, one metricsExporterType=PROM and one DISABLE, in ``--rounds``
+   alternating rounds; medians of msg/s and of the broker's CPU per message (/proc, all
+   threads: on a machine shared with other work throughput swings, CPU per message much less).
+2. The recording cost of the send path in process: BrokerMetrics.on_put + on_rpc per message
+   (PROM telemetry vs DISABLE), median of 5 runs of 20,000.
+3. /metrics scrape time and size of a PROM broker holding ``--topics`` topics with
    ``--groups`` consumer groups each (committed offsets set with UpdateOffset, so every
-   (group, topic) has lag series), averaged over 5 scrapes after a snapshot.
+   (group, topic) has lag series): 5 plain scrapes after two snapshots (average, median,
+   max, first) and 5 with ``Accept-Encoding: gzip`` (as Prometheus sends).
 Results to bench/results/telemetry.json.
 """
 
@@ -14,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -37,41 +44,95 @@ def progress(text: str) -> None:
     print(f"[telemetry-bench] {text}", flush=True)
 
 
-def produce(mode: str, messages: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (all threads) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def produce_rounds(messages: int, rounds: int) -> dict[str, list[dict[str, float]]]:
+    """Both brokers up at once; each round sends ``messages`` to DISABLE then PROM (order
+    alternates between rounds), so both see the same background load."""
     from rmq import message, producer
 
     root = Path(tempfile.mkdtemp(prefix="rs-tel-"))
     c = LocalCluster(root)
-    conf = {"metricsExporterType": mode}
-    if mode == "PROM":
-        conf.update(metricsPromExporterHost="127.0.0.1", metricsPromExporterPort=free_port())
+    runs: dict[str, list[dict[str, float]]] = {"DISABLE": [], "PROM": []}
     try:
         c.start_namesrv()
-        node = c.start_broker("bench", flushDiskType="ASYNC_FLUSH", mappedFileSizeCommitLog=128 * 1024 * 1024,
-                              **conf)
-        c.admin("updateTopic", "-c", "DefaultCluster", "-t", "Bench", "-r", "8", "-w", "8")
-        with producer(node.endpoint, "Bench") as p:
-            for _ in range(50):
-                p.send(message("Bench", BODY))
-            sem, done, count = threading.Semaphore(64), threading.Event(), [0]
+        nodes = {}
+        for mode in ("DISABLE", "PROM"):
+            conf: dict[str, object] = {"metricsExporterType": mode}
+            if mode == "PROM":
+                conf.update(metricsPromExporterHost="127.0.0.1", metricsPromExporterPort=free_port())
+            node = nodes[mode] = c.start_broker(f"bench-{mode.lower()}", flushDiskType="ASYNC_FLUSH",
+                                                mappedFileSizeCommitLog=128 * 1024 * 1024, **conf)
+            c.admin("updateTopic", "-b", node.admin_addr, "-t", f"Bench{mode}", "-r", "8", "-w", "8")
+        for r in range(rounds):
+            for mode in (("DISABLE", "PROM") if r % 2 == 0 else ("PROM", "DISABLE")):
+                node, topic = nodes[mode], f"Bench{mode}"
+                assert node.proc.popen is not None
+                pid = node.proc.popen.pid
+                with producer(node.endpoint, topic) as p:
+                    for _ in range(50):
+                        p.send(message(topic, BODY))
+                    sem, done, count = threading.Semaphore(64), threading.Event(), [0]
 
-            def fin(_f: object) -> None:
-                sem.release()
-                count[0] += 1
-                if count[0] == messages:
-                    done.set()
+                    def fin(_f: object, sem: threading.Semaphore = sem, count: list[int] = count,
+                            done: threading.Event = done) -> None:
+                        sem.release()
+                        count[0] += 1
+                        if count[0] == messages:
+                            done.set()
 
-            t0 = time.perf_counter()
-            for _ in range(messages):
-                sem.acquire()
-                p.send_async(message("Bench", BODY)).add_done_callback(fin)
-            done.wait(600)
-            rate = messages / (time.perf_counter() - t0)
+                    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+                    for _ in range(messages):
+                        sem.acquire()
+                        p.send_async(message(topic, BODY)).add_done_callback(fin)
+                    if not done.wait(600):
+                        raise RuntimeError("sends did not finish in 600 s")
+                    elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+                res = {"msgs_per_s": messages / elapsed, "broker_cpu_us_per_msg": cpu / messages * 1e6}
+                runs[mode].append(res)
+                progress(f"round {r + 1} {mode}: {res['msgs_per_s']:.0f} msg/s, broker CPU "
+                         f"{res['broker_cpu_us_per_msg']:.0f} us/msg")
     finally:
         c.stop()
         shutil.rmtree(root, ignore_errors=True)
-    progress(f"{mode}: {rate:.0f} msg/s")
-    return rate
+    return runs
+
+
+def record_cost(n: int = 20_000, runs: int = 5) -> dict[str, float]:
+    """Median microseconds per message of BrokerMetrics.on_put + on_rpc (the send path's metrics)."""
+    from types import SimpleNamespace
+
+    from rocketscope.broker.metrics import BrokerMetrics
+    from rocketscope.broker.store.message_store import PutStatus
+    from rocketscope.telemetry import Telemetry, TelemetryConfig
+
+    def once(mode: str) -> float:
+        props = {"metricsExporterType": mode, "metricsPromExporterHost": "127.0.0.1", "metricsPromExporterPort": "0"}
+        tel = Telemetry.start(TelemetryConfig.from_properties(props), "broker", "DefaultCluster", "bench-0")
+        try:
+            metrics = BrokerMetrics(SimpleNamespace(dledger=None), tel)  # type: ignore[arg-type]
+            msg = SimpleNamespace(properties={"__MSGTYPE": "NORMAL"}, topic="Bench", size=1100)
+            results = [SimpleNamespace(message=msg, status=PutStatus.PUT_OK)]
+            for _ in range(1000):
+                metrics.on_put(results)  # type: ignore[arg-type]
+                metrics.on_rpc("SendMessage", 20000, 0.0012, False)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                metrics.on_put(results)  # type: ignore[arg-type]
+                metrics.on_rpc("SendMessage", 20000, 0.0012, False)
+            return (time.perf_counter() - t0) / n * 1e6
+        finally:
+            tel.stop()
+
+    out = {}
+    for mode in ("DISABLE", "PROM"):
+        out[mode] = statistics.median(once(mode) for _ in range(runs))
+        progress(f"recording cost {mode}: {out[mode]:.2f} us/msg")
+    return out
 
 
 def scrape_cost(topics: int, groups: int) -> dict[str, float]:
@@ -112,34 +173,50 @@ def scrape_cost(topics: int, groups: int) -> dict[str, float]:
             times.append(time.perf_counter() - t0)
             size = len(body)
         lines = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+        gz_times, gz_size = [], 0
+        for _ in range(5):
+            req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                gz_body = resp.read()
+                gzipped = resp.headers.get("Content-Encoding") == "gzip"
+            gz_times.append(time.perf_counter() - t0)
+            gz_size = len(gz_body)
     finally:
         c.stop()
         shutil.rmtree(root, ignore_errors=True)
-    return {"scrape_ms_avg": sum(times) / len(times) * 1000, "scrape_ms_max": max(times) * 1000,
-            "bytes": size, "samples": lines}
+    return {"scrape_ms_avg": sum(times) / len(times) * 1000, "scrape_ms_median": statistics.median(times) * 1000,
+            "scrape_ms_max": max(times) * 1000, "scrape_ms_first": times[0] * 1000, "bytes": size, "samples": lines,
+            "gzip_scrape_ms_median": statistics.median(gz_times) * 1000, "gzip_scrape_ms_max": max(gz_times) * 1000,
+            "gzip_bytes": gz_size if gzipped else None}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--topics", type=int, default=1000)
     ap.add_argument("--groups", type=int, default=10)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "telemetry.json"))
     args = ap.parse_args()
-    rates = {"DISABLE": [], "PROM": []}  # type: dict[str, list[float]]
-    for _ in range(2):
-        for mode in ("DISABLE", "PROM"):
-            rates[mode].append(produce(mode, args.messages))
-    best = {m: max(v) for m, v in rates.items()}
+    runs = produce_rounds(args.messages, args.rounds)
+    median = {m: statistics.median(r["msgs_per_s"] for r in v) for m, v in runs.items()}
+    cpu = {m: statistics.median(r["broker_cpu_us_per_msg"] for r in v) for m, v in runs.items()}
+    recording = record_cost()
     scrape = scrape_cost(args.topics, args.groups)
-    result = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "produce_msgs_per_s": rates, "best": best,
-              "ratio_prom_vs_disable": best["PROM"] / best["DISABLE"], "scrape": scrape,
-              "topics": args.topics, "groups": args.groups}
+    result = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rounds": runs, "median_msgs_per_s": median,
+              "median_broker_cpu_us_per_msg": cpu, "ratio_prom_vs_disable": median["PROM"] / median["DISABLE"],
+              "cpu_ratio_prom_vs_disable": cpu["PROM"] / cpu["DISABLE"], "recording_us_per_msg": recording,
+              "scrape": scrape, "topics": args.topics, "groups": args.groups, "messages": args.messages}
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"\nproduce PROM {best['PROM']:.0f} vs DISABLE {best['DISABLE']:.0f} msg/s: "
-          f"{result['ratio_prom_vs_disable']:.2f}x")
+    print(f"\nproduce (median of {args.rounds}) PROM {median['PROM']:.0f} vs DISABLE {median['DISABLE']:.0f} msg/s: "
+          f"{result['ratio_prom_vs_disable']:.2f}x; broker CPU {cpu['PROM']:.0f} vs {cpu['DISABLE']:.0f} us/msg: "
+          f"{result['cpu_ratio_prom_vs_disable']:.2f}x")
+    print(f"send-path recording: PROM {recording['PROM']:.2f} us/msg, DISABLE {recording['DISABLE']:.2f} us/msg")
     print(f"/metrics with {args.topics} topics x {args.groups} groups: {scrape['scrape_ms_avg']:.0f} ms avg, "
-          f"{scrape['scrape_ms_max']:.0f} ms max, {scrape['bytes'] / 1e6:.1f} MB, {scrape['samples']} samples")
+          f"{scrape['scrape_ms_median']:.0f} ms median, {scrape['scrape_ms_max']:.0f} ms max, "
+          f"{scrape['bytes'] / 1e6:.1f} MB, {scrape['samples']} samples; gzip {scrape['gzip_scrape_ms_median']:.0f} ms "
+          f"median, {(scrape['gzip_bytes'] or 0) / 1e6:.2f} MB")
 
 
 if __name__ == "__main__":

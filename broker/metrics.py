@@ -12,6 +12,14 @@ lag latency = now − store time of the oldest unacknowledged message; queueing 
 = now − store time of the oldest message not yet handed out.  Retry and DLQ topics are
 not counted in the in/out counters (RocketMQ's rule); the retry topic has its own lag
 series with is_retry=true.
+
+Cost (issue #6): the send path records two counters and two histograms per message.  Each
+label set is resolved once into bound instruments (``Recorder.bind``) kept in small caches
+keyed by what varies (topic and message type; RPC method, code and long-polling), so a message
+costs a few dict lookups and float adds instead of building and hashing label dicts.  The
+snapshot reuses its label dicts from one snapshot to the next, so /metrics can reuse the label
+text it rendered for them.  Zero-valued lag series are kept: RocketMQ records them (lag 0,
+latency 0 when nothing is unconsumed) and "lag == 0" is a state dashboards and alerts read.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SNAPSHOT_INTERVAL_S = 2.0
+BIND_CACHE_MAX = 65536  # label sets kept bound; cleared when exceeded (topics churn; the cap is elsewhere)
 ROLE_VALUES = {"LEADER": 3, "FOLLOWER": 2, "CANDIDATE": 1, "PRE_CANDIDATE": 1}  # DLedger's numbering
 Labels = dict[str, Any]
 
@@ -77,6 +86,30 @@ class BrokerMetrics:
         self._task: asyncio.Task[None] | None = None
         self._registrations: list[Any] = []
         self.per_queue = telemetry.wants("rocketmq_consumer_queue_lag_messages")
+        self._in: dict[tuple[str, str], tuple[Any, Any, Any] | None] = {}
+        self._out: dict[tuple[str, str, bool], tuple[Any, Any]] = {}
+        self._rpc: dict[tuple[str, int, bool], Any] = {}
+        self._labels: dict[tuple[Any, ...], Labels] = {}  # snapshot label dicts, reused between snapshots
+        self._labels_next: dict[tuple[Any, ...], Labels] = {}
+
+    def _bound_in(self, topic: str, message_type: str) -> tuple[Any, Any, Any] | None:
+        if is_retry_or_dlq(topic):
+            bound = None
+        else:
+            labels = {"topic": topic, "message_type": message_type.lower(), "is_system": is_system(topic)}
+            bound = (self.messages_in.bind(labels), self.throughput_in.bind(labels), self.message_size.bind(labels))
+        if len(self._in) >= BIND_CACHE_MAX:
+            self._in.clear()
+        self._in[(topic, message_type)] = bound
+        return bound
+
+    def _bound_out(self, topic: str, group: str, is_retry: bool) -> tuple[Any, Any]:
+        labels = {"topic": topic, "consumer_group": group, "is_system": is_system(topic), "is_retry": is_retry}
+        bound = (self.messages_out.bind(labels), self.throughput_out.bind(labels))
+        if len(self._out) >= BIND_CACHE_MAX:
+            self._out.clear()
+        self._out[(topic, group, is_retry)] = bound
+        return bound
 
     # ---------------------------------------------------------------- events
     def on_put(self, results: Iterable[PutResult]) -> None:
@@ -86,23 +119,28 @@ class BrokerMetrics:
             msg = res.message
             if msg is None or res.status is not PutStatus.PUT_OK:
                 continue
-            topic = msg.properties.get("REAL_TOPIC", msg.topic)
-            if is_retry_or_dlq(topic):
+            props = msg.properties
+            topic = props.get("REAL_TOPIC", msg.topic)
+            message_type = props.get("__MSGTYPE", "NORMAL")
+            try:
+                bound = self._in[(topic, message_type)]
+            except KeyError:
+                bound = self._bound_in(topic, message_type)
+            if bound is None:  # retry and DLQ topics are not counted
                 continue
-            labels = {"topic": topic, "message_type": msg.properties.get("__MSGTYPE", "NORMAL").lower(),
-                      "is_system": is_system(topic)}
-            self.messages_in.add(1, labels)
-            self.throughput_in.add(msg.size, labels)
-            self.message_size.record(msg.size, labels)
+            count, throughput, size = bound
+            count.add(1)
+            throughput.add(msg.size)
+            size.record(msg.size)
 
     def on_delivered(self, group: str, deliveries: Iterable[Delivery]) -> None:
         if not self.enabled:
             return
         for d in deliveries:
             is_retry = d.message.topic.startswith(RETRY_PREFIX)
-            labels = {"topic": d.topic, "consumer_group": group, "is_system": is_system(d.topic), "is_retry": is_retry}
-            self.messages_out.add(1, labels)
-            self.throughput_out.add(d.message.size, labels)
+            bound = self._out.get((d.topic, group, is_retry)) or self._bound_out(d.topic, group, is_retry)
+            bound[0].add(1)
+            bound[1].add(d.message.size)
 
     def on_pulled(self, group: str, messages: Iterable[StoredMessage]) -> None:
         if not self.enabled:
@@ -111,9 +149,9 @@ class BrokerMetrics:
             topic = origin_topic(m)
             if is_retry_or_dlq(m.topic):
                 continue
-            labels = {"topic": topic, "consumer_group": group, "is_system": is_system(topic), "is_retry": False}
-            self.messages_out.add(1, labels)
-            self.throughput_out.add(m.size, labels)
+            bound = self._out.get((topic, group, False)) or self._bound_out(topic, group, False)
+            bound[0].add(1)
+            bound[1].add(m.size)
 
     def on_dead_lettered(self, group: str, msg: StoredMessage) -> None:
         topic = origin_topic(msg)
@@ -139,14 +177,20 @@ class BrokerMetrics:
     def on_rpc(self, method: str, code: int, seconds: float, long_polling: bool) -> None:
         if not self.enabled:
             return
-        try:
-            code_name = pb.Code.Name(code).lower()
-        except ValueError:
-            code_name = str(code)
-        ok = code in (pb.OK, pb.MULTIPLE_RESULTS, pb.MESSAGE_NOT_FOUND)
-        self.rpc_latency.record(seconds * 1000, {
-            "protocol_type": "grpc", "request_code": snake(method), "response_code": code_name,
-            "is_long_polling": long_polling, "result": "success" if ok else "process_request_failed"})
+        bound = self._rpc.get((method, code, long_polling))
+        if bound is None:
+            try:
+                code_name = pb.Code.Name(code).lower()
+            except ValueError:
+                code_name = str(code)
+            ok = code in (pb.OK, pb.MULTIPLE_RESULTS, pb.MESSAGE_NOT_FOUND)
+            bound = self.rpc_latency.bind({
+                "protocol_type": "grpc", "request_code": snake(method), "response_code": code_name,
+                "is_long_polling": long_polling, "result": "success" if ok else "process_request_failed"})
+            if len(self._rpc) >= BIND_CACHE_MAX:
+                self._rpc.clear()
+            self._rpc[(method, code, long_polling)] = bound
+        bound.record(seconds * 1000)
 
     # ----------------------------------------------------------------- gauges
     GAUGES = (
@@ -188,8 +232,29 @@ class BrokerMetrics:
             except Exception:
                 log.exception("metrics snapshot failed")
 
+    def _lab(self, key: tuple[str, ...], names: tuple[str, ...], system: str | None = None,
+             **extra: Any) -> Labels:
+        """The label dict for ``key`` (kind, then the values of ``names``) from the previous
+        snapshot, else a new one: identical label sets stay the same objects between snapshots,
+        and /metrics caches the text it rendered for them by identity. ``system`` adds is_system."""
+        labels = self._labels.get(key)
+        if labels is None:
+            labels = dict(zip(names, key[1:], strict=True))
+            labels.update(extra)
+            if system is not None:
+                labels["is_system"] = is_system(system)
+        self._labels_next[key] = labels
+        return labels
+
     def take_snapshot(self) -> None:
         """Compute every gauge's points on the event loop; the reader thread only reads the result."""
+        self._labels_next = {}
+        try:
+            self._take_snapshot()
+        finally:
+            self._labels = self._labels_next
+
+    def _take_snapshot(self) -> None:
         b = self.broker
         snap: dict[str, list[tuple[float, Labels]]] = {name: [] for name in self.GAUGES}
         snap["rocketmq_broker_permission"].append((b.settings.brokerPermission, {}))
@@ -211,7 +276,7 @@ class BrokerMetrics:
         snap["rocketmq_half_messages"] = [(n, {"topic": t}) for t, n in halves.items()]
         for cfg in b.topics.all():
             total = sum(b.store.max_offset(cfg.name, q) for q in range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
-            snap["rocketmq_topic_max_offset"].append((total, {"topic": cfg.name}))
+            snap["rocketmq_topic_max_offset"].append((total, self._lab(("max", cfg.name), ("topic",))))
         self._snapshot = snap
 
     def _connections(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
@@ -272,7 +337,8 @@ class BrokerMetrics:
                         snap["rocketmq_consumer_queue_lag_latency"].append((q_latency, labels))
                 if is_retry and lag == 0 and inflight == 0:
                     continue
-                labels = {"consumer_group": group, "topic": topic, "is_retry": is_retry, "is_system": is_system(topic)}
+                labels = self._lab(("lag" if is_retry else "lag-", group, topic), ("consumer_group", "topic"), topic,
+                                   is_retry=is_retry)
                 snap["rocketmq_consumer_lag_messages"].append((lag, labels))
                 snap["rocketmq_consumer_inflight_messages"].append((inflight, labels))
                 snap["rocketmq_consumer_ready_messages"].append((ready, labels))
@@ -280,7 +346,7 @@ class BrokerMetrics:
                 snap["rocketmq_consumer_queueing_latency"].append((now - oldest_unpulled, labels))
                 if not is_retry:
                     snap["rocketmq_consumer_committed_offset"].append(
-                        (committed_sum, {"consumer_group": group, "topic": topic}))
+                        (committed_sum, self._lab(("off", group, topic), ("consumer_group", "topic"))))
 
     def _ha(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
         """Replication gauges: who leads, how far each replica has acknowledged, how far behind it is."""

@@ -1,22 +1,32 @@
 """The exposure modes: one metric reader (and for PROM an HTTP server) per metricsExporterType.
 
 Why these choices:
-- PROM: an ``InMemoryMetricReader`` read on each scrape, rendered by our renderer into a
-  private prometheus_client registry served by prometheus_client's own HTTP server. Each
-  Telemetry has its own registry and port, so two in one process (tests, BrokerContainer
-  experiments) never mix, and ``stop()`` really frees the port.
+- PROM: no SDK reader at all. Each scrape renders our own accumulators and gauge callbacks to
+  text (``promtext``; issue #6: the SDK collection plus prometheus_client families took ~4 s
+  for 61k samples), followed by the collectors registered on the endpoint's private registry
+  (``register_collector``: the client metrics the broker re-exports) rendered by
+  prometheus_client. Served by a small WSGI app on its own server, gzip (level 1: a 10 MB
+  exposition compresses ~20x in tens of ms; level 9 costs several times more for a few per
+  cent) when the scraper accepts it, as Prometheus does. Each Telemetry has its own registry
+  and port, so two in one process never mix, and ``stop()`` really frees the port.
 - OTLP_GRPC/OTLP_HTTP: the SDK's OTLP exporters behind a periodic reader; the exporters'
   ``max_export_batch_size`` splits one large export into requests of at most
   metricsExportBatchMaxDataPoints points (RocketMQ issue #10240: one export over the gRPC
-  message limit used to lose *all* metrics).
+  message limit used to lose *all* metrics). Histograms are accumulated by us, not by the SDK
+  (``instruments``), so ``HistogramExporter`` adds them to each export the SDK hands over.
 - LOG: one INFO line of OTLP-JSON per interval through ``logging``.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from opentelemetry.sdk.metrics import (
     Counter,
@@ -28,19 +38,19 @@ from opentelemetry.sdk.metrics import (
 )
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
-    InMemoryMetricReader,
+    Metric,
     MetricExporter,
     MetricExportResult,
     MetricReader,
     MetricsData,
     PeriodicExportingMetricReader,
+    ResourceMetrics,
+    ScopeMetrics,
 )
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import Metric
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from .config import ExporterType, TelemetryConfig
-from .otlp import sdk_points
-from .render import families
 
 log = logging.getLogger(__name__)
 
@@ -77,35 +87,122 @@ class LoggingMetricExporter(MetricExporter):
         return None
 
 
-class _ScrapeCollector:
-    """prometheus_client custom collector: collect the SDK now, render through our renderer."""
+class HistogramExporter(MetricExporter):
+    """Wraps the OTLP/LOG exporter: adds our histogram metrics to each export of the SDK's data.
 
-    def __init__(self, reader: InMemoryMetricReader) -> None:
-        self._reader = reader
+    Known gap: the SDK calls ``export`` only when it has data points of its own; every node has
+    some (gauges or counters), a process that only ever recorded histograms would push nothing.
+    """
 
-    def collect(self) -> list[Metric]:
-        data = self._reader.get_metrics_data()
-        if data is None:
-            return []
-        return families(sdk_points(data))
+    def __init__(self, inner: MetricExporter, scope_name: str) -> None:
+        super().__init__(preferred_temporality=inner._preferred_temporality,  # same as the inner one's
+                         preferred_aggregation=inner._preferred_aggregation)
+        self.inner = inner
+        self._scope_name = scope_name
+        self.histograms: Callable[[], list[Metric]] = list
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        extra = self.histograms()
+        if extra:
+            metrics_data = with_metrics(metrics_data, extra, self._scope_name)
+        return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.inner.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
-MetricsServe = Callable[[int, str, CollectorRegistry], tuple[Any, Any]]
+def with_metrics(data: MetricsData, extra: Sequence[Metric], scope_name: str) -> MetricsData:
+    """``data`` plus ``extra`` in the scope named ``scope_name`` (the node's meter) of the first resource."""
+    if not data.resource_metrics:
+        return data
+    first, *rest = data.resource_metrics
+    scopes = list(first.scope_metrics)
+    for i, sm in enumerate(scopes):
+        if sm.scope.name == scope_name:
+            scopes[i] = ScopeMetrics(scope=sm.scope, metrics=[*sm.metrics, *extra], schema_url=sm.schema_url)
+            break
+    else:
+        scopes.append(ScopeMetrics(scope=InstrumentationScope(scope_name), metrics=list(extra), schema_url=""))
+    resource = ResourceMetrics(resource=first.resource, scope_metrics=scopes, schema_url=first.schema_url)
+    return MetricsData(resource_metrics=[resource, *rest])
+
+
+MetricsApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+MetricsServe = Callable[[int, str, Any], tuple[Any, Any]]
+
+
+def gzip_accepted(header: str) -> bool:
+    for part in header.split(","):
+        coding, _, params = part.partition(";")
+        if coding.strip().lower() == "gzip":
+            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
+
+
+def metrics_app(render: Callable[[], str], registry: CollectorRegistry) -> MetricsApp:
+    """WSGI app for /metrics: our text, then the registry's collectors; gzip when accepted.
+    Methods and paths as prometheus_client's app (OPTIONS, GET on any path, favicon empty)."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method = environ["REQUEST_METHOD"]
+        if method == "OPTIONS":
+            start_response("200 OK", [("Allow", "OPTIONS,GET")])
+            return [b""]
+        if method != "GET":
+            start_response("405 Method Not Allowed", [("Allow", "OPTIONS,GET")])
+            return [f"# HTTP 405 Method Not Allowed: {method}; use OPTIONS or GET\n".encode()]
+        if environ.get("PATH_INFO") == "/favicon.ico":
+            start_response("200 OK", [])
+            return [b""]
+        body = render().encode() + generate_latest(registry)
+        headers = [("Content-Type", CONTENT_TYPE_LATEST)]
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [body]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def serve_http(port: int, host: str, app: MetricsApp) -> tuple[Any, threading.Thread]:
+    """Plain-HTTP server for ``app`` on a daemon thread; returns (server, thread)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+    class Server(_Server):
+        address_family = family
+
+    httpd = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
+    return httpd, thread
 
 
 class PrometheusEndpoint:
-    """PROM mode's /metrics on its own registry and HTTP server."""
+    """PROM mode's /metrics: our renderer plus a private registry for extra collectors."""
 
-    def __init__(self, reader: InMemoryMetricReader, host: str, port: int, serve: MetricsServe | None = None) -> None:
-        """``serve`` replaces prometheus_client's plain HTTP server (the broker passes an HTTPS
-        one when tls.metrics.enable is on); it returns (server, thread) like start_http_server."""
+    def __init__(self, render: Callable[[], str], host: str, port: int, serve: MetricsServe | None = None) -> None:
+        """``serve(port, host, app)`` replaces the plain HTTP server (the broker passes an HTTPS
+        one when tls.metrics.enable is on); it returns (server, thread)."""
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_ScrapeCollector(reader))  # type: ignore[arg-type]
         self.host = host or "0.0.0.0"
+        app = metrics_app(render, self.registry)
         if serve is None:
-            self._server, self._thread = start_http_server(port, addr=self.host, registry=self.registry)
+            self._server, self._thread = serve_http(port, self.host, app)
         else:
-            self._server, self._thread = serve(port, self.host, self.registry)
+            self._server, self._thread = serve(port, self.host, app)
         self.port = int(self._server.server_address[1])
         scheme = "http" if serve is None else "https"
         log.info("metrics: Prometheus endpoint listening on %s://%s:%d/metrics", scheme, self.host, self.port)
@@ -133,19 +230,18 @@ def otlp_exporter(config: TelemetryConfig) -> MetricExporter:
                         preferred_temporality=preferred, max_export_batch_size=batch)
 
 
-def build_reader(config: TelemetryConfig) -> MetricReader | None:
-    """The reader for the configured mode (None for DISABLE). For PROM it is an in-memory
-    reader; the caller serves it with :class:`PrometheusEndpoint` once the provider exists."""
+def build_reader(config: TelemetryConfig, scope_name: str) -> tuple[MetricReader | None, HistogramExporter | None]:
+    """The SDK reader for the push modes and its exporter (whose ``histograms`` the caller sets);
+    (None, None) for DISABLE and PROM (PROM renders our own state, see the module docstring)."""
     kind = config.exporter_type
-    if kind is ExporterType.DISABLE:
-        return None
-    if kind is ExporterType.PROM:
-        return InMemoryMetricReader(preferred_temporality=temporality(config))
+    if kind in (ExporterType.DISABLE, ExporterType.PROM):
+        return None, None
     if kind is ExporterType.LOG:
-        exporter: MetricExporter = LoggingMetricExporter(temporality(config))
-        return PeriodicExportingMetricReader(exporter, export_interval_millis=config.log_interval_ms)
-    exporter = otlp_exporter(config)
+        exporter = HistogramExporter(LoggingMetricExporter(temporality(config)), scope_name)
+        return PeriodicExportingMetricReader(exporter, export_interval_millis=config.log_interval_ms), exporter
+    exporter = HistogramExporter(otlp_exporter(config), scope_name)
     target = config.grpc_target if kind is ExporterType.OTLP_GRPC else config.http_url
     log.info("metrics: pushing OTLP (%s) to %s every %d ms", kind.name, target, config.export_interval_ms)
-    return PeriodicExportingMetricReader(exporter, export_interval_millis=config.export_interval_ms,
-                                         export_timeout_millis=config.export_timeout_ms)
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=config.export_interval_ms,
+                                           export_timeout_millis=config.export_timeout_ms)
+    return reader, exporter

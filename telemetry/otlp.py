@@ -1,8 +1,8 @@
 """Decode OTLP metric requests (opentelemetry-proto) into flat points.
 
-Why a flat point: PROM mode (the SDK's data encoded to OTLP) and the exporter (OTLP as
-received from nodes) then share one renderer, so a series is named and labelled the same
-whichever way it reached Prometheus.
+Why a flat point: the exporter (OTLP as received from nodes) and the broker's re-export of
+its clients' metrics share one renderer (``render``), which names series from the same
+catalogue and ``naming`` rules as PROM mode's own text (``promtext``).
 """
 
 from __future__ import annotations
@@ -88,38 +88,6 @@ def points(request: ExportMetricsServiceRequest) -> Iterator[Point]:
                                     counts=tuple(hp.bucket_counts), total=hp.sum, count=hp.count)
                 else:
                     log.debug("metric %s of type %s is not supported and is skipped", metric.name, which)
-
-
-def sdk_points(data: Any) -> Iterator[Point]:
-    """The same points straight from the SDK's ``MetricsData`` (PROM mode): skipping the
-    protobuf round trip halves the cost of a large scrape. Uses only the SDK's public
-    export data classes (``opentelemetry.sdk.metrics.export``)."""
-    from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
-
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                body = metric.data
-                unit = metric.unit or ""
-                description = metric.description or ""
-                if isinstance(body, Sum):
-                    kind = "counter" if body.is_monotonic else "gauge"
-                    temporality = int(body.aggregation_temporality.value)
-                elif isinstance(body, Gauge):
-                    kind, temporality = "gauge", 0
-                elif isinstance(body, Histogram):
-                    temporality = int(body.aggregation_temporality.value)
-                    for hp in body.data_points:
-                        yield Point(metric.name, description, unit, "histogram", temporality, dict(hp.attributes or {}),
-                                    hp.start_time_unix_nano, hp.time_unix_nano, bounds=tuple(hp.explicit_bounds),
-                                    counts=tuple(hp.bucket_counts), total=hp.sum, count=hp.count)
-                    continue
-                else:
-                    log.debug("metric %s of type %s is not supported and is skipped", metric.name, type(body))
-                    continue
-                for dp in body.data_points:
-                    yield Point(metric.name, description, unit, kind, temporality, dict(dp.attributes or {}),
-                                dp.start_time_unix_nano or 0, dp.time_unix_nano, value=dp.value)
 
 
 def _number(metric: Any, kind: str, temporality: int, dp: Any, fallback: dict[str, Any]) -> Point:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+from opentelemetry.sdk.metrics.export import AggregationTemporality, Histogram, HistogramDataPoint, Metric
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
@@ -39,10 +41,12 @@ from .instruments import (
     GaugeCallback,
     GaugeRegistration,
     GaugeSet,
+    HistogramCell,
     HistogramInstrument,
     NoopRegistration,
     Recorder,
 )
+from .promtext import PromText
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +89,22 @@ class _Core:
         self.gauges: dict[str, GaugeSet] = {}
         self.endpoint: PrometheusEndpoint | None = None
         self.stopped = False
-        reader = build_reader(config)
+        # delta export state of each histogram cell: (bucket counts, count, sum, time) last sent
+        self._sent: dict[HistogramCell, tuple[list[int], int, float, int]] = {}
+        meter_name = METER_NAMES.get(node_type, f"rocketscope-{node_type}")
+        reader, exporter = build_reader(config, meter_name)
+        if exporter is not None:
+            exporter.histograms = self.histogram_metrics
         self.provider = MeterProvider(
             metric_readers=[reader] if reader is not None else [],
             resource=Resource.create({"service.name": f"rocketscope-{node_type}"}),
             views=views(config.cardinality_limit),
             exemplar_filter=AlwaysOffExemplarFilter(),  # unused; saves memory and time per series
         )
-        self.meter = self.provider.get_meter(METER_NAMES.get(node_type, f"rocketscope-{node_type}"))
+        self.meter = self.provider.get_meter(meter_name)
         try:
             if config.exporter_type is ExporterType.PROM:
-                self.endpoint = PrometheusEndpoint(reader, config.prom_host, config.prom_port, serve)  # type: ignore[arg-type]
+                self.endpoint = PrometheusEndpoint(PromText(self).render, config.prom_host, config.prom_port, serve)
         except OSError as exc:
             self.provider.shutdown()
             raise OSError(exc.errno, f"metrics: cannot listen on {config.prom_host or '0.0.0.0'}:"
@@ -120,8 +129,7 @@ class _Core:
                           else self.meter.create_observable_up_down_counter)
                 inst = create(spec.name, callbacks=[totals], unit=spec.unit, description=spec.description)
             elif spec.kind is Kind.HISTOGRAM:
-                inst = self.meter.create_histogram(spec.name, unit=spec.unit, description=spec.description,
-                                                   explicit_bucket_boundaries_advisory=spec.buckets)
+                inst = self._guard_locked(spec)  # accumulated by us: see histogram_metrics
             else:
                 gauge_set = GaugeSet(spec, self.config.cardinality_limit, self.count_overflow)
                 self.gauges[spec.name] = gauge_set
@@ -145,6 +153,42 @@ class _Core:
             guard = self.guards[spec.name] = CardinalityGuard(spec, self.config.cardinality_limit,
                                                               self.count_overflow)
         return guard
+
+    def histogram_metrics(self) -> list[Metric]:
+        """Our histograms as SDK export data for the OTLP/LOG exporter (called on its thread).
+        Temporality follows the SDK's rule for histograms: delta iff metricsInDelta (push modes)."""
+        delta = self.config.delta
+        now = time.time_ns()
+        out: list[Metric] = []
+        with self.lock:
+            guards = [g for g in self.guards.values() if g.spec.kind is Kind.HISTOGRAM]
+        for guard in guards:
+            points: list[HistogramDataPoint] = []
+            cells = guard.cells()
+            with guard.lock:
+                for cell in cells:
+                    if not isinstance(cell, HistogramCell) or not cell.count:
+                        continue
+                    counts, count, total = list(cell.counts), cell.count, cell.sum
+                    low, high = cell.min, cell.max
+                    start = cell.start_ns
+                    if delta:
+                        cell.min, cell.max = float("inf"), float("-inf")
+                        before = self._sent.get(cell)
+                        self._sent[cell] = (counts, count, total, now)
+                        if before is not None:
+                            if count == before[1]:
+                                continue
+                            counts = [a - b for a, b in zip(counts, before[0], strict=True)]
+                            count, total, start = count - before[1], total - before[2], before[3]
+                    points.append(HistogramDataPoint(attributes=cell.attrs, start_time_unix_nano=start,
+                                                     time_unix_nano=now, count=count, sum=total, bucket_counts=counts,
+                                                     explicit_bounds=list(cell.bounds), min=low, max=high))
+            if points:
+                temporality = AggregationTemporality.DELTA if delta else AggregationTemporality.CUMULATIVE
+                out.append(Metric(name=guard.spec.name, description=guard.spec.description, unit=guard.spec.unit,
+                                  data=Histogram(data_points=points, aggregation_temporality=temporality)))
+        return out
 
     def count_overflow(self, metric: str, base: Mapping[str, Any], count: int) -> None:
         """Count measurements folded into ``metric``'s overflow series of the node ``base``
@@ -250,13 +294,13 @@ class Telemetry:
             return NOOP
         core = self._core
         assert core is not None
-        sdk = core.sdk_instrument(spec)
+        core.sdk_instrument(spec)
         if kind is Kind.HISTOGRAM:
-            return HistogramInstrument(sdk, core.guard(spec), self._node, self.labels)
+            return HistogramInstrument(core.guard(spec), self._node, self.labels)
         return CounterInstrument(core.guard(spec), self._node, self.labels, monotonic=kind is Kind.COUNTER)
 
     def counter(self, name: str) -> Recorder:
-        """A monotonic counter: ``.add(n, labels)``."""
+        """A monotonic counter: ``.add(n, labels)``, or ``.bind(labels).add(n)`` on hot paths."""
         return self._bound(name, Kind.COUNTER)
 
     def up_down_counter(self, name: str) -> Recorder:
@@ -264,7 +308,7 @@ class Telemetry:
         return self._bound(name, Kind.UP_DOWN_COUNTER)
 
     def histogram(self, name: str) -> Recorder:
-        """A histogram with the catalogue's buckets: ``.record(value, labels)``."""
+        """A histogram with the catalogue's buckets: ``.record(value, labels)`` or ``.bind(labels).record(v)``."""
         return self._bound(name, Kind.HISTOGRAM)
 
     def gauge(self, name: str, callback: GaugeCallback) -> GaugeRegistration | NoopRegistration:

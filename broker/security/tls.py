@@ -266,7 +266,8 @@ def client_config(raw: Mapping[str, str], server: TlsServerConfig | None = None)
 
 
 def start_metrics_server(port: int, addr: str, registry: Any, tls: TlsServerConfig) -> tuple[Any, threading.Thread]:
-    """prometheus_client's start_http_server, but HTTPS with our context (key password, optional client auth)."""
+    """prometheus_client's start_http_server, but HTTPS with our context (key password, optional client auth).
+    ``registry`` is a prometheus_client registry or a WSGI app (PROM mode's own /metrics app)."""
     from wsgiref.simple_server import WSGIRequestHandler, make_server
 
     from prometheus_client import exposition
@@ -277,7 +278,8 @@ def start_metrics_server(port: int, addr: str, registry: Any, tls: TlsServerConf
     family, addr = exposition._get_best_family(addr, port)  # type: ignore[attr-defined]
     Server.address_family = family
     handler = getattr(exposition, "_SilentHandler", WSGIRequestHandler)
-    httpd = make_server(addr, port, exposition.make_wsgi_app(registry), Server, handler_class=handler)
+    app = registry if callable(registry) else exposition.make_wsgi_app(registry)
+    httpd = make_server(addr, port, app, Server, handler_class=handler)
     httpd.socket = tls.ssl_server_context().wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(target=httpd.serve_forever, name="metrics-https", daemon=True)
     thread.start()

@@ -1,0 +1,213 @@
+"""PROM mode's /metrics text, rendered straight from our own accumulators and gauge callbacks.
+
+Why not the SDK and prometheus_client's families any more: a broker with 1,000 topics and 10
+groups each has ~61,000 samples, and the path SDK collection (Observation objects, one
+aggregation per attribute set, data points) then our Points, then prometheus_client families
+and ``generate_latest`` (labels sorted and escaped again for every sample) took ~4 s per
+scrape. Every value already lives in our cells (counters, histograms) or comes from a gauge
+callback, so this module writes the text format itself:
+
+- a counter's or histogram's label text is rendered once per series and kept on its cell;
+- a gauge registration's base labels (cluster, node_type, node_id, metricsLabel) are rendered
+  once, and the label text of each observed label dict is cached per registration by the
+  dict's identity (the cache holds the dict, so an id cannot be reused while cached; entries
+  not seen in a scrape are dropped). The broker reuses its label dicts between snapshots, so a
+  scrape mostly formats numbers;
+- same names, types, label keys and values as before: names from the catalogue
+  (``Instrument.prometheus_name``), booleans ``true``/``false``, ``le`` as ``repr(float)``,
+  histogram buckets cumulative, ``otel_metric_overflow="true"`` on overflow series, the
+  gauge cardinality cap applied per collection as ``GaugeSet.observe`` does for OTLP.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .catalogue import Kind
+from .instruments import OVERFLOW_ATTRIBUTE, CardinalityGuard, Cell, GaugeRegistration, GaugeSet, HistogramCell
+from .naming import render_bound, render_value, sanitize_label
+
+if TYPE_CHECKING:
+    from .provider import _Core
+
+
+def escape_value(text: str) -> str:
+    if "\\" in text or "\n" in text or '"' in text:
+        return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return text
+
+
+_PAIRS: dict[tuple[Any, ...], str] = {}  # rendered ``k="v"`` per (key, value): label values repeat a lot
+_PAIRS_MAX = 200_000
+
+
+def _pair(key: str, value: Any) -> str:
+    cache_key = (key, value) if type(value) is str else (key, type(value), value)  # True == 1, "true" != "1"
+    try:
+        text = _PAIRS.get(cache_key)
+    except TypeError:  # unhashable (a sequence attribute)
+        return f'{sanitize_label(key)}="{escape_value(render_value(value))}"'
+    if text is None:
+        if len(_PAIRS) >= _PAIRS_MAX:
+            _PAIRS.clear()
+        text = _PAIRS[cache_key] = f'{sanitize_label(key)}="{escape_value(render_value(value))}"'
+    return text
+
+
+def label_text(attrs: Mapping[str, Any], skip: Iterable[str] = ()) -> str:
+    """``k="v",...`` in the dict's order (Prometheus does not care about label order)."""
+    return ",".join([_pair(k, v) for k, v in attrs.items() if k not in skip])
+
+
+def number(value: Any) -> str:
+    if type(value) is int:
+        return str(value)
+    if type(value) is bool:
+        return "1" if value else "0"
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def _help(name: str, doc: str, kind: str) -> str:
+    doc = doc.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"
+
+
+def _braced(text: str) -> str:
+    return "{" + text + "}" if text else ""
+
+
+def _cell_text(cell: Cell) -> str:
+    text = cell.text
+    if text is None:
+        text = cell.text = label_text(cell.attrs)
+    return text
+
+
+class PromText:
+    """Renders the process's instruments (all nodes) as Prometheus text format 0.0.4."""
+
+    def __init__(self, core: _Core) -> None:
+        self._core = core
+
+    def render(self) -> str:
+        core = self._core
+        guards = list(core.guards.values())
+        gauges = list(core.gauges.values())
+        out: list[str] = []
+        # counters first: the overflow counter then shows what earlier collections folded, as
+        # the SDK path did (gauge observations folded in this scrape are counted for the next)
+        for guard in guards:
+            if guard.spec.kind is Kind.HISTOGRAM:
+                self._histogram(guard, out)
+            else:
+                self._counter(guard, out)
+        # label text of a dict seen under several gauges (the five lag gauges share theirs), for
+        # this render only; holding the dicts keeps their ids from being reused meanwhile
+        shared: dict[tuple[int, str], tuple[Any, str]] = {}
+        for gauge_set in gauges:
+            self._gauges(gauge_set, out, shared)
+        return "".join(out)
+
+    def _counter(self, guard: CardinalityGuard, out: list[str]) -> None:
+        cells = guard.cells()
+        if not cells:
+            return
+        spec = guard.spec
+        name = spec.prometheus_name
+        out.append(_help(name, spec.description, spec.kind.prometheus_type))
+        out.extend(f"{name}{_braced(_cell_text(c))} {number(c.value)}\n" for c in cells)
+
+    def _histogram(self, guard: CardinalityGuard, out: list[str]) -> None:
+        cells = guard.cells()
+        rows: list[tuple[HistogramCell, list[int], float]] = []
+        with guard.lock:
+            for c in cells:
+                if isinstance(c, HistogramCell) and c.count:
+                    rows.append((c, list(c.counts), c.sum))
+        if not rows:
+            return
+        spec = guard.spec
+        name = spec.prometheus_name
+        out.append(_help(name, spec.description, "histogram"))
+        les = [f'le="{render_bound(b)}"' for b in rows[0][0].bounds] + ['le="+Inf"']
+        for cell, counts, total in rows:
+            text = _cell_text(cell)
+            sep = text + "," if text else ""
+            running = 0
+            for le, n in zip(les, counts, strict=True):
+                running += n
+                out.append(f"{name}_bucket{{{sep}{le}}} {running}\n")
+            out.append(f"{name}_count{_braced(text)} {running}\n")
+            out.append(f"{name}_sum{_braced(text)} {number(total)}\n")
+
+    def _gauges(self, gauge_set: GaugeSet, out: list[str], shared: dict[tuple[int, str], tuple[Any, str]]) -> None:
+        spec = gauge_set.spec
+        name = spec.prometheus_name
+        lines: list[str] = []
+        seen: dict[str, set[str]] = {}  # base label text -> own label texts already written
+        admitted = 0
+        for reg in gauge_set.registrations():
+            base_text = reg.base_text
+            if base_text is None:
+                base_text = reg.base_text = label_text(reg.base)
+            try:
+                observed = reg.callback()
+                count, folded, overflow_sum = self._registration(
+                    reg, observed, name, base_text, gauge_set.limit - admitted, lines,
+                    seen.setdefault(base_text, set()), shared)
+            except Exception:  # a component's bug must not stop the other metrics
+                gauge_set.failed(reg)
+                continue
+            admitted += count
+            if folded:
+                text = label_text({**reg.base, OVERFLOW_ATTRIBUTE: True})
+                lines.append(f"{name}{{{text}}} {number(overflow_sum)}\n")
+                gauge_set.on_overflow(spec.name, reg.base, folded)
+        if lines:
+            out.append(_help(name, spec.description, spec.kind.prometheus_type))
+            out.extend(lines)
+
+    @staticmethod
+    def _registration(reg: GaugeRegistration, observed: Iterable[tuple[float, Mapping[str, Any]]], name: str,
+                      base_text: str, room: int, lines: list[str], seen: set[str],
+                      shared: dict[tuple[int, str], tuple[Any, str]]) -> tuple[int, int, float]:
+        """Append one registration's lines; returns (lines admitted, observations folded, their sum).
+        The hot loop of a large scrape: one dict lookup and one string concatenation per sample."""
+        old = reg.render_cache
+        cache: dict[int, tuple[Any, str, str]] = {}
+        base = reg.base
+        append = lines.append
+        admitted = folded = 0
+        overflow_sum = 0.0
+        for value, labels in observed:
+            if admitted >= room:
+                folded += 1
+                overflow_sum += value
+                continue
+            key = id(labels)
+            hit = old.get(key)
+            if hit is None or hit[0] is not labels:
+                known = shared.get((key, base_text))
+                if known is not None and known[0] is labels:
+                    own = known[1]
+                else:
+                    own = label_text(labels, base)
+                    shared[(key, base_text)] = (labels, own)
+                text = f"{own},{base_text}" if own and base_text else own or base_text
+                hit = (labels, own, f"{name}{{{text}}} " if text else f"{name} ")
+            cache[key] = hit
+            own = hit[1]
+            if own in seen:  # Prometheus rejects a series twice in one scrape: keep the first
+                continue
+            seen.add(own)
+            admitted += 1
+            append(f"{hit[2]}{value if type(value) is int else number(value)}\n")
+        reg.render_cache = cache
+        return admitted, folded, overflow_sum
