@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 Code = pb.Code
 MAX_PULL_BATCH = 1024
+COMMITLOG_OFFSET_PROPERTY = "__COMMITLOG_OFFSET"
 
 
 def _status(code: int = Code.OK, message: str = "OK") -> pb.Status:
@@ -81,8 +82,11 @@ class PullService:
         else:
             yield svc.PullMessageResponse(status=_status())
             for msg in got.messages:
-                yield svc.PullMessageResponse(message=to_grpc(msg, origin_topic(msg), ns,
-                                                              attempt=msg.reconsume_times + 1))
+                out = to_grpc(msg, origin_topic(msg), ns, attempt=msg.reconsume_times + 1)
+                # readers that manage offsets (the Spark source) also want the commit-log position,
+                # which the v2 protocol has no field for
+                out.user_properties[COMMITLOG_OFFSET_PROPERTY] = str(msg.physical_offset)
+                yield svc.PullMessageResponse(message=out)
         yield svc.PullMessageResponse(next_offset=got.next_offset)
 
     def get_offset(self, request: svc.GetOffsetRequest) -> svc.GetOffsetResponse:
