@@ -2,8 +2,9 @@
 
 One subcommand per job plus ``all`` (shared tables are computed once), ``stream`` (the
 streaming variant) and ``generate`` (synthetic input).  Inputs are Parquet directories
-of the row schema (trace rows and HA-event rows, together or apart); the live-broker
-source (``--namesrv``) comes later.
+of the row schema (trace rows and HA-event rows, together or apart), or a live cluster:
+``--namesrv`` reads the trace topic and RMQ_SYS_HA_EVENTS through the ``rocketscope``
+data source (spark/datasource.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import click
 
 from rocketscope.spark.jobs import JOBS
+from rocketscope.spark.schema import HA_EVENTS_TOPIC, TRACE_TOPIC
 
 ASOF_METHODS = ("interval", "window")
 
@@ -32,8 +34,12 @@ def _master(ctx: click.Context, master: str) -> str | None:
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--input", "inputs", multiple=True, required=True, type=click.Path(exists=True),
+        click.option("--input", "inputs", multiple=True, type=click.Path(exists=True),
                      help="Parquet directory of trace or HA-event rows (repeat for several)."),
+        click.option("--namesrv", default=None,
+                     help="Read a live cluster instead of --input: name server address(es), host:port;host:port."),
+        click.option("--topics", default=f"{TRACE_TOPIC},{HA_EVENTS_TOPIC}", show_default=True,
+                     help="Topics read with --namesrv (comma-separated)."),
         click.option("--output", required=True, type=click.Path(), help="Directory of the output tables."),
         click.option("--master", default="local[*]", show_default=True,
                      help="Spark master URL (ignored under spark-submit unless given)."),
@@ -48,14 +54,26 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], output: str, master: str,
-         asof_method: str, driver_memory: str | None, quick_start: bool) -> None:
+def _check_source(inputs: tuple[str, ...], namesrv: str | None) -> None:
+    if bool(inputs) == bool(namesrv):
+        raise click.UsageError("give either --input (Parquet rows) or --namesrv (a live cluster), not both or neither")
+
+
+def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], namesrv: str | None, topics: str,
+         output: str, master: str, asof_method: str, driver_memory: str | None, quick_start: bool) -> None:
     from rocketscope.spark.run import read_rows, run_jobs
     from rocketscope.spark.session import get_session
 
+    _check_source(inputs, namesrv)
     spark = get_session(_master(ctx, master), driver_memory=driver_memory, quick_start=quick_start)
     try:
-        timings = run_jobs(spark, read_rows(spark, inputs), output, jobs, asof_method=asof_method)
+        if namesrv:
+            from rocketscope.spark.datasource import read_topics
+
+            rows = read_topics(spark, namesrv, [t.strip() for t in topics.split(",") if t.strip()])
+        else:
+            rows = read_rows(spark, inputs)
+        timings = run_jobs(spark, rows, output, jobs, asof_method=asof_method)
     finally:
         spark.stop()
     click.echo(json.dumps({"output": str(Path(output)), "seconds": timings}))
@@ -96,16 +114,18 @@ def all_jobs(ctx: click.Context, **kwargs: Any) -> None:
 @click.option("--trigger-seconds", type=float, default=None, help="Micro-batch interval (default: back to back).")
 @click.option("--available-now", is_flag=True, help="Process what is there, then stop.")
 @click.pass_context
-def stream(ctx: click.Context, inputs: tuple[str, ...], output: str, master: str, asof_method: str,
-           driver_memory: str | None, quick_start: bool, checkpoint: str | None, jobs: tuple[str, ...],
-           trigger_seconds: float | None, available_now: bool) -> None:
-    """Keep the tables current as new row files arrive (Ctrl-C stops)."""
+def stream(ctx: click.Context, inputs: tuple[str, ...], namesrv: str | None, topics: str, output: str, master: str,
+           asof_method: str, driver_memory: str | None, quick_start: bool, checkpoint: str | None,
+           jobs: tuple[str, ...], trigger_seconds: float | None, available_now: bool) -> None:
+    """Keep the tables current as new row files or new messages arrive (Ctrl-C stops)."""
     from rocketscope.spark.session import get_session
     from rocketscope.spark.streaming import start_stream
 
+    _check_source(inputs, namesrv)
     spark = get_session(_master(ctx, master), driver_memory=driver_memory, quick_start=quick_start)
     query = start_stream(spark, inputs, output, checkpoint, jobs, trigger_seconds=trigger_seconds,
-                         asof_method=asof_method)
+                         asof_method=asof_method, namesrv=namesrv,
+                         topics=[t.strip() for t in topics.split(",") if t.strip()])
     try:
         if available_now:
             query.processAllAvailable()

@@ -83,19 +83,28 @@ class DayUpserter:
 def start_stream(spark: SparkSession, inputs: Iterable[str | Path], output: str | Path,
                  checkpoint: str | Path | None = None, jobs: Iterable[str] = ("all",), *,
                  trigger_seconds: float | None = None, asof_method: str = "interval",
-                 progress: bool = True) -> StreamingQuery:
-    """Start the query; new Parquet files in any input directory are picked up.
+                 progress: bool = True, namesrv: str | None = None,
+                 topics: Iterable[str] = ("RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_HA_EVENTS")) -> StreamingQuery:
+    """Start the query; new Parquet files in any input directory (or, with ``namesrv``, new
+    messages in the live topics) are picked up.
 
     ``checkpoint`` defaults to ``<output>/_checkpoint``.  ``trigger_seconds=None`` runs
     micro-batches back to back as data arrives.
     """
-    paths = [str(p) for p in inputs]
-    if not paths:
-        raise ValueError("no input: give at least one directory of row-schema Parquet files")
-    streams = [spark.readStream.schema(ROW_SCHEMA).parquet(p) for p in paths]
-    source = streams[0]
-    for other in streams[1:]:
-        source = source.unionByName(other)
+    if namesrv:
+        from rocketscope.spark.datasource import NAME, register
+
+        register(spark)
+        source = (spark.readStream.format(NAME).option("namesrv", namesrv).option("topic", ",".join(topics))
+                  .option("startingOffsets", "earliest").load())
+    else:
+        paths = [str(p) for p in inputs]
+        if not paths:
+            raise ValueError("no input: give at least one directory of row-schema Parquet files")
+        streams = [spark.readStream.schema(ROW_SCHEMA).parquet(p) for p in paths]
+        source = streams[0]
+        for other in streams[1:]:
+            source = source.unionByName(other)
     writer = source.writeStream.foreachBatch(
         DayUpserter(output, jobs, asof_method=asof_method, progress=progress)
     ).option("checkpointLocation", str(checkpoint or Path(output) / "_checkpoint"))

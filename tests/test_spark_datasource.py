@@ -111,3 +111,32 @@ def test_streaming_picks_up_new_messages_and_resumes_from_its_checkpoint(spark: 
         new_ids = {p.send(message(TOPIC, f"late-{i}".encode())).message_id for i in range(3)}
     second = run_once()
     assert sorted(second) == sorted([*sent, *new_ids])  # the new ones once each, the old ones not again
+
+
+def test_analyze_reads_a_live_traced_broker(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The jobs run on what the data source reads: broker-side trace records and HA events of a live broker."""
+    from rmq import drain, simple_consumer
+
+    from rocketscope.spark.run import run_jobs
+
+    c = LocalCluster(tmp_path_factory.mktemp("spark-traced"))
+    try:
+        c.start_namesrv()
+        node = c.start_broker("broker-t", traceTopicEnable="true", brokerTraceEnable="true")
+        c.admin("updateTopic", "-b", node.admin_addr, "-t", "TopicTraced", "-r", "2", "-w", "2")
+        with producer(node.endpoint, "TopicTraced") as p:
+            ids = {p.send(message("TopicTraced", f"tr-{i}".encode())).message_id for i in range(6)}
+        with simple_consumer(node.endpoint, "GroupTraced", "TopicTraced") as consumer:
+            assert {m.message_id for m in drain(consumer, 6)} >= ids
+        wait_until(lambda: read_topics(spark, c.namesrv_addr, ["RMQ_SYS_TRACE_TOPIC"]).count() > 0, timeout=60,
+                   what="trace records on the trace topic")
+        out = tmp_path_factory.mktemp("spark-traced-out")
+        rows = read_topics(spark, c.namesrv_addr, ["RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_HA_EVENTS"])
+        run_jobs(spark, rows, out, ["message_timeline"], progress=False)
+        timeline = spark.read.parquet(str(out / "message_timeline")).select("msg_id").collect()
+        assert ids <= {r["msg_id"] for r in timeline}
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
