@@ -103,12 +103,23 @@ _mount_optional()
 
 
 @main.command()
-@click.option("--messages", type=int, default=10, show_default=True, help="messages to send")
-def demo(messages: int) -> None:
-    """Start a name server and a broker on loopback, send and consume a few messages."""
-    from .demo import run_demo
+@click.option("--quick", is_flag=True, help="seconds instead of minutes; check every part, then stop (tests)")
+@click.option("--failover-after", type=float, default=60.0, show_default=True,
+              help="seconds of traffic before the leader is killed")
+@click.option("--no-dashboard", is_flag=True, help="do not start the dashboard")
+@click.option("--dashboard-port", type=int, default=0, help="dashboard port (default: a free one)")
+@click.option("--data-dir", default="", help="work directory (default: a new temporary one)")
+@click.option("--keep-running/--exit", default=True, show_default=True,
+              help="after the last step, keep the cluster and dashboard up until Ctrl-C")
+@click.option("--rate", type=float, default=20.0, show_default=True, help="messages per second")
+def demo(quick: bool, failover_after: float, no_dashboard: bool, dashboard_port: int, data_dir: str,
+         keep_running: bool, rate: float) -> None:
+    """A replicated cluster on loopback with traffic, a leader failover, Spark analytics and the dashboard."""
+    from .demo import DemoOptions, run_demo
 
-    sys.exit(run_demo(messages))
+    sys.exit(run_demo(DemoOptions(quick=quick, failover_after_s=failover_after, dashboard=not no_dashboard,
+                                  dashboard_port=dashboard_port, data_dir=data_dir, keep_running=keep_running,
+                                  rate_per_s=rate)))
 
 
 if __name__ == "__main__":

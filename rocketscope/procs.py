@@ -8,6 +8,7 @@ a process behind.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -33,23 +34,46 @@ def port_open(port: int) -> bool:
 
 
 def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """``rocketscope <args>`` in its own process group, output appended to ``log_path``."""
+    return spawn_exe([str(Path(sys.executable).parent / "rocketscope"), *args], log_path)
+
+
+def spawn_exe(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Any program in its own process group (so stopping it stops its children too), tracked for stop_all."""
     with open(log_path, "ab") as fh:
-        proc = subprocess.Popen([str(Path(sys.executable).parent / "rocketscope"), *args], stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     _children.append(proc)
     return proc
 
 
+def children() -> list[subprocess.Popen[bytes]]:
+    """The processes started and not yet stopped (the demo's self-check reads their PIDs)."""
+    return list(_children)
+
+
 def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM the process group, wait, SIGKILL what is left (also children of a leader that already exited)."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
         except ProcessLookupError:
             pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def kill9(proc: subprocess.Popen[bytes]) -> None:
+    """kill -9 the process group now (the demo's failover), and forget it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    if proc in _children:
+        _children.remove(proc)
 
 
 def stop_all() -> None:

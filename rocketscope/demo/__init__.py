@@ -1,0 +1,176 @@
+"""`rocketscope demo` (what `make demo` runs): a replicated cluster, traffic, a failover, Spark and the dashboard.
+
+Steps, each printed with the elapsed time:
+1. a name server and a three-node DLedger group on loopback (metrics in PROM mode,
+   broker-side trace on), and Prometheus scraping them when it is installed;
+2. a producer and two consumer groups (official client), with retries and one
+   dead-lettered message;
+3. after ``--failover-after`` seconds (about a minute by default), kill -9 of the
+   leader, a new leader, and the old one restarted;
+4. `rocketscope analyze all --namesrv` (Spark, local mode) over the trace topic and
+   RMQ_SYS_HA_EVENTS;
+5. the dashboard, its URL and message IDs worth looking up; then it runs until Ctrl-C.
+
+``--quick`` shortens every wait (seconds, not minutes), checks that each part came up
+and stops by itself; the tests run it that way.  Ctrl-C or SIGTERM at any point stops
+every child process (rocketscope.procs: process groups, SIGTERM then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from rocketscope.procs import children, free_port, spawn, stop_all, wait_for
+
+from .cluster import GROUP, DemoCluster
+from .workload import GROUPS, TOPIC, Workload, wait_for_traffic
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    quick: bool = False
+    failover_after_s: float = 60.0
+    dashboard: bool = True
+    dashboard_port: int = 0
+    data_dir: str = ""
+    keep_running: bool = True
+    rate_per_s: float = 20.0
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def step(self, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        click.echo(click.style(f"[{elapsed:6.1f}s] ", fg="cyan") + text)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run_demo(options: DemoOptions) -> int:
+    work = Path(options.data_dir) if options.data_dir else Path(tempfile.mkdtemp(prefix="rocketscope-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _terminate)
+    p = Progress()
+    workload: Workload | None = None
+    try:
+        p.step(f"work directory {work} (configs, logs, stores, analytics)")
+        cluster = DemoCluster(work)
+        cluster.start_namesrv()
+        p.step(f"name server on {cluster.namesrv}")
+        cluster.start_group()
+        leader = cluster.wait_leader(60)
+        p.step(f"DLedger group {GROUP}: 3 nodes ({', '.join(n.endpoint for n in cluster.nodes)}), "
+               f"leader {leader.self_id}, term {cluster.term()}")
+        if cluster.start_prometheus():
+            p.step(f"Prometheus scraping every node: {cluster.prometheus_url}")
+        else:
+            p.step("Prometheus not installed (apt-get install prometheus): the dashboard scrapes /metrics itself")
+        cluster.admin("updateTopic", "-b", leader.admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
+        cluster.admin("updateSubGroup", "-b", leader.admin_addr, "-g", "audit", "-r", "1")
+        cluster.admin("updateSubGroup", "-b", leader.admin_addr, "-g", "billing")
+
+        workload = Workload(cluster.endpoints, options.rate_per_s)
+        workload.start()
+        warmup = 5 if options.quick else options.failover_after_s
+        if not wait_for_traffic(workload, 10, 90):
+            raise RuntimeError(f"no traffic after 90 s: {workload.summary()} (logs in {work})")
+        p.step(f"traffic flowing: {workload.summary()}; failover in {warmup:.0f} s")
+        _sleep(warmup, p, workload)
+
+        old = cluster.wait_leader(30)
+        old_term = cluster.term()
+        p.step(f"kill -9 of the leader {old.self_id} ({old.endpoint})")
+        workload.failover_at = time.time()
+        killed_at = time.monotonic()
+        cluster.kill9(old)
+        new = cluster.wait_leader(60, exclude=old)
+        p.step(f"new leader {new.self_id} after {time.monotonic() - killed_at:.2f} s (term {old_term} -> "
+               f"{cluster.term()})")
+        cluster.start_node(old)
+        p.step(f"restarted {old.self_id}; it rejoins as a follower")
+        _sleep(5 if options.quick else 20, p, workload)
+        workload.stop()
+        p.step(f"traffic stopped: {workload.summary()}")
+
+        analytics = work / "analytics"
+        p.step("Spark: rocketscope analyze all --namesrv (local mode, reads the trace topic and RMQ_SYS_HA_EVENTS)")
+        res = subprocess.run([str(Path(sys.executable).parent / "rocketscope"), "analyze", "all", "--namesrv",
+                              cluster.namesrv, "--output", str(analytics), "--master", "local[2]"],
+                             capture_output=True, text=True, timeout=900)
+        (work / "analyze.log").write_text(res.stdout + res.stderr)
+        if res.returncode != 0:
+            raise RuntimeError(f"the Spark analysis failed: {res.stderr.strip()[-1500:]}")
+        tables = sorted(d.name for d in analytics.iterdir() if d.is_dir())
+        p.step(f"Spark tables in {analytics}: {', '.join(tables)}")
+
+        url = ""
+        if options.dashboard:
+            port = options.dashboard_port or free_port()
+            args = ["dashboard", "--namesrv", cluster.namesrv, "--analytics", str(analytics), "--port", str(port)]
+            if cluster.prometheus_url:
+                args += ["--prometheus", cluster.prometheus_url]
+            spawn(args, work / "dashboard.log")
+            url = f"http://127.0.0.1:{port}"
+            wait_for(lambda: _http_ok(f"{url}/_stcore/health"), 90, "the dashboard")
+            p.step(f"dashboard: {url}")
+        s = workload.stats
+        click.echo("\nMessage IDs worth looking up (Trace page, or rocketscope admin queryMsgTraceById -i ID):")
+        picks = (("a plain message", s.normal_id), ("retried once by audit", s.retried_id),
+                 ("dead-lettered by audit", s.poison_id), ("sent after the failover", s.after_failover_id))
+        for label, msg_id in picks:
+            if msg_id:
+                click.echo(f"  {label:28} {msg_id}" + (f"   {url}/Trace?msg_id={msg_id}" if url else ""))
+        summary = {"work": str(work), "namesrv": cluster.namesrv, "dashboard": url, "tables": tables,
+                   "old_leader": old.self_id, "new_leader": new.self_id, "groups": list(GROUPS),
+                   "pids": [c.pid for c in children()],
+                   "ids": {"normal": s.normal_id, "retried": s.retried_id, "dlq": s.poison_id,
+                           "after_failover": s.after_failover_id}}
+        (work / "demo.json").write_text(json.dumps(summary, indent=2))
+        if options.keep_running and not options.quick:
+            p.step("running; press Ctrl-C to stop everything")
+            while True:
+                time.sleep(1)
+        return 0
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted")
+        return 130
+    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
+        click.echo(click.style(f"demo failed: {exc}", fg="red"), err=True)
+        return 1
+    finally:
+        if workload is not None:
+            workload.stop_event.set()
+        stop_all()
+        p.step("stopped every process")
+
+
+def _sleep(seconds: float, p: Progress, workload: Workload) -> None:
+    """Wait, printing the traffic every 15 s so a long wait shows progress."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(15.0, left))
+        if deadline - time.monotonic() > 1:
+            p.step(f"... {workload.summary()}")
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
