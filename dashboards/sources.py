@@ -287,10 +287,16 @@ class LiveSource:
         except ImportError:
             raise SourceError("trace lookup is not available in this installation (rocketscope.trace.lookup); "
                               "use fixtures mode (ROCKETSCOPE_FIXTURES=1) to try the page") from None
+        from rocketscope.trace.lookup import TraceLookupError
+
         try:
             result = TraceLookup(self.namesrv).lookup(msg_id)
             if asyncio.iscoroutine(result):
                 result = asyncio.run(result)
+        except TraceLookupError as exc:
+            if str(exc).startswith("unknown message id"):
+                return None  # the page explains "no trace found"; anything else is a real failure
+            raise SourceError(str(exc)) from None
         except Exception as exc:
             raise SourceError(f"trace lookup of {msg_id} failed: {exc}") from None
         if result is None:
@@ -299,6 +305,70 @@ class LiveSource:
         if not data.get("sends") and not data.get("groups") and not data.get("store"):
             return None
         return data
+
+
+def scrape_nodes(namesrv: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Without Prometheus: read every registered node's /metrics now (metrics_addr of its registration).
+
+    Returns (messages in and out per topic since each node started, SendMessage latency
+    histogram buckets, consumer lag per group).  No history: the page shows totals and the
+    current lag; rates over time need Prometheus (--prometheus).
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async def nodes() -> list[tuple[str, str]]:
+        from rocketscope.admin_client import AdminClient
+
+        client = AdminClient(namesrv, timeout_s=3.0)
+        try:
+            return [(f"{b.name}/{b.broker_id}", b.registration.metrics_addr) for b in await client.cluster()
+                    if b.registration.metrics_addr]
+        finally:
+            await client.close()
+
+    targets = _run(nodes)
+    if not targets:
+        raise SourceError("no broker registered a /metrics address: start brokers with metricsExporterType=PROM, "
+                          "or give --prometheus")
+    flows: dict[tuple[str, str], float] = {}
+    buckets: dict[float, float] = {}
+    lag: dict[str, float] = {}
+    errors = []
+    for node, addr in targets:
+        try:
+            with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError as exc:
+            errors.append(f"{node} ({addr}): {exc}")
+            continue
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                labels = s.labels
+                if s.name == "rocketmq_messages_in_total" and labels.get("is_system") != "true":
+                    key = (labels.get("topic", ""), "in")
+                    flows[key] = flows.get(key, 0.0) + s.value
+                elif s.name == "rocketmq_messages_out_total" and labels.get("is_system") != "true":
+                    key = (labels.get("topic", ""), "out")
+                    flows[key] = flows.get(key, 0.0) + s.value
+                elif s.name == "rocketmq_rpc_latency_milliseconds_bucket" and labels.get("request_code") in \
+                        ("send_message", "SendMessage"):
+                    le = float(labels["le"])
+                    buckets[le] = buckets.get(le, 0.0) + s.value
+                elif s.name == "rocketmq_consumer_lag_messages" and labels.get("is_system") != "true":
+                    group = labels.get("consumer_group", "")
+                    lag[group] = lag.get(group, 0.0) + s.value
+    if errors and len(errors) == len(targets):
+        raise SourceError("no node answered on /metrics: " + "; ".join(errors))
+    flow_df = pd.DataFrame([{"topic": t, "direction": d, "messages": v} for (t, d), v in sorted(flows.items())],
+                           columns=["topic", "direction", "messages"])
+    hist, previous = [], 0.0
+    for le in sorted(buckets):  # cumulative Prometheus buckets -> count per bucket
+        label = "+Inf" if le == float("inf") else f"≤ {le:g} ms"
+        hist.append({"bucket": label, "order": len(hist), "requests": buckets[le] - previous})
+        previous = buckets[le]
+    lag_df = pd.DataFrame([{"group": g, "lag_messages": v} for g, v in sorted(lag.items())],
+                          columns=["group", "lag_messages"])
+    return flow_df, pd.DataFrame(hist, columns=["bucket", "order", "requests"]), lag_df
 
 
 def get_source(cfg: Config) -> FixtureSource | LiveSource:
@@ -335,6 +405,20 @@ def prometheus_metrics(url: str) -> tuple[pd.DataFrame, pd.DataFrame]:
                    "msgs_per_s")
     lag = _series(_prom_range(url, "sum by (group) (rocketmq_consumer_lag_messages)"), "group", "lag_messages")
     return tput, lag
+
+
+def prometheus_flow_and_latency(url: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Messages out per consumer group (rate), and SendMessage latency p50/p99 over time."""
+    out = _series(_prom_range(url, "sum by (consumer_group) (rate(rocketmq_messages_out_total[1m]))"),
+                  "consumer_group", "msgs_per_s")
+    frames = []
+    for q in (0.5, 0.99):
+        query = (f"histogram_quantile({q}, sum by (le) (rate(rocketmq_rpc_latency_milliseconds_bucket"
+                 '{request_code="send_message"}[1m])))')
+        df = _series(_prom_range(url, query), "quantile", "latency_ms")
+        df["quantile"] = f"p{int(q * 100)}"
+        frames.append(df)
+    return out, pd.concat(frames, ignore_index=True)
 
 
 def analytics_tables(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
