@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
+from rocketscope.topic_reader import COMMITLOG_OFFSET_PROPERTY
+
 from .convert import to_grpc
 from .pop import origin_topic
 from .validation import RequestError, check_group, check_topic, parse_tag_filter
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
 
 Code = pb.Code
 MAX_PULL_BATCH = 1024
-COMMITLOG_OFFSET_PROPERTY = "__COMMITLOG_OFFSET"
 
 
 def _status(code: int = Code.OK, message: str = "OK") -> pb.Status:

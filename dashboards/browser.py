@@ -34,6 +34,10 @@ STREAMLIT_IDLE_JS = ("document.readyState === 'complete' && !!document.querySele
                      " && !document.querySelector('[data-testid=\"stSkeleton\"]')")
 
 
+CHARTS_DRAWN_JS = ("Array.from(document.querySelectorAll('.vega-embed'))"
+                   ".every(e => !!e.querySelector('canvas, svg'))")
+
+
 def chromium_binary() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
@@ -75,12 +79,20 @@ class Page:
         raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; page text: {self.text()[:1500]!r}")
 
     def wait_rendered(self, *texts: str, timeout: float = 90.0) -> str:
-        """Wait until Streamlit is idle and every one of ``texts`` is on the page; return the page text."""
+        """Wait until Streamlit is idle, every one of ``texts`` is on the page, every chart is drawn
+        and the DOM stopped changing (same size over three polls); return the page text."""
+        sizes: list[int] = []
+
         def done(page: Page) -> bool:
-            if not page.evaluate(STREAMLIT_IDLE_JS):
+            if not page.evaluate(f"({STREAMLIT_IDLE_JS}) && ({CHARTS_DRAWN_JS})"):
+                sizes.clear()
                 return False
             body = page.text()
-            return all(t in body for t in texts)
+            if not all(t in body for t in texts):
+                sizes.clear()
+                return False
+            sizes.append(int(page.evaluate("document.body.innerHTML.length") or 0))
+            return len(sizes) >= 3 and len(set(sizes[-3:])) == 1
         self.wait(done, timeout, f"the page to show {texts!r}")
         return self.text()
 

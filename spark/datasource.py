@@ -38,7 +38,6 @@ gives the queue's new minimum).
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,14 +46,13 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from rocketscope import topic_reader
 from rocketscope.spark.schema import ROW_SCHEMA
+from rocketscope.topic_reader import COMMITLOG_OFFSET_PROPERTY, QueueRef
 
 NAME = "rocketscope"
 EARLIEST, LATEST = -2, -1
-COMMITLOG_OFFSET_PROPERTY = "__COMMITLOG_OFFSET"
-"""User property the broker adds to PullMessage answers only (the v2 protocol has no field for it)."""
 DEFAULT_BATCH = 256
-PULL_GROUP = "rocketscope-spark"
 
 
 OPTION_NAMES = ("namesrv", "topic", "startingOffsets", "endingOffsets", "batchSize", "timeoutMs")
@@ -62,18 +60,6 @@ OPTION_NAMES = ("namesrv", "topic", "startingOffsets", "endingOffsets", "batchSi
 
 class OptionError(ValueError):
     """A bad option: the message names it."""
-
-
-@dataclass(frozen=True)
-class QueueRef:
-    topic: str
-    broker: str
-    queue_id: int
-    addrs: tuple[str, ...]
-
-    @property
-    def key(self) -> str:
-        return f"{self.topic}|{self.broker}|{self.queue_id}"
 
 
 class QueueRange(InputPartition):
@@ -160,86 +146,18 @@ class Settings:
 
 
 # ------------------------------------------------------------------- broker calls
-def _metadata() -> tuple[tuple[str, str], ...]:
-    return (("x-mq-client-id", f"rocketscope-spark-{uuid.uuid4().hex[:8]}"), ("x-mq-language", "PYTHON"))
-
-
 def discover_queues(settings: Settings) -> list[QueueRef]:
-    """Every read queue of every topic, from the first name server that answers."""
-    import grpc
-
-    from rocketscope.broker.protocol import namesrv_pb2, namesrv_pb2_grpc
-
-    out: list[QueueRef] = []
-    for topic in settings.topics:
-        errors: list[str] = []
-        route = None
-        for addr in (a.strip() for a in settings.namesrv.split(";") if a.strip()):
-            with grpc.insecure_channel(addr) as ch:
-                try:
-                    resp = namesrv_pb2_grpc.NameServerStub(ch).GetRouteInfoByTopic(
-                        namesrv_pb2.GetRouteRequest(topic=topic), timeout=settings.timeout_s)
-                except grpc.RpcError as exc:
-                    errors.append(f"{addr}: {exc.code().name}")  # type: ignore[attr-defined]
-                    continue
-            if resp.status.code != 0:
-                raise OptionError(f"option topic: topic {topic} has no route on name server {addr} "
-                                  f"({resp.status.remark or 'not found'})")
-            route = resp.route
-            break
-        if route is None:
-            raise OptionError(f"option namesrv: no name server answered ({'; '.join(errors) or 'none given'})")
-        addrs: dict[str, tuple[str, ...]] = {}
-        for bd in route.broker_datas:
-            ordered = sorted(bd.grpc_addrs.items())  # the master (id 0) first
-            addrs[bd.broker_name] = tuple(a for _, a in ordered if a)
-        for qd in route.queue_datas:
-            for qid in range(qd.read_queue_nums):
-                out.append(QueueRef(topic, qd.broker_name, qid, addrs.get(qd.broker_name, ())))
-    return out
-
-
-def _call(queue: QueueRef, timeout_s: float, fn: Any) -> Any:
-    """Run ``fn(stub)`` against the queue's brokers in order (master first), until one answers."""
-    import grpc
-    from rocketmq.grpc_protocol import service_pb2_grpc
-
-    last: Exception | None = None
-    for addr in queue.addrs:
-        with grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)]) as ch:
-            try:
-                return fn(service_pb2_grpc.MessagingServiceStub(ch))
-            except grpc.RpcError as exc:
-                last = exc
-    raise ConnectionError(f"no broker of {queue.broker} answered for {queue.topic} queue {queue.queue_id}: {last}")
-
-
-def _mq(queue: QueueRef) -> Any:
-    from rocketmq.grpc_protocol import definition_pb2 as pb
-
-    mq = pb.MessageQueue(id=queue.queue_id)
-    mq.topic.name = queue.topic
-    mq.broker.name = queue.broker
-    return mq
+    """Every read queue of every topic (a route problem is reported against the option that caused it)."""
+    try:
+        return topic_reader.discover_queues(settings.namesrv, settings.topics, settings.timeout_s)
+    except topic_reader.NoRoute as exc:
+        raise OptionError(f"option topic: {exc}") from None
+    except topic_reader.Unreachable as exc:
+        raise OptionError(f"option namesrv: {exc}") from None
 
 
 def queue_bounds(queue: QueueRef, timeout_s: float) -> tuple[int, int]:
-    """(min, max) offsets of a queue; max is the offset the next message will get."""
-    from rocketmq.grpc_protocol import definition_pb2 as pb
-    from rocketmq.grpc_protocol import service_pb2 as svc
-
-    def ask(stub: Any) -> tuple[int, int]:
-        out = []
-        for policy in (pb.BEGINNING, pb.END):
-            resp = stub.QueryOffset(svc.QueryOffsetRequest(message_queue=_mq(queue), query_offset_policy=policy),
-                                    metadata=_metadata(), timeout=timeout_s)
-            if resp.status.code != pb.OK:
-                raise OptionError(f"broker {queue.broker} refused QueryOffset for {queue.topic} queue "
-                                  f"{queue.queue_id}: {resp.status.message}")
-            out.append(resp.offset)
-        return out[0], out[1]
-
-    return _call(queue, timeout_s, ask)  # type: ignore[no-any-return]
+    return topic_reader.queue_bounds(queue, timeout_s)
 
 
 def resolve(wanted: int, lo: int, hi: int) -> int:
@@ -252,38 +170,8 @@ def resolve(wanted: int, lo: int, hi: int) -> int:
 
 def pull_rows(queue: QueueRef, start: int, end: int, batch_size: int, timeout_s: float) -> Iterator[tuple[Any, ...]]:
     """Rows of [start, end) of one queue, pulled in batches (runs on executors)."""
-    from rocketmq.grpc_protocol import definition_pb2 as pb
-    from rocketmq.grpc_protocol import service_pb2 as svc
-
-    offset = start
-    md = _metadata()
-    while offset < end:
-        req = svc.PullMessageRequest(message_queue=_mq(queue), offset=offset,
-                                     batch_size=min(batch_size, end - offset))
-        req.group.name = PULL_GROUP
-        req.filter_expression.type = pb.TAG
-        req.filter_expression.expression = "*"
-        responses = _call(queue, timeout_s, lambda stub, r=req: list(stub.PullMessage(r, metadata=md,
-                                                                                      timeout=timeout_s)))
-        next_offset = offset
-        code = pb.OK
-        for resp in responses:
-            kind = resp.WhichOneof("content")
-            if kind == "status":
-                code = resp.status.code
-                if code not in (pb.OK, pb.MESSAGE_NOT_FOUND, pb.ILLEGAL_OFFSET):
-                    raise ConnectionError(f"PullMessage {queue.topic}/{queue.broker}/{queue.queue_id} at {offset}: "
-                                          f"{pb.Code.Name(code)} {resp.status.message}")
-            elif kind == "message":
-                m = resp.message
-                if m.system_properties.queue_offset >= end:
-                    continue
-                yield to_row(m, queue.queue_id)
-            elif kind == "next_offset":
-                next_offset = resp.next_offset
-        if next_offset <= offset:
-            break  # nothing more below ``end`` (a truncated or shrinking queue): stop rather than spin
-        offset = next_offset
+    for m in topic_reader.pull_messages(queue, start, end, batch_size, timeout_s):
+        yield to_row(m, queue.queue_id)
 
 
 def to_row(m: Any, queue_id: int) -> tuple[Any, ...]:

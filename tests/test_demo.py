@@ -39,6 +39,10 @@ def test_quick_demo_runs_every_part_and_stops_everything(tmp_path: Path) -> None
     assert set(summary["tables"]) >= {"message_timeline", "replication_latency", "failover_impact", "e2e_latency"}
     assert summary["dashboard"].startswith("http://127.0.0.1:")
     assert all(summary["ids"].values()), summary["ids"]
+    # "where is my message?": the plain message's trace has both replicas, the commit and both groups
+    traced = summary["normal_trace"]
+    assert len(traced["replicas"]) == 2 and traced["commit_ms"] is not None, traced
+    assert traced["groups"] == ["audit", "billing"], traced
     # the Spark tables hold the demo's messages, and its failover
     import pandas as pd
 

@@ -5,14 +5,53 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from rocketscope import topic_reader
 from rocketscope.admin_client import AdminClient
 from rocketscope.broker.ha.events import HaEvent
 from rocketscope.trace.codec import TraceDecodeError, decode
 from rocketscope.trace.timeline import StoreInfo, Timeline, build_timeline
 
 HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
+
+
+HA_LOOKBACK_MS = 5_000  # events are stamped by the node that saw them: allow for clock skew between nodes
+HA_MAX_EVENTS = 20_000
+HA_TAIL_AFTER_COMMIT = 512
+
+
+def ha_events_after(namesrv: str, group: str, store_ms: int, phys_offset: int,
+                    timeout_s: float = 5.0) -> list[HaEvent]:
+    """The broker group's replication events from just before the message was stored until its
+    commit (plus a tail, for the replicas that ack later), read from RMQ_SYS_HA_EVENTS by time.
+
+    Why not a key query: the events of a group share one key, and a key query returns only
+    the newest few dozen, so messages older than the last failover lost their replication
+    rows.  Reading forward from the store time finds the acks that cover the message
+    whatever happened since.
+    """
+    out: list[HaEvent] = []
+    for queue in topic_reader.discover_queues(namesrv, [HA_EVENTS_TOPIC], timeout_s):
+        if queue.broker != group:
+            continue
+        lo, hi = topic_reader.queue_bounds(queue, timeout_s)
+        start = max(lo, topic_reader.offset_at(queue, store_ms - HA_LOOKBACK_MS, timeout_s))
+        committed_at = -1
+        read = 0
+        for message in topic_reader.pull_messages(queue, start, min(hi, start + HA_MAX_EVENTS), 512, timeout_s):
+            read += 1
+            try:
+                event = HaEvent.from_json(bytes(message.body))
+            except ValueError:
+                continue
+            out.append(event)
+            if committed_at < 0 and event.type == "commit_advanced" and event.offset > phys_offset:
+                committed_at = read
+            if committed_at >= 0 and read - committed_at >= HA_TAIL_AFTER_COMMIT:
+                break
+    return out
 
 
 class TraceLookupError(LookupError):
@@ -54,11 +93,11 @@ class TraceLookup:
                                   queue_offset=m.queue_offset, physical_offset=m.commitlog_offset,
                                   store_timestamp=m.store_timestamp, store_host=m.store_host,
                                   broker_group=m.broker_name)
-                for view in await admin.query_message(m.broker_name, HA_EVENTS_TOPIC):
-                    try:
-                        ha.append(HaEvent.from_json(view.body))
-                    except ValueError:
-                        continue
+                try:
+                    ha = await asyncio.to_thread(ha_events_after, self.namesrv, m.broker_name,
+                                                 m.store_timestamp, m.commitlog_offset, self.timeout_s)
+                except (topic_reader.NoRoute, topic_reader.Unreachable):
+                    ha = []  # no replication events to show (a standalone broker, or the group is down)
             return build_timeline(msg_id, records, ha, store)
         finally:
             await admin.close()

@@ -65,6 +65,7 @@ def run_demo(options: DemoOptions) -> int:
     work = Path(options.data_dir) if options.data_dir else Path(tempfile.mkdtemp(prefix="rocketscope-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)  # also when started in the background, where SIGINT is ignored
     p = Progress()
     workload: Workload | None = None
     try:
@@ -129,6 +130,8 @@ def run_demo(options: DemoOptions) -> int:
             wait_for(lambda: _http_ok(f"{url}/_stcore/health"), 90, "the dashboard")
             p.step(f"dashboard: {url}")
         s = workload.stats
+        traced = _trace_summary(cluster.namesrv, s.normal_id)
+        p.step(f"trace of {s.normal_id}: {traced.get('text', 'not found')}")
         click.echo("\nMessage IDs worth looking up (Trace page, or rocketscope admin queryMsgTraceById -i ID):")
         picks = (("a plain message", s.normal_id), ("retried once by audit", s.retried_id),
                  ("dead-lettered by audit", s.poison_id), ("sent after the failover", s.after_failover_id))
@@ -137,7 +140,7 @@ def run_demo(options: DemoOptions) -> int:
                 click.echo(f"  {label:28} {msg_id}" + (f"   {url}/Trace?msg_id={msg_id}" if url else ""))
         summary = {"work": str(work), "namesrv": cluster.namesrv, "dashboard": url, "tables": tables,
                    "old_leader": old.self_id, "new_leader": new.self_id, "groups": list(GROUPS),
-                   "pids": [c.pid for c in children()],
+                   "pids": [c.pid for c in children()], "normal_trace": traced,
                    "ids": {"normal": s.normal_id, "retried": s.retried_id, "dlq": s.poison_id,
                            "after_failover": s.after_failover_id}}
         (work / "demo.json").write_text(json.dumps(summary, indent=2))
@@ -166,6 +169,25 @@ def _sleep(seconds: float, p: Progress, workload: Workload) -> None:
         time.sleep(min(15.0, left))
         if deadline - time.monotonic() > 1:
             p.step(f"... {workload.summary()}")
+
+
+def _trace_summary(namesrv: str, msg_id: str) -> dict[str, object]:
+    """What "where is my message?" answers for one message: its replicas, commit and consumer groups."""
+    import asyncio
+
+    from rocketscope.trace.lookup import TraceLookup, TraceLookupError
+
+    try:
+        doc = asyncio.run(TraceLookup(namesrv).lookup(msg_id)).to_dict()
+    except TraceLookupError as exc:
+        return {"text": str(exc)}
+    rep = doc.get("replication") or {}
+    replicas = [r["replica"] for r in rep.get("replicas", [])]
+    groups = sorted(g["group"] for g in doc.get("groups", []))
+    commit_ms = rep.get("commit_latency_ms")
+    text = (f"stored on {rep.get('broker_group', '?')}, acked by replicas {', '.join(replicas) or 'none'}, "
+            f"committed after {commit_ms} ms, delivered to {', '.join(groups) or 'no group'}")
+    return {"text": text, "replicas": replicas, "commit_ms": commit_ms, "groups": groups}
 
 
 def _http_ok(url: str) -> bool:
