@@ -103,6 +103,9 @@ class FixtureSource:
 
     name = "fixtures"
 
+    def name_servers(self) -> pd.DataFrame:
+        return pd.DataFrame([{"name_server": "127.0.0.1:9876", "reachable": True, "brokers": 8, "topics": 12}])
+
     def cluster(self) -> pd.DataFrame:
         rows = []
         for group, mode, gen in (("bg-a", "dledger", 3), ("bg-b", "controller", 5), ("bg-c", "master_slave", -1)):
@@ -219,6 +222,27 @@ class LiveSource:
         from rocketscope.admin_client import AdminClient
 
         return AdminClient(self.namesrv, timeout_s=3.0)
+
+    def name_servers(self) -> pd.DataFrame:
+        """Each configured name server, asked on its own: one down must show as down, not hide the others."""
+        async def go() -> pd.DataFrame:
+            from rocketscope.admin_client import AdminClient
+
+            rows = []
+            for addr in [a.strip() for a in self.namesrv.split(";") if a.strip()]:
+                client = AdminClient(addr, timeout_s=2.0)
+                try:
+                    brokers = await client.cluster()
+                    topics = await client.topics()
+                    rows.append({"name_server": addr, "reachable": True, "brokers": len(brokers),
+                                 "topics": len(topics)})
+                except Exception:
+                    rows.append({"name_server": addr, "reachable": False, "brokers": None, "topics": None})
+                finally:
+                    await client.close()
+            return pd.DataFrame(rows, columns=["name_server", "reachable", "brokers", "topics"])
+
+        return _run(go)
 
     def cluster(self) -> pd.DataFrame:
         async def go() -> pd.DataFrame:

@@ -47,7 +47,12 @@ def test_cluster() -> None:
     assert set(df["broker_group"]) == {"bg-a", "bg-b", "bg-c"}
     assert {"LEADER", "MASTER", "SLAVE", "FOLLOWER"} <= set(df["role"])
     assert at.metric[0].value == "3"
+    assert at.metric[2].value == "1 / 1"  # name servers up
+    assert list(at.dataframe[1].value["name_server"]) == ["127.0.0.1:9876"]
     assert charts(at)
+    assert at.toggle[0].value is False  # fixtures: no auto-refresh by default
+    at.toggle[0].set_value(True).run()
+    assert not at.exception and at.metric[0].value == "3"
 
 
 def test_metrics() -> None:
