@@ -330,9 +330,11 @@ class Broker:
         s = self.settings
         self.topics.create_if_absent(s.msgTraceTopicName, 1, system=True)
 
-        async def append(topic: str, body: str, keys: list[str]) -> None:
-            msg = StoredMessage(topic=topic, queue_id=0, body=body.encode("utf-8"),
-                                properties={"KEYS": " ".join(keys), "UNIQ_KEY": uuid.uuid4().hex.upper()})
+        async def append(topic: str, body: str, keys: list[str], tag: str = "") -> None:
+            props = {"KEYS": " ".join(keys), "UNIQ_KEY": uuid.uuid4().hex.upper()}
+            if tag:
+                props["TAGS"] = tag
+            msg = StoredMessage(topic=topic, queue_id=0, body=body.encode("utf-8"), properties=props)
             await self.store.put([msg])
 
         tracer = BrokerTracer(append=append, region_id=s.regionId, store_host=self.grpc_addr,

@@ -130,11 +130,16 @@ def test_analyze_reads_a_live_traced_broker(spark: Any, tmp_path_factory: pytest
             assert {m.message_id for m in drain(consumer, 6)} >= ids
         wait_until(lambda: read_topics(spark, c.namesrv_addr, ["RMQ_SYS_TRACE_TOPIC"]).count() > 0, timeout=60,
                    what="trace records on the trace topic")
+        # trace messages carry their original topic as the tag (the jobs read Sub records' topic there)
+        tags = {r["tags"] for r in read_topics(spark, c.namesrv_addr, ["RMQ_SYS_TRACE_TOPIC"]).collect()}
+        assert tags == {"TopicTraced"}, tags
         out = tmp_path_factory.mktemp("spark-traced-out")
         rows = read_topics(spark, c.namesrv_addr, ["RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_HA_EVENTS"])
-        run_jobs(spark, rows, out, ["message_timeline"], progress=False)
+        run_jobs(spark, rows, out, ["message_timeline", "e2e_latency"], progress=False)
         timeline = spark.read.parquet(str(out / "message_timeline")).select("msg_id").collect()
         assert ids <= {r["msg_id"] for r in timeline}
+        e2e = spark.read.parquet(str(out / "e2e_latency")).collect()
+        assert {(r["topic"], r["group"]) for r in e2e} >= {("TopicTraced", "GroupTraced")}
     except BaseException:
         print(c.logs())
         raise

@@ -20,7 +20,7 @@ def _msg(topic="orders", msg_id="MID1", **props) -> StoredMessage:
 def _run(tracer: BrokerTracer, calls) -> list[tuple[str, str, list[str]]]:
     out: list[tuple[str, str, list[str]]] = []
 
-    async def append(topic, body, keys):
+    async def append(topic, body, keys, tag=""):
         out.append((topic, body, keys))
 
     tracer._append = append

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 _MSG_TYPES = {"NORMAL": 0, "TRANSACTION": 1, "DELAY": 3, "FIFO": 4}
 _DLQ_PREFIX = "%DLQ%"
 
-Append = Callable[[str, str, list[str]], Awaitable[Any]]
+Append = Callable[[str, str, list[str], str], Awaitable[Any]]
+"""``append(trace_topic, body, keys, original_topic)``: store one trace message (tag = original topic)."""
 
 
 def _now_ms() -> int:
@@ -153,7 +154,9 @@ class BrokerTracer:
                 self.dropped += len(plan.oversize)
                 for b in plan.batches:
                     try:
-                        await self._append(self.trace_topic, b.body, list(b.keys))
+                        # the tag carries the original topic (RocketMQ's trace messages do the same;
+                        # Sub records name no topic, and the Spark jobs read it from here)
+                        await self._append(self.trace_topic, b.body, list(b.keys), b.topic)
                         self.written += len(b.records)
                     except Exception:
                         log.exception("broker trace: append failed")
