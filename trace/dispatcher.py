@@ -24,6 +24,7 @@ MeterProvider whether and where they are exported.
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import threading
 import time
@@ -142,6 +143,11 @@ class AsyncTraceDispatcher:
             raise ValueError("max_age_s must be positive")
         self.trace_topic = trace_topic
         self._send = send
+        # a send function with a 4th parameter also gets the original topic (the trace message's tag)
+        try:
+            self._send_takes_topic = len(inspect.signature(send).parameters) >= 4
+        except (TypeError, ValueError):
+            self._send_takes_topic = False
         self._queue_size = queue_size
         self._batch_count = batch_count
         self._batch_bytes = batch_bytes
@@ -322,17 +328,20 @@ class AsyncTraceDispatcher:
             log.warning("%d trace records are too large for one trace message and are not sent", len(plan.oversize))
             self._count_failed(len(plan.oversize))
         for batch in plan.batches:
-            if self._send_with_retry(batch.body, batch.keys):
+            if self._send_with_retry(batch.body, batch.keys, batch.topic):
                 with self._cond:
                     self._written += len(batch.records)
                 self._instruments.written.add(len(batch.records), self._attributes)
             else:
                 self._count_failed(len(batch.records))
 
-    def _send_with_retry(self, body: str, keys: list[str]) -> bool:
+    def _send_with_retry(self, body: str, keys: list[str], origin_topic: str = "") -> bool:
         for attempt in (1, 2):
             try:
-                self._send(self.trace_topic, body, list(keys))
+                if self._send_takes_topic:
+                    self._send(self.trace_topic, body, list(keys), origin_topic)  # type: ignore[call-arg]
+                else:
+                    self._send(self.trace_topic, body, list(keys))
                 return True
             except Exception as exc:  # the send function is the user's; anything may come out
                 if attempt == 2:

@@ -1,0 +1,125 @@
+"""Client-side trace of the official client (rocketscope.trace.instrument) against a live broker.
+
+The broker also has broker-side trace on, so these tests check that an instrumented
+client's operations are recorded exactly once (by the client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cluster import LocalCluster, wait_until
+from rmq import RecordingListener, config, message
+from rocketmq import FilterExpression, Producer, PushConsumer, SimpleConsumer
+from rocketmq.v5.exception.client_exception import ClientException
+
+from rocketscope.trace import instrument
+from rocketscope.trace.codec import PubRecord, SubAfterRecord, SubBeforeRecord, decode
+from rocketscope.trace.lookup import TraceLookup
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("client-trace"))
+    try:
+        c.start_namesrv()
+        node = c.start_broker("broker-ct", traceTopicEnable="true", brokerTraceEnable="true")
+        for topic in ("TopicCt", "TopicPush"):
+            c.admin("updateTopic", "-b", node.admin_addr, "-t", topic, "-r", "2", "-w", "2")
+        yield c
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+def trace_records(c: LocalCluster) -> list[Any]:
+    """Every record on the trace topic, with the tag (original topic) of its trace message."""
+    from rocketscope.topic_reader import discover_queues, pull_messages, queue_bounds
+
+    out = []
+    for q in discover_queues(c.namesrv_addr, ["RMQ_SYS_TRACE_TOPIC"]):
+        lo, hi = queue_bounds(q)
+        for m in pull_messages(q, lo, hi):
+            out.extend((m.system_properties.tag, r) for r in decode(bytes(m.body)))
+    return out
+
+
+def test_instrumented_producer_and_simple_consumer_write_each_record_once(traced: LocalCluster) -> None:
+    c = traced
+    endpoint = c.brokers["broker-ct"].endpoint
+    producer = instrument(Producer(config(endpoint), ("TopicCt",)))
+    producer.startup()
+    ids = [producer.send(message("TopicCt", f"ct-{i}".encode(), tag="t", keys=[f"k{i}"])).message_id
+           for i in range(5)]
+    ids.append(producer.send_async(message("TopicCt", b"async", keys=["k-async"])).result(timeout=30).message_id)
+    with pytest.raises(ClientException):
+        producer.send(message("TopicCt", b"x" * (5 << 20)))  # over the 4 MiB body limit: refused
+    producer.shutdown()  # right after the last send: the records must not be lost
+
+    consumer = instrument(SimpleConsumer(config(endpoint), "GroupCt", {"TopicCt": FilterExpression("*")},
+                                         await_duration=2))
+    consumer.startup()
+    got: set[str] = set()
+    try:
+        wait_until(lambda: _receive_ack(consumer, got) >= len(ids), timeout=60, what="all messages consumed")
+    finally:
+        consumer.shutdown()
+
+    def complete() -> bool:
+        recs = [r for _, r in trace_records(c)]
+        subs = {r.msg_id for r in recs if isinstance(r, SubAfterRecord)}
+        return set(ids) <= subs
+    wait_until(complete, timeout=60, what="the consumer's trace records")
+    tagged = trace_records(c)
+    records = [r for _, r in tagged]
+    pubs = Counter(r.msg_id for r in records if isinstance(r, PubRecord) and r.success)
+    assert all(pubs[i] == 1 for i in ids), pubs  # the client's record only: the broker wrote none
+    assert any(isinstance(r, PubRecord) and not r.success and r.body_length == 5 << 20 for r in records)
+    befores = Counter(r.msg_id for r in records if isinstance(r, SubBeforeRecord) and r.group == "GroupCt")
+    afters = Counter(r.msg_id for r in records if isinstance(r, SubAfterRecord) and r.success)
+    assert all(befores[i] == 1 and afters[i] == 1 for i in ids), (befores, afters)
+    assert {tag for tag, r in tagged if getattr(r, "msg_id", None) in ids} == {"TopicCt"}
+    # and the lookup tells the whole story of one of them
+    timeline = asyncio.run(TraceLookup(c.namesrv_addr).lookup(ids[0])).to_dict()
+    assert timeline["sends"] and timeline["sends"][0]["status"] == "success"
+    assert [g["group"] for g in timeline["groups"]] == ["GroupCt"]
+
+
+def _receive_ack(consumer: SimpleConsumer, got: set[str]) -> int:
+    for m in consumer.receive(16, 15):
+        consumer.ack(m)
+        got.add(m.message_id)
+    return len(got)
+
+
+def test_instrumented_push_consumer_traces_its_listener(traced: LocalCluster) -> None:
+    c = traced
+    endpoint = c.brokers["broker-ct"].endpoint
+    with_trace = instrument(Producer(config(endpoint), ("TopicPush",)))
+    with_trace.startup()
+    ids = {with_trace.send(message("TopicPush", f"push-{i}".encode())).message_id for i in range(3)}
+    with_trace.shutdown()
+    listener = RecordingListener()
+    consumer = PushConsumer(config(endpoint), "GroupPush", listener, {"TopicPush": FilterExpression("*")},
+                            consumption_thread_count=2)
+    consumer.startup()
+    instrument(consumer)  # started already: the listener is wrapped in place
+    try:
+        wait_until(lambda: {m.message_id for m in list(listener.messages)} >= ids, timeout=60,
+                   what="push deliveries")
+    finally:
+        consumer.shutdown()
+
+    def complete() -> bool:
+        recs = [r for _, r in trace_records(c)]
+        return ids <= {r.msg_id for r in recs if isinstance(r, SubAfterRecord) and r.group == "GroupPush"}
+    wait_until(complete, timeout=60, what="the push consumer's SubAfter records")
+    records = [r for _, r in trace_records(c)]
+    befores = Counter(r.msg_id for r in records if isinstance(r, SubBeforeRecord) and r.group == "GroupPush")
+    assert all(befores[i] == 1 for i in ids), befores
