@@ -90,9 +90,10 @@ def _mount_optional() -> None:
     main.add_command(analyze)
     main.add_command(dashboard)
 
-    from rocketscope.trace.cli import query_msg_trace_by_id
+    from rocketscope.trace.cli import query_msg_trace_by_id, trace_server
 
     admin.add_command(query_msg_trace_by_id)
+    main.add_command(trace_server)
 
     from rocketscope.broker.security.cli import gen_certs
 

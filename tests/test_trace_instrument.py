@@ -123,3 +123,49 @@ def test_instrumented_push_consumer_traces_its_listener(traced: LocalCluster) ->
     records = [r for _, r in trace_records(c)]
     befores = Counter(r.msg_id for r in records if isinstance(r, SubBeforeRecord) and r.group == "GroupPush")
     assert all(befores[i] == 1 for i in ids), befores
+
+
+def test_json_http_endpoint_answers_lookups(traced: LocalCluster) -> None:
+    """`rocketscope traceServer` as a real process: a timeline, a 404 with its reason, a 400 for a bad ID."""
+    import json
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+    from pathlib import Path
+
+    from conftest import free_port
+
+    c = traced
+    endpoint = c.brokers["broker-ct"].endpoint
+    producer = instrument(Producer(config(endpoint), ("TopicCt",)))
+    producer.startup()
+    msg_id = producer.send(message("TopicCt", b"over http")).message_id
+    producer.shutdown()
+    port = free_port()
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "rocketscope"), "traceServer", "-n", c.namesrv_addr,
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def get(path: str) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+        except OSError:
+            return 0, {}
+
+    try:
+        wait_until(lambda: get("/healthz")[0] == 200, timeout=30, what="the trace server")
+        wait_until(lambda: get(f"/api/trace/{msg_id}")[0] == 200, timeout=60, what="the timeline over HTTP")
+        status, doc = get(f"/api/trace/{msg_id}")
+        assert doc["msg_id"] == msg_id and doc["topic"] == "TopicCt" and doc["sends"][0]["status"] == "success"
+        status, doc = get("/api/trace/0102FC00000000000000000000000DEAD")
+        assert status == 404 and "unknown message id" in doc["error"]
+        status, doc = get("/api/trace/not%20an%20id!")
+        assert status == 400 and "msgId" in doc["error"]
+        status, doc = get(f"/api/trace/{msg_id}?traceTopic=NoSuchTraceTopic")
+        assert status == 404 and "NoSuchTraceTopic" in doc["error"]  # a clear answer, not a hang
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -55,3 +55,24 @@ def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, as_json: 
         click.echo(json.dumps(tl.to_dict(), indent=2, default=str))
     else:
         click.echo(render_table(tl))
+
+
+@click.command("traceServer")
+@click.option("-n", "--namesrv", required=True, help="name server address(es), host:port;host:port")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=8090, show_default=True, type=int)
+def trace_server(namesrv: str, host: str, port: int) -> None:
+    """Serve trace lookups as JSON: GET /api/trace/<msgId>."""
+    import logging
+
+    from rocketscope.trace.http_api import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = serve(namesrv, host, port)
+    click.echo(f"trace lookups on http://{host}:{server.server_address[1]}/api/trace/<msgId>", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
