@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 
 CLIENT_TRACE_HEADER = ("x-rocketscope-trace", "client")
 REGION = "DefaultRegion"
+CLIENT_QUEUE_SIZE = 16_384
+"""Records the client's dispatcher holds.  RocketMQ's 2048 overflowed under a burst of 5,000
+async sends (the trace producer sends one 10-record message per round trip); 16k records
+are about 5 MB.  A sustained overload still drops, counted in rocketscope_trace_records_dropped_total."""
 C = TypeVar("C")
 
 
@@ -83,14 +87,22 @@ class _TraceSender:
         self.trace_topic = trace_topic
         self._producer: Any = None
 
-    def __call__(self, trace_topic: str, body: str, keys: list[str], origin_topic: str = "") -> None:
-        from rocketmq import Message, Producer
+    def start(self) -> None:
+        """Start the internal producer now: started lazily, its start-up (routes, settings) took
+        long enough for a burst of sends to overflow the dispatcher's queue."""
+        from rocketmq import Producer
 
         if self._producer is None:
-            producer = Producer(self.config, (trace_topic,))
+            producer = Producer(self.config, (self.trace_topic,))
             _announce(producer)  # its own sends are not traced by the broker either
             producer.startup()
             self._producer = producer
+
+    def __call__(self, trace_topic: str, body: str, keys: list[str], origin_topic: str = "") -> None:
+        from rocketmq import Message
+
+        if self._producer is None:
+            self.start()
         msg = Message()
         msg.topic = trace_topic
         msg.body = body.encode("utf-8")
@@ -116,7 +128,12 @@ def instrument(client: C, trace_topic: str | None = None, *, dispatcher: AsyncTr
         return client  # already instrumented
     topic = trace_topic or DEFAULT_TRACE_TOPIC
     sender = _TraceSender(client.client_configuration, topic)  # type: ignore[attr-defined]
-    disp = dispatcher or AsyncTraceDispatcher(sender, trace_topic=topic)
+    if dispatcher is None:
+        try:
+            sender.start()
+        except Exception as exc:  # tracing must not stop the application: the dispatcher retries later
+            log.warning("trace producer for %s did not start (%s); trace records wait in the queue", topic, exc)
+    disp = dispatcher or AsyncTraceDispatcher(sender, trace_topic=topic, queue_size=CLIENT_QUEUE_SIZE)
     client._rocketscope_trace = disp  # type: ignore[attr-defined]
     _announce(client)
     if isinstance(client, Producer):
