@@ -56,7 +56,7 @@ BENCHES = [
     Bench("telemetry", "6", quick=["--messages", "300", "--topics", "20", "--groups", "2"], timeout_s=1200),
     Bench("spark", "8", full=["--sizes", "1000000"], timeout_s=3600),  # 10M takes about an hour here
     Bench("security", "10", quick=["--messages", "300", "--sync-messages", "50", "--rounds", "1"], timeout_s=1200),
-    Bench("trace", "7", timeout_s=1800),
+    Bench("trace", "7", quick=["--quick"], timeout_s=2400),
 ]
 
 
