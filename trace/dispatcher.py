@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 METER_NAME = "rocketscope.trace"
+BACKLOG_FACTOR = 10
 
 SendFunction = Callable[[str, str, list[str]], None]
 """``send(trace_topic, body, keys)``: publish one trace message; may raise."""
@@ -288,9 +289,13 @@ class AsyncTraceDispatcher:
         )
 
     def _take(self) -> list[_Entry]:
+        """The next chunk: ``batch_count`` records, or ten times as many when a backlog builds up
+        (still within ``batch_bytes``): one trace message per 10 records cost the traced client a
+        round trip per 10 sends, and under load that, not the queue size, decided completeness."""
         chunk: list[_Entry] = []
         size = 0
-        while self._queue and len(chunk) < self._batch_count:
+        limit = self._batch_count * (BACKLOG_FACTOR if len(self._queue) >= 4 * self._batch_count else 1)
+        while self._queue and len(chunk) < limit:
             entry = self._queue[0]
             if chunk and size + entry.size > self._batch_bytes:
                 break
