@@ -19,7 +19,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -89,16 +88,7 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
         _CHILDREN.remove(proc)
 
 
-def free_port() -> int:
-    from rocketscope.ports import free_port as pick
-
-    return pick()
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+from rocketscope.ports import free_port, port_open  # noqa: E402 - shared with the tests and the demo
 
 
 def wait_for(cond: Any, timeout: float, what: str) -> None:

@@ -26,7 +26,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,11 +51,7 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(len(values) * q))] * 1000 if values else 0.0
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all threads) from /proc: contention on a shared machine changes
-    throughput a lot, the broker's CPU per message much less."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from load import pipelined_sends  # noqa: E402
 
 
 def run_producer(endpoint: str, tls: bool, creds: tuple[str, str], messages: int, depth: int,
@@ -74,27 +69,10 @@ def run_producer(endpoint: str, tls: bool, creds: tuple[str, str], messages: int
             s = time.perf_counter()
             p.send(message(TOPIC, BODY))
             lat.append(time.perf_counter() - s)
-        sem, done, count, errors = threading.Semaphore(depth), threading.Event(), [0], [0]
-
-        def fin(f: Any) -> None:
-            if f.exception() is not None:
-                errors[0] += 1
-            sem.release()
-            count[0] += 1
-            if count[0] == messages:
-                done.set()
-
-        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-        for _ in range(messages):
-            sem.acquire()
-            p.send_async(message(TOPIC, BODY)).add_done_callback(fin)
-        if not done.wait(600):
-            raise RuntimeError("sends did not finish in 600 s")
-        elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
-        if errors[0]:
-            raise RuntimeError(f"{errors[0]} sends failed")
-        return {"msgs_per_s": messages / elapsed, "broker_cpu_us_per_msg": cpu / messages * 1e6,
-                "sync_p50_ms": pct(lat, 0.5), "sync_p99_ms": pct(lat, 0.99)}
+        res = pipelined_sends(p, lambda: message(TOPIC, BODY), messages, depth, pid)
+        if res.pop("failed"):
+            raise RuntimeError("some sends failed")
+        return {**res, "sync_p50_ms": pct(lat, 0.5), "sync_p99_ms": pct(lat, 0.99)}
     finally:
         p.shutdown()
 

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -44,10 +42,7 @@ def progress(text: str) -> None:
     print(f"[telemetry-bench] {text}", flush=True)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all threads) from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from load import pipelined_sends  # noqa: E402
 
 
 def produce_rounds(messages: int, rounds: int) -> dict[str, list[dict[str, float]]]:
@@ -76,23 +71,8 @@ def produce_rounds(messages: int, rounds: int) -> dict[str, list[dict[str, float
                 with producer(node.endpoint, topic) as p:
                     for _ in range(50):
                         p.send(message(topic, BODY))
-                    sem, done, count = threading.Semaphore(64), threading.Event(), [0]
-
-                    def fin(_f: object, sem: threading.Semaphore = sem, count: list[int] = count,
-                            done: threading.Event = done) -> None:
-                        sem.release()
-                        count[0] += 1
-                        if count[0] == messages:
-                            done.set()
-
-                    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-                    for _ in range(messages):
-                        sem.acquire()
-                        p.send_async(message(topic, BODY)).add_done_callback(fin)
-                    if not done.wait(600):
-                        raise RuntimeError("sends did not finish in 600 s")
-                    elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
-                res = {"msgs_per_s": messages / elapsed, "broker_cpu_us_per_msg": cpu / messages * 1e6}
+                    sent = pipelined_sends(p, lambda topic=topic: message(topic, BODY), messages, 64, pid)
+                res = {"msgs_per_s": sent["msgs_per_s"], "broker_cpu_us_per_msg": sent["broker_cpu_us_per_msg"]}
                 runs[mode].append(res)
                 progress(f"round {r + 1} {mode}: {res['msgs_per_s']:.0f} msg/s, broker CPU "
                          f"{res['broker_cpu_us_per_msg']:.0f} us/msg")

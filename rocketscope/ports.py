@@ -42,3 +42,10 @@ def free_port() -> int:
             if port not in _handed_out:
                 _handed_out.add(port)
                 return port
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Something accepts TCP connections on ``host:port`` right now."""
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0

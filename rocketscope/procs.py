@@ -11,26 +11,17 @@ import atexit
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rocketscope.ports import free_port, port_open  # noqa: F401 - re-exported for the demo
+
 _children: list[subprocess.Popen[bytes]] = []
 
 
-def free_port() -> int:
-    from rocketscope.ports import free_port as pick
-
-    return pick()
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:

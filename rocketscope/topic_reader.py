@@ -78,18 +78,30 @@ def discover_queues(namesrv: str, topics: Sequence[str], timeout_s: float = 10.0
     return out
 
 
-def _call(queue: QueueRef, timeout_s: float, fn: Any) -> Any:
-    """Run ``fn(stub)`` against the queue's brokers in order (master first), until one answers."""
+def _call(queue: QueueRef, timeout_s: float, fn: Any, channels: dict[str, Any] | None = None) -> Any:
+    """Run ``fn(stub)`` against the queue's brokers in order (master first), until one answers.
+
+    ``channels`` (address -> open channel) lets a caller that makes many calls, like
+    ``pull_messages``, reuse one channel per broker instead of connecting for every batch;
+    the caller closes them.  Without it each call opens and closes its own channel.
+    """
     import grpc
     from rocketmq.grpc_protocol import service_pb2_grpc
 
     last: Exception | None = None
     for addr in queue.addrs:
-        with grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)]) as ch:
-            try:
-                return fn(service_pb2_grpc.MessagingServiceStub(ch))
-            except grpc.RpcError as exc:
-                last = exc
+        ch = channels.get(addr) if channels is not None else None
+        if ch is None:
+            ch = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)])
+            if channels is not None:
+                channels[addr] = ch
+        try:
+            return fn(service_pb2_grpc.MessagingServiceStub(ch))
+        except grpc.RpcError as exc:
+            last = exc
+        finally:
+            if channels is None:
+                ch.close()
     raise Unreachable(f"no broker of {queue.broker} answered for {queue.topic} queue {queue.queue_id}: {last}")
 
 
@@ -136,12 +148,20 @@ def offset_at(queue: QueueRef, timestamp_ms: int, timeout_s: float = 10.0) -> in
 
 def pull_messages(queue: QueueRef, start: int, end: int, batch_size: int = 256,
                   timeout_s: float = 10.0) -> Iterator[Any]:
-    """The v2 Messages at offsets [start, end) of one queue, pulled in batches."""
+    """The v2 Messages at offsets [start, end) of one queue, pulled in batches over one channel per broker."""
+    channels: dict[str, Any] = {}
+    try:
+        yield from _pull_range(queue, start, end, batch_size, timeout_s, _metadata(), channels)
+    finally:
+        for ch in channels.values():
+            ch.close()
+
+
+def _pull_range(queue: QueueRef, offset: int, end: int, batch_size: int, timeout_s: float,
+                md: tuple[tuple[str, str], ...], channels: dict[str, Any]) -> Iterator[Any]:
     from rocketmq.grpc_protocol import definition_pb2 as pb
     from rocketmq.grpc_protocol import service_pb2 as svc
 
-    offset = start
-    md = _metadata()
     while offset < end:
         req = svc.PullMessageRequest(message_queue=_mq(queue), offset=offset,
                                      batch_size=min(batch_size, end - offset))
@@ -149,7 +169,8 @@ def pull_messages(queue: QueueRef, start: int, end: int, batch_size: int = 256,
         req.filter_expression.type = pb.TAG
         req.filter_expression.expression = "*"
         responses = _call(queue, timeout_s, lambda stub, r=req: list(stub.PullMessage(r, metadata=md,
-                                                                                      timeout=timeout_s)))
+                                                                                      timeout=timeout_s)),
+                          channels)
         next_offset = offset
         for resp in responses:
             kind = resp.WhichOneof("content")

@@ -19,6 +19,8 @@ from typing import Any
 
 from conftest import free_port
 
+from rocketscope.ports import port_open
+
 BIN = Path(sys.executable).parent / "rocketscope"
 
 
@@ -162,11 +164,7 @@ class LocalCluster:
 
 
 def _port_open(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+    return port_open(port)
 
 
 def start_dledger_group(c: LocalCluster, name: str = "broker-d", size: int = 3, **conf: Any) -> list[BrokerNode]:
