@@ -7,6 +7,9 @@
    for everyone else), in the same run, alternating rounds, 64 sends in flight.  Target >= 0.90x.
 2. Completeness at that load: every traced message must have its Pub, SubBefore and SubAfter
    on the trace topic; the dispatcher's dropped/failed counters are reported.  Target 100 %.
+   Because wall-clock rates swing with whatever else runs on a shared machine, the CPU time
+   per message of the client process and of the broker process (``/proc``) is measured
+   in the same rounds; off/on of that is the throughput ratio a CPU-bound machine would see.
 3. Lookup latency of the embedded index by msgId (``MessageStore.lookup``, what
    queryMsgById and the trace lookup use per broker), p50/p99 over 2,000 random IDs, with
    1 and 10 million 200-byte messages stored.  The store is filled through its own API
@@ -45,6 +48,15 @@ from rocketscope.trace.codec import PubRecord, SubAfterRecord, SubBeforeRecord, 
 
 def say(text: str) -> None:
     print(f"[trace-bench] {text}", flush=True)
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc): a figure the other jobs on a shared
+    machine disturb far less than wall-clock throughput."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def produce_consume(endpoint: str, topic: str, group: str, n: int, traced: bool) -> tuple[float, list[str], Any]:
@@ -108,6 +120,7 @@ def bench_throughput(messages: int, rounds: int) -> dict[str, Any]:
         plain = c.start_broker("broker-plain")
         traced = c.start_broker("broker-traced", traceTopicEnable="true", brokerTraceEnable="true")
         rates: dict[str, list[float]] = {"off": [], "on": []}
+        cpu: dict[str, dict[str, list[float]]] = {side: {"off": [], "on": []} for side in ("client", "broker")}
         complete: list[dict[str, Any]] = []
         drops = Counter()
         for r in range(rounds):
@@ -115,19 +128,28 @@ def bench_throughput(messages: int, rounds: int) -> dict[str, Any]:
             for mode, node in order:
                 topic, group = f"TopicBench{r}", f"GroupBench{r}"
                 c.admin("updateTopic", "-b", node.admin_addr, "-t", topic, "-r", "4", "-w", "4")
+                client0, broker0 = time.process_time(), proc_cpu_s(node.proc.popen.pid)
                 rate, ids, disp = produce_consume(node.endpoint, topic, group, messages, mode == "on")
+                if mode == "on":
+                    time.sleep(1.0)  # broker-side records flush every 0.2 s: count their CPU too
+                cpu["client"][mode].append((time.process_time() - client0) * 1000 / messages)
+                cpu["broker"][mode].append((proc_cpu_s(node.proc.popen.pid) - broker0) * 1000 / messages)
                 rates[mode].append(rate)
-                say(f"round {r + 1} trace {mode}: {rate:.0f} msg/s produced and consumed")
+                say(f"round {r + 1} trace {mode}: {rate:.0f} msg/s produced and consumed; CPU per message: "
+                    f"client {cpu['client'][mode][-1]:.2f} ms, broker {cpu['broker'][mode][-1]:.2f} ms")
                 if mode == "on":
                     stats = disp.stats() if disp else None
                     if stats:
                         drops.update({"dropped": stats.dropped, "failed": stats.failed, "written": stats.written})
-                    time.sleep(1.0)  # broker-side records flush every 0.2 s
                     complete.append(completeness(c.namesrv_addr, ids, group))
                     say(f"round {r + 1} completeness {complete[-1]}")
         on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
+        cpu_total = {mode: statistics.median(c + b for c, b in zip(cpu["client"][mode], cpu["broker"][mode],
+                                                                    strict=True)) for mode in ("on", "off")}
         return {"messages_per_round": messages, "rounds": rounds, "msgs_per_s": rates,
                 "median_on": on, "median_off": off, "ratio_on_off": on / off,
+                "cpu_ms_per_message": cpu, "cpu_ms_per_message_median_total": cpu_total,
+                "cpu_ratio_off_on": cpu_total["off"] / cpu_total["on"],
                 "completeness": complete, "producer_dispatcher": dict(drops)}
     finally:
         c.stop()
@@ -190,6 +212,9 @@ def main() -> None:
     result["throughput"] = bench_throughput(args.messages, args.rounds)
     t = result["throughput"]
     say(f"trace on / off = {t['median_on']:.0f} / {t['median_off']:.0f} = {t['ratio_on_off']:.2f}x (target >= 0.90)")
+    c = t["cpu_ms_per_message_median_total"]
+    say(f"CPU per message (client + broker): on {c['on']:.2f} ms, off {c['off']:.2f} ms: off/on = "
+        f"{t['cpu_ratio_off_on']:.2f}x (the throughput a CPU-bound machine could keep)")
     result["lookup"] = []
     for size in (int(s) for s in args.lookup_sizes.split(",") if s):
         res = bench_lookup(size)

@@ -238,6 +238,8 @@ class Broker:
         self._tasks.append(loop.create_task(self._housekeeping()))
         if s.brokerTraceEnable:
             await self._start_broker_trace()
+        if s.traceStore.lower() == "elasticsearch":
+            await self._start_trace_indexer()
         self.metrics.start()
         self.client_metrics.start()
         self.ha_events.start()
@@ -268,6 +270,8 @@ class Broker:
         await self.replication_slave.stop()
         if hasattr(self.trace_hooks, "stop"):
             await self.trace_hooks.stop()  # type: ignore[attr-defined]
+        if getattr(self, "trace_indexer", None) is not None:
+            await self.trace_indexer.stop()
         await self.ha_events.stop()
         if self.dledger is not None:
             await self.dledger.stop()
@@ -343,6 +347,21 @@ class Broker:
         self.trace_hooks = tracer
         self.pop.trace = tracer
         log.info("broker-side trace on: records go to %s", s.msgTraceTopicName)
+
+    async def _start_trace_indexer(self) -> None:
+        """traceStore=elasticsearch: every record reaching the trace topic is also bulk-indexed there."""
+        from rocketscope.trace.es_indexer import TraceIndexer, store_from_settings
+
+        s = self.settings
+        try:
+            store = store_from_settings(s)
+        except ValueError as exc:
+            raise ConfigError(f"config key traceStore has bad value 'elasticsearch': {exc}") from exc
+        self.trace_indexer = TraceIndexer(store, s.msgTraceTopicName, active=lambda: self.is_master)
+        self.store.dispatch_listeners.append(self.trace_indexer.on_dispatch)
+        await self.trace_indexer.start()
+        log.info("trace records on %s are indexed into Elasticsearch %s", s.msgTraceTopicName,
+                 s.traceElasticsearchHosts)
 
     def on_dledger_role_change(self) -> None:
         """Raft role or leader changed: re-register, and a new leader takes over the write-side services."""

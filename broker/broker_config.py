@@ -88,6 +88,14 @@ BROKER_KEYS: list[Key] = [
     Key("traceOn", bool, True, "tell clients to write trace records (TRACE_ON)"),
     Key("regionId", str, "DefaultRegion", "region written into trace records (MSG_REGION)"),
     Key("brokerTraceEnable", bool, False, "the broker writes trace records itself (RocketScope)"),
+    Key("traceStore", str, "local", "where trace records are kept for lookup: local (the trace topic and its index) "
+        "or elasticsearch (also bulk-indexed there)",
+        check=lambda v: None if v.lower() in ("local", "elasticsearch") else "expected local or elasticsearch"),
+    Key("traceElasticsearchHosts", str, "", "Elasticsearch URLs for traceStore=elasticsearch, comma-separated"),
+    Key("traceElasticsearchUsername", str, "", "Elasticsearch basic-auth user (with traceElasticsearchPassword)"),
+    Key("traceElasticsearchPassword", str, "", "Elasticsearch basic-auth password"),
+    Key("traceElasticsearchApiKey", str, "", "Elasticsearch API key (instead of user and password)"),
+    Key("traceElasticsearchIndexPrefix", str, "rocketscope-trace", "daily indices <prefix>-YYYY.MM.DD"),
 ]
 
 BROKER_KEYS += SECURITY_KEYS

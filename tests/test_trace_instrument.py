@@ -14,11 +14,20 @@ from typing import Any
 import pytest
 from cluster import LocalCluster, wait_until
 from rmq import RecordingListener, config, message
-from rocketmq import FilterExpression, Producer, PushConsumer, SimpleConsumer
+from rocketmq import (
+    ConsumeResult,
+    FilterExpression,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
 from rocketmq.v5.exception.client_exception import ClientException
 
 from rocketscope.trace import instrument
-from rocketscope.trace.codec import PubRecord, SubAfterRecord, SubBeforeRecord, decode
+from rocketscope.trace.client_trace import TraceTopicError
+from rocketscope.trace.codec import EndTransactionRecord, PubRecord, SubAfterRecord, SubBeforeRecord, decode
 from rocketscope.trace.lookup import TraceLookup
 
 
@@ -27,8 +36,10 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     c = LocalCluster(tmp_path_factory.mktemp("client-trace"))
     try:
         c.start_namesrv()
-        node = c.start_broker("broker-ct", traceTopicEnable="true", brokerTraceEnable="true")
-        for topic in ("TopicCt", "TopicPush"):
+        node = c.start_broker("broker-ct", traceTopicEnable="true", brokerTraceEnable="true",
+                              transactionTimeOut=2000, transactionCheckInterval=1000, transactionCheckMax=5,
+                              minInvisibleTimeMillsForRecv=1000, autoCreateTopicEnable="false")
+        for topic in ("TopicCt", "TopicPush", "TopicTxT", "TopicNack", "TopicOtel"):
             c.admin("updateTopic", "-b", node.admin_addr, "-t", topic, "-r", "2", "-w", "2")
         yield c
     except BaseException:
@@ -169,3 +180,136 @@ def test_json_http_endpoint_answers_lookups(traced: LocalCluster) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+class _Checker(TransactionChecker):
+    def check(self, message):  # type: ignore[no-untyped-def]
+        return TransactionResolution.COMMIT
+
+
+def test_transactions_write_end_transaction_once_with_state_and_check_back(traced: LocalCluster) -> None:
+    """Commit, rollback and a check-back answered by the checker: one EndTransaction each, by the client."""
+    c = traced
+    producer = instrument(Producer(config(c.brokers["broker-ct"].endpoint), ("TopicTxT",), _Checker()))
+    producer.startup()
+    try:
+        tx = producer.begin_transaction()
+        committed = producer.send(message("TopicTxT", b"commit-me"), tx).message_id
+        tx.commit()
+        tx = producer.begin_transaction()
+        rolled_back = producer.send(message("TopicTxT", b"rollback-me"), tx).message_id
+        tx.rollback()
+        forgotten = producer.send(message("TopicTxT", b"check-me"), producer.begin_transaction()).message_id
+
+        def ends() -> list[EndTransactionRecord]:
+            return [r for _, r in trace_records(c) if isinstance(r, EndTransactionRecord)]
+        wait_until(lambda: {committed, rolled_back, forgotten} <= {r.msg_id for r in ends()}, timeout=60,
+                   what="EndTransaction records of all three (the third after a check-back)")
+    finally:
+        producer.shutdown()
+    by_id = Counter(r.msg_id for r in ends())
+    assert by_id[committed] == by_id[rolled_back] == by_id[forgotten] == 1, by_id  # the broker wrote none
+    state = {r.msg_id: (r.transaction_state, r.from_check) for r in ends()}
+    assert state[committed] == ("COMMIT_MESSAGE", False)
+    assert state[rolled_back] == ("ROLLBACK_MESSAGE", False)
+    assert state[forgotten] == ("COMMIT_MESSAGE", True)
+    half = [r for _, r in trace_records(c) if isinstance(r, PubRecord) and r.msg_id == committed]
+    assert [(r.msg_type, r.success) for r in half] == [(1, True)]  # Trans_Msg_Half
+    timeline = asyncio.run(TraceLookup(c.namesrv_addr).lookup(committed)).to_dict()
+    assert [t["state"] for t in timeline["transactions"]] == ["COMMIT_MESSAGE"]
+
+
+def test_unacked_delivery_is_one_failed_sub_after_written_by_the_client(traced: LocalCluster) -> None:
+    """A SimpleConsumer delivery left to expire: the client writes SubAfter(TIME_OUT) when its invisible
+    duration has passed; the broker, which sees the expiry too, writes nothing (no duplicate)."""
+    c = traced
+    endpoint = c.brokers["broker-ct"].endpoint
+    producer = instrument(Producer(config(endpoint), ("TopicNack",)))
+    producer.startup()
+    msg_id = producer.send(message("TopicNack", b"fail once")).message_id
+    producer.shutdown()
+    consumer = instrument(SimpleConsumer(config(endpoint), "GroupNack", {"TopicNack": FilterExpression("*")},
+                                         await_duration=2))
+    consumer.startup()
+    attempts: list[int] = []
+    try:
+        def consume() -> bool:
+            for m in consumer.receive(4, 2):
+                attempts.append(m.delivery_attempt)
+                if m.delivery_attempt > 1:  # the first delivery is left to expire
+                    consumer.ack(m)
+                    return True
+            return False
+        wait_until(consume, timeout=60, what="the redelivery")
+    finally:
+        consumer.shutdown()
+
+    def mine() -> list[Any]:
+        return [r for _, r in trace_records(c) if getattr(r, "msg_id", "") == msg_id
+                and isinstance(r, SubBeforeRecord | SubAfterRecord)]
+    wait_until(lambda: sum(isinstance(r, SubAfterRecord) for r in mine()) >= 2, timeout=60, what="both SubAfter")
+    afters = sorted((r for r in mine() if isinstance(r, SubAfterRecord)), key=lambda r: r.timestamp)
+    assert [(r.success, r.context_code) for r in afters] == [(False, 1), (True, 0)], afters
+    befores = [r for r in mine() if isinstance(r, SubBeforeRecord)]
+    assert {r.request_id for r in befores} == {r.request_id for r in afters} and len(befores) == 2
+    group = asyncio.run(TraceLookup(c.namesrv_addr).lookup(msg_id)).to_dict()["groups"][0]
+    assert [d["status"] for d in group["deliveries"]] == ["failed", "success"]
+    assert [d["retry_times"] for d in group["deliveries"]] == [0, 1]
+
+
+def test_missing_trace_topic_is_a_clear_error_not_a_hang(traced: LocalCluster) -> None:
+    import time
+
+    producer = Producer(config(traced.brokers["broker-ct"].endpoint), ("TopicCt",))
+    t0 = time.monotonic()
+    with pytest.raises(TraceTopicError, match="NoSuchTraceTopic does not exist"):
+        instrument(producer, trace_topic="NoSuchTraceTopic")
+    assert time.monotonic() - t0 < 30
+
+
+def test_open_telemetry_spans_and_w3c_context(traced: LocalCluster) -> None:
+    """otel=True: `<topic> publish` and `<topic> process` spans of one trace, the context carried by the
+    message (traceparent user property, trace_context system property), semantic-convention attributes."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind
+
+    from rocketscope.topic_reader import discover_queues, pull_messages, queue_bounds
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    c = traced
+    endpoint = c.brokers["broker-ct"].endpoint
+    producer = instrument(Producer(config(endpoint), ("TopicOtel",)), otel=True, tracer_provider=provider)
+    producer.startup()
+    msg_id = producer.send(message("TopicOtel", b"span me", tag="TagO", keys=["order-1"])).message_id
+    producer.shutdown()
+    listener = RecordingListener(lambda m: ConsumeResult.SUCCESS)
+    consumer = instrument(PushConsumer(config(endpoint), "GroupOtel", listener, {"TopicOtel": FilterExpression("*")},
+                                       consumption_thread_count=1), otel=True, tracer_provider=provider)
+    consumer.startup()
+    try:
+        wait_until(lambda: any(m.message_id == msg_id for m in list(listener.messages)), timeout=60,
+                   what="the push delivery")
+        wait_until(lambda: any(s.name == "TopicOtel process" for s in exporter.get_finished_spans()), timeout=30,
+                   what="the process span")
+    finally:
+        consumer.shutdown()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    publish, process = spans["TopicOtel publish"], spans["TopicOtel process"]
+    assert publish.kind == SpanKind.PRODUCER and process.kind == SpanKind.CONSUMER
+    assert process.context.trace_id == publish.context.trace_id and process.parent.span_id == publish.context.span_id
+    assert publish.attributes["messaging.system"] == "rocketmq"
+    assert publish.attributes["messaging.destination.name"] == "TopicOtel"
+    assert publish.attributes["messaging.operation"] == "publish"
+    assert publish.attributes["messaging.message.id"] == msg_id
+    assert publish.attributes["messaging.rocketmq.message.tag"] == "TagO"
+    assert tuple(publish.attributes["messaging.rocketmq.message.keys"]) == ("order-1",)
+    assert process.attributes["messaging.rocketmq.client_group"] == "GroupOtel"
+    traceparent = f"00-{publish.context.trace_id:032x}-{publish.context.span_id:016x}-"  # then the flags
+    stored = [m for q in discover_queues(c.namesrv_addr, ["TopicOtel"])
+              for m in pull_messages(q, *queue_bounds(q)) if m.system_properties.message_id == msg_id]
+    assert stored and stored[0].system_properties.trace_context.startswith(traceparent)
+    assert stored[0].user_properties["traceparent"] == stored[0].system_properties.trace_context

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 
 _MSG_TYPES = {"NORMAL": 0, "TRANSACTION": 1, "DELAY": 3, "FIFO": 4}
 _DLQ_PREFIX = "%DLQ%"
+CLIENT_TRACED_MEMORY = 200_000
+"""Open client-traced deliveries and transactions the tracer remembers (a few MB at most)."""
 
 Append = Callable[[str, str, list[str], str], Awaitable[Any]]
 """``append(trace_topic, body, keys, original_topic)``: store one trace message (tag = original topic)."""
@@ -60,6 +63,10 @@ class BrokerTracer:
         self._lock = asyncio.Lock()
         self.written = 0
         self.dropped = 0
+        # deliveries and transactions an instrumented client traces itself (see _remember): the broker
+        # must not add its own SubAfter at expiry or EndTransaction at resolution, or they exist twice
+        self._client_deliveries: dict[str, None] = {}
+        self._client_transactions: dict[str, None] = {}
 
     # --- buffering -------------------------------------------------------------------------------
     def _add(self, topic: str, record: Any) -> None:
@@ -75,8 +82,19 @@ class BrokerTracer:
         except Exception:
             return ""
 
+    @staticmethod
+    def _remember(seen: dict[str, None], key: str) -> None:
+        """Bounded insertion-ordered set: deliveries that are never acked nor expire (broker restart)
+        must not grow it forever; the oldest are forgotten first."""
+        seen[key] = None
+        if len(seen) > CLIENT_TRACED_MEMORY:
+            for old in list(itertools.islice(seen, CLIENT_TRACED_MEMORY // 10)):
+                seen.pop(old, None)
+
     # --- hooks -----------------------------------------------------------------------------------
     def on_stored(self, msg: Any, *, client_id: str, client_traced: bool, cost_ms: int, status: str) -> None:
+        if client_traced and msg.properties.get("__MSGTYPE") == "TRANSACTION":
+            self._remember(self._client_transactions, msg.msg_id)  # its EndTransaction is the client's too
         if client_traced or msg.topic.startswith(("%RETRY%", _DLQ_PREFIX)):
             return  # the broker's own re-put of a retry or dead letter is not a send
         props = msg.properties
@@ -99,6 +117,7 @@ class BrokerTracer:
     def on_delivered(self, group: str, msg: Any, *, attempt: int, request_id: str, client_id: str,
                      client_traced: bool) -> None:
         if client_traced:
+            self._remember(self._client_deliveries, request_id)
             return
         self._add(_origin_topic(msg), SubBeforeRecord(
             timestamp=_now_ms(), region_id=self.region_id, group=group, request_id=request_id, msg_id=msg.msg_id,
@@ -111,11 +130,13 @@ class BrokerTracer:
 
     def on_acked(self, group: str, msg: Any, *, request_id: str, cost_ms: int, client_id: str,
                  client_traced: bool) -> None:
-        if client_traced:
+        if self._client_deliveries.pop(request_id, 0) is None or client_traced:
             return
         self._sub_after(group, msg, request_id, cost_ms, True, 0)
 
     def on_expired(self, group: str, msg: Any, *, request_id: str, cost_ms: int) -> None:
+        if self._client_deliveries.pop(request_id, 0) is None:
+            return  # handed to an instrumented client: it writes the failed SubAfter (timeout or nack) itself
         self._sub_after(group, msg, request_id, cost_ms, False, 1)
 
     def on_dead_lettered(self, group: str, msg: Any, *, attempts: int) -> None:
@@ -126,6 +147,10 @@ class BrokerTracer:
             body_length=len(msg.body), cost_time=0, msg_type=_msg_type(msg), offset_msg_id="", success=True))
 
     def on_transaction_end(self, half: Any, *, state: str, transaction_id: str, from_check: bool) -> None:
+        if half.msg_id in self._client_transactions:
+            if state != "UNKNOW":
+                self._client_transactions.pop(half.msg_id, None)
+            return  # an instrumented producer sent the half message: it writes EndTransaction itself
         props = half.properties
         topic = props.get("REAL_TOPIC") or half.topic
         self._add(topic, EndTransactionRecord(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime
+from typing import Any
 
 import click
 
@@ -12,6 +13,32 @@ from rocketscope.trace.lookup import TraceLookup, TraceLookupError
 from rocketscope.trace.timeline import Timeline
 
 _ROW = "{:<28} {:<34} {:<8} {:<8} {:<24} {:<8}"
+
+
+def es_options(f: Any) -> Any:
+    """--es-* options: read trace records from Elasticsearch (brokers with traceStore=elasticsearch)."""
+    for opt in reversed([
+        click.option("--es-hosts", default="", help="Elasticsearch URLs, comma-separated: look the records up there"),
+        click.option("--es-username", default=None), click.option("--es-password", default=None),
+        click.option("--es-api-key", default=None),
+        click.option("--es-index-prefix", default="rocketscope-trace", show_default=True),
+    ]):
+        f = opt(f)
+    return f
+
+
+def es_store(es_hosts: str, es_username: str | None, es_password: str | None, es_api_key: str | None,
+             es_index_prefix: str) -> Any:
+    if not es_hosts:
+        return None
+    from rocketscope.trace.elasticsearch_store import ElasticsearchTraceStore
+
+    try:
+        return ElasticsearchTraceStore([h.strip() for h in es_hosts.split(",") if h.strip()], username=es_username,
+                                       password=es_password, index_prefix=es_index_prefix, api_key=es_api_key,
+                                       request_timeout=10)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
 
 
 def _ts(ms: int | None) -> str:
@@ -45,10 +72,11 @@ def render_table(tl: Timeline) -> str:
 @click.option("-i", "--msg-id", "msg_id", required=True, help="message id (UNIQ_KEY)")
 @click.option("-t", "--trace-topic", default="RMQ_SYS_TRACE_TOPIC", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")
-def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, as_json: bool) -> None:
+@es_options
+def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, as_json: bool, **es: Any) -> None:
     """Show the trace of one message."""
     try:
-        tl = asyncio.run(TraceLookup(namesrv).lookup(msg_id, trace_topic))
+        tl = asyncio.run(TraceLookup(namesrv, es_store=es_store(**es)).lookup(msg_id, trace_topic))
     except TraceLookupError as e:
         raise click.ClickException(str(e)) from e
     if as_json:
@@ -61,14 +89,15 @@ def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, as_json: 
 @click.option("-n", "--namesrv", required=True, help="name server address(es), host:port;host:port")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", default=8090, show_default=True, type=int)
-def trace_server(namesrv: str, host: str, port: int) -> None:
+@es_options
+def trace_server(namesrv: str, host: str, port: int, **es: Any) -> None:
     """Serve trace lookups as JSON: GET /api/trace/<msgId>."""
     import logging
 
     from rocketscope.trace.http_api import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = serve(namesrv, host, port)
+    server = serve(namesrv, host, port, es_store(**es))
     click.echo(f"trace lookups on http://{host}:{server.server_address[1]}/api/trace/<msgId>", err=True)
     try:
         server.serve_forever()

@@ -27,13 +27,13 @@ MSG_ID = re.compile(r"^[0-9A-Za-z_.:-]{1,128}$")
 NOT_FOUND_PREFIXES = ("unknown message id", "no trace records", "trace topic")
 
 
-def lookup_response(namesrv: str, msg_id: str, trace_topic: str) -> tuple[int, dict[str, Any]]:
+def lookup_response(namesrv: str, msg_id: str, trace_topic: str, es_store: Any = None) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON document) for one lookup; never raises."""
     if not MSG_ID.match(msg_id):
         return 400, {"error": "msgId must be 1-128 letters, digits or _ . : - (the msgId of the send result)",
                      "msgId": msg_id[:128]}
     try:
-        timeline = asyncio.run(TraceLookup(namesrv).lookup(msg_id, trace_topic))
+        timeline = asyncio.run(TraceLookup(namesrv, es_store=es_store).lookup(msg_id, trace_topic))
     except TraceLookupError as exc:
         status = 404 if str(exc).startswith(NOT_FOUND_PREFIXES) else 503
         return status, {"error": str(exc), "msgId": msg_id}
@@ -42,7 +42,7 @@ def lookup_response(namesrv: str, msg_id: str, trace_topic: str) -> tuple[int, d
     return 200, timeline.to_dict()
 
 
-def make_handler(namesrv: str) -> type[BaseHTTPRequestHandler]:
+def make_handler(namesrv: str, es_store: Any = None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             url = urllib.parse.urlsplit(self.path)
@@ -55,7 +55,7 @@ def make_handler(namesrv: str) -> type[BaseHTTPRequestHandler]:
             msg_id = urllib.parse.unquote(url.path[len("/api/trace/"):])
             query = urllib.parse.parse_qs(url.query)
             topic = (query.get("traceTopic") or ["RMQ_SYS_TRACE_TOPIC"])[-1]
-            status, doc = lookup_response(namesrv, msg_id, topic)
+            status, doc = lookup_response(namesrv, msg_id, topic, es_store)
             log.info("trace lookup %s -> %d", msg_id[:64], status)
             self._reply(status, doc)
 
@@ -73,8 +73,9 @@ def make_handler(namesrv: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(namesrv: str, host: str, port: int) -> ThreadingHTTPServer:
-    """A started-but-not-serving server (call ``serve_forever``); ``port=0`` picks one."""
-    server = ThreadingHTTPServer((host, port), make_handler(namesrv))
+def serve(namesrv: str, host: str, port: int, es_store: Any = None) -> ThreadingHTTPServer:
+    """A started-but-not-serving server (call ``serve_forever``); ``port=0`` picks one.  With ``es_store``
+    the trace records come from Elasticsearch (traceStore=elasticsearch)."""
+    server = ThreadingHTTPServer((host, port), make_handler(namesrv, es_store))
     server.daemon_threads = True
     return server

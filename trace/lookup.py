@@ -59,25 +59,40 @@ class TraceLookupError(LookupError):
 
 
 class TraceLookup:
-    def __init__(self, namesrv: str, timeout_s: float = 5.0) -> None:
+    """``es_store`` (an ElasticsearchTraceStore): take the trace records from Elasticsearch (traceStore=
+    elasticsearch, a term query on msg_id) instead of the trace topic's key index; the stored message and
+    the replication events still come from the cluster."""
+
+    def __init__(self, namesrv: str, timeout_s: float = 5.0, es_store: Any = None) -> None:
         self.namesrv = namesrv
         self.timeout_s = timeout_s
+        self.es_store = es_store
+
+    async def _records_from_topic(self, admin: AdminClient, msg_id: str, trace_topic: str) -> list[Any]:
+        try:
+            route = await admin.route(trace_topic)
+        except Exception as e:
+            raise TraceLookupError(f"trace topic {trace_topic} has no route (is traceTopicEnable on?): {e}") from e
+        if not route.route.queue_datas:
+            raise TraceLookupError(f"trace topic {trace_topic} has no route")
+        records = []
+        for view in await admin.query_message(msg_id, trace_topic):
+            try:
+                records.extend(r for r in decode(view.body, skip_unknown=True) if r.msg_id == msg_id)
+            except TraceDecodeError:
+                continue
+        return records
 
     async def lookup(self, msg_id: str, trace_topic: str = "RMQ_SYS_TRACE_TOPIC") -> Timeline:
         admin = AdminClient(self.namesrv, timeout_s=self.timeout_s)
         try:
-            try:
-                route = await admin.route(trace_topic)
-            except Exception as e:
-                raise TraceLookupError(f"trace topic {trace_topic} has no route (is traceTopicEnable on?): {e}") from e
-            if not route.route.queue_datas:
-                raise TraceLookupError(f"trace topic {trace_topic} has no route")
-            records = []
-            for view in await admin.query_message(msg_id, trace_topic):
+            if self.es_store is not None:
                 try:
-                    records.extend(r for r in decode(view.body, skip_unknown=True) if r.msg_id == msg_id)
-                except TraceDecodeError:
-                    continue
+                    records = await asyncio.to_thread(self.es_store.lookup, msg_id)
+                except Exception as e:
+                    raise TraceLookupError(f"Elasticsearch lookup failed: {e}") from e
+            else:
+                records = await self._records_from_topic(admin, msg_id, trace_topic)
             stored = [m for m in await admin.query_message(msg_id, None) if m.msg_id == msg_id]
             if not records:
                 if not stored:
