@@ -68,9 +68,9 @@ def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], namesrv: 
     spark = get_session(_master(ctx, master), driver_memory=driver_memory, quick_start=quick_start)
     try:
         if namesrv:
-            from rocketscope.spark.datasource import read_topics
+            from rocketscope.spark.datasource import as_rows, read_topics
 
-            rows = read_topics(spark, namesrv, [t.strip() for t in topics.split(",") if t.strip()])
+            rows = as_rows(read_topics(spark, namesrv, [t.strip() for t in topics.split(",") if t.strip()]))
         else:
             rows = read_rows(spark, inputs)
         timings = run_jobs(spark, rows, output, jobs, asof_method=asof_method)

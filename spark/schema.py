@@ -1,9 +1,10 @@
 """The row schema shared by every input: one row per message read from a broker topic.
 
 The trace topic and ``RMQ_SYS_HA_EVENTS`` are ordinary topics, so one schema serves
-both; the jobs tell them apart by ``topic``.  The future ``rocketscope`` data source
-(PullMessage over each queue) must produce exactly these columns, which is why they
-are defined once here and checked by the generator, the jobs and the tests.
+both; the jobs tell them apart by ``topic``.  The columns are defined once here and
+checked by the generator, the jobs and the tests; the live ``rocketscope`` data source
+(PullMessage over each queue) produces the richer :data:`SOURCE_SCHEMA`, of which the
+row schema is a projection.
 
 Contract for trace messages: ``tags`` holds the *original* topic whose records the
 trace message batches (Sub records do not carry their topic, and a delivery from
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DateType,
@@ -47,6 +49,31 @@ ROW_SCHEMA = StructType(
         StructField("body", BinaryType(), True),
     ]
 )
+
+SOURCE_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("broker", StringType(), False),
+        StructField("queue_id", IntegerType(), False),
+        StructField("queue_offset", LongType(), False),
+        StructField("commitlog_offset", LongType(), False),
+        StructField("store_timestamp", TimestampType(), True),
+        StructField("born_timestamp", TimestampType(), True),
+        StructField("keys", ArrayType(StringType(), False), True),
+        StructField("tags", StringType(), True),
+        StructField("properties", MapType(StringType(), StringType(), True), True),
+        StructField("body", BinaryType(), True),
+        StructField("msg_id", StringType(), True),
+    ]
+)
+"""The columns of the ``rocketscope`` data source: one row per message of a queue.
+
+A general-purpose RocketMQ reader, so it keeps what a topic's consumer would want
+(``broker`` names the broker group of the queue, ``keys`` stays a list, ``msg_id`` is
+the client's UNIQ_KEY and ``properties`` are the user properties only).  The jobs read
+:data:`ROW_SCHEMA`, a projection of it (``rocketscope.spark.datasource.as_rows``), so
+live topics and Parquet files feed them identically.
+"""
 
 ROW_ARROW_SCHEMA = pa.schema(
     [

@@ -1,8 +1,8 @@
 """The streaming variant: keep the tables current as new rows arrive.
 
-A Structured Streaming query reads new files of the row schema (today a file source;
-the live ``rocketscope`` data source will take its place with the same rows).  Each
-micro-batch, in ``foreachBatch``:
+A Structured Streaming query reads new files of the row schema, or with ``namesrv`` new
+messages of the live topics through the ``rocketscope`` data source (projected onto the
+same rows, offsets in the checkpoint).  Each micro-batch, in ``foreachBatch``:
 
 1. appends its rows to a staging copy under ``<output>/_staging/rows``, partitioned by
    the UTC date of the row's store time;
@@ -92,11 +92,9 @@ def start_stream(spark: SparkSession, inputs: Iterable[str | Path], output: str 
     micro-batches back to back as data arrives.
     """
     if namesrv:
-        from rocketscope.spark.datasource import NAME, register
+        from rocketscope.spark.datasource import as_rows, stream_topics
 
-        register(spark)
-        source = (spark.readStream.format(NAME).option("namesrv", namesrv).option("topic", ",".join(topics))
-                  .option("startingOffsets", "earliest").load())
+        source = as_rows(stream_topics(spark, namesrv, list(topics)))
     else:
         paths = [str(p) for p in inputs]
         if not paths:
