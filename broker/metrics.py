@@ -82,11 +82,11 @@ class BrokerMetrics:
         self.rpc_latency = telemetry.histogram("rocketmq_rpc_latency")
         self.append_latency = telemetry.histogram("dledger_append_entry_latency")
         self.elections = telemetry.counter("dledger_election_total")
-        self._snapshot: dict[str, list[tuple[float, Labels]]] = {}
+        self._snapshot: dict[str, tuple[tuple[float, Labels], ...]] = {}
         self._task: asyncio.Task[None] | None = None
         self._registrations: list[Any] = []
         self.per_queue = telemetry.wants("rocketmq_consumer_queue_lag_messages")
-        self._in: dict[tuple[str, str], tuple[Any, Any, Any] | None] = {}
+        self._in: dict[tuple[str, str], tuple[Any, Any, Any] | None] = {}  # (count.add, bytes.add, size.record)
         self._out: dict[tuple[str, str, bool], tuple[Any, Any]] = {}
         self._rpc: dict[tuple[str, int, bool], Any] = {}
         self._labels: dict[tuple[Any, ...], Labels] = {}  # snapshot label dicts, reused between snapshots
@@ -97,7 +97,9 @@ class BrokerMetrics:
             bound = None
         else:
             labels = {"topic": topic, "message_type": message_type.lower(), "is_system": is_system(topic)}
-            bound = (self.messages_in.bind(labels), self.throughput_in.bind(labels), self.message_size.bind(labels))
+            # bound methods: the send path calls them directly (no attribute lookups per message)
+            bound = (self.messages_in.bind(labels).add, self.throughput_in.bind(labels).add,
+                     self.message_size.bind(labels).record)
         if len(self._in) >= BIND_CACHE_MAX:
             self._in.clear()
         self._in[(topic, message_type)] = bound
@@ -128,10 +130,11 @@ class BrokerMetrics:
                 bound = self._bound_in(topic, message_type)
             if bound is None:  # retry and DLQ topics are not counted
                 continue
-            count, throughput, size = bound
-            count.add(1)
-            throughput.add(msg.size)
-            size.record(msg.size)
+            count, throughput, record_size = bound
+            size = msg.size
+            count(1)
+            throughput(size)
+            record_size(size)
 
     def on_delivered(self, group: str, deliveries: Iterable[Delivery]) -> None:
         if not self.enabled:
@@ -186,11 +189,11 @@ class BrokerMetrics:
             ok = code in (pb.OK, pb.MULTIPLE_RESULTS, pb.MESSAGE_NOT_FOUND)
             bound = self.rpc_latency.bind({
                 "protocol_type": "grpc", "request_code": snake(method), "response_code": code_name,
-                "is_long_polling": long_polling, "result": "success" if ok else "process_request_failed"})
+                "is_long_polling": long_polling, "result": "success" if ok else "process_request_failed"}).record
             if len(self._rpc) >= BIND_CACHE_MAX:
                 self._rpc.clear()
             self._rpc[(method, code, long_polling)] = bound
-        bound.record(seconds * 1000)
+        bound(seconds * 1000)
 
     # ----------------------------------------------------------------- gauges
     GAUGES = (
@@ -210,7 +213,7 @@ class BrokerMetrics:
         if not self.enabled:
             return
         for name in self.GAUGES:
-            self._registrations.append(self.t.gauge(name, lambda n=name: self._snapshot.get(n, [])))
+            self._registrations.append(self.t.gauge(name, lambda n=name: self._snapshot.get(n, ())))
         self.take_snapshot()
         self._task = asyncio.get_running_loop().create_task(self._snapshot_loop(), name="metrics-snapshot")
 
@@ -253,6 +256,7 @@ class BrokerMetrics:
             self._take_snapshot()
         finally:
             self._labels = self._labels_next
+        self.t.gauges_changed()
 
     def _take_snapshot(self) -> None:
         b = self.broker
@@ -277,7 +281,9 @@ class BrokerMetrics:
         for cfg in b.topics.all():
             total = sum(b.store.max_offset(cfg.name, q) for q in range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
             snap["rocketmq_topic_max_offset"].append((total, self._lab(("max", cfg.name), ("topic",))))
-        self._snapshot = snap
+        # tuples: immutable, and the same tuple until the next snapshot, so /metrics may reuse the
+        # lines it rendered from it (GaugeRegistration)
+        self._snapshot = {name: tuple(points) for name, points in snap.items()}
 
     def _connections(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
         producers: dict[tuple[str, str], int] = {}

@@ -27,7 +27,7 @@ from rocketscope.ports import free_port
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1440,1100"]
+         "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1440,1100", "--force-device-scale-factor=1"]
 # Streamlit shows its status widget while a script runs; the page is done when it is gone
 STREAMLIT_IDLE_JS = ("document.readyState === 'complete' && !!document.querySelector('[data-testid=\"stApp\"]')"
                      " && !document.querySelector('[data-testid=\"stStatusWidget\"]')"
@@ -36,6 +36,15 @@ STREAMLIT_IDLE_JS = ("document.readyState === 'complete' && !!document.querySele
 
 CHARTS_DRAWN_JS = ("Array.from(document.querySelectorAll('.vega-embed'))"
                    ".every(e => !!e.querySelector('canvas, svg'))")
+# null while a CSS animation or transition runs (Streamlit fades elements in and slides the sidebar: a capture
+# taken then shows a half-drawn sidebar), else a layout signature that must stop changing
+SETTLED_JS = ("(() => { if (document.getAnimations().some(a => a.playState === 'running')) return null;"
+              " const s = document.querySelector('[data-testid=\"stSidebar\"]');"
+              " const r = s ? s.getBoundingClientRect() : {left: -1, width: -1};"
+              " return [document.body.innerHTML.length, Math.round(r.left), Math.round(r.width)].join(','); })()")
+# Streamlit scrolls its main container, not the body: the page's real height is the tallest scroll height
+CONTENT_HEIGHT_JS = "Math.max(...Array.from(document.querySelectorAll('*')).map(e => e.scrollHeight))"
+WIDTH, HEIGHT, MAX_HEIGHT = 1440, 1100, 6000
 
 
 def chromium_binary() -> str | None:
@@ -67,6 +76,17 @@ class Page:
     def goto(self, url: str) -> None:
         self.call("Page.navigate", url=url)
 
+    def type_into(self, selector: str, text: str) -> None:
+        """Type ``text`` into the element like a user (focus, insert, Enter): Streamlit's text input only
+        reruns the script when the value is committed with Enter or on blur."""
+        if not self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                             "if (!e) return false; e.focus(); e.select && e.select(); return true; })()"):
+            raise RuntimeError(f"no element {selector!r} on the page")
+        self.call("Input.insertText", text=text)
+        for kind in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13,
+                      nativeVirtualKeyCode=13, **({"text": "\r"} if kind == "keyDown" else {}))
+
     def text(self) -> str:
         return str(self.evaluate("document.body ? document.body.innerText : ''") or "")
 
@@ -79,28 +99,52 @@ class Page:
         raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; page text: {self.text()[:1500]!r}")
 
     def wait_rendered(self, *texts: str, timeout: float = 90.0) -> str:
-        """Wait until Streamlit is idle, every one of ``texts`` is on the page, every chart is drawn
-        and the DOM stopped changing (same size over three polls); return the page text."""
-        sizes: list[int] = []
+        """Wait until Streamlit is idle, every one of ``texts`` is on the page, every chart is drawn, nothing
+        is animating and the layout stopped changing (same signature over three polls); return the page text."""
+        signatures: list[str] = []
 
         def done(page: Page) -> bool:
             if not page.evaluate(f"({STREAMLIT_IDLE_JS}) && ({CHARTS_DRAWN_JS})"):
-                sizes.clear()
+                signatures.clear()
                 return False
             body = page.text()
             if not all(t in body for t in texts):
-                sizes.clear()
+                signatures.clear()
                 return False
-            sizes.append(int(page.evaluate("document.body.innerHTML.length") or 0))
-            return len(sizes) >= 3 and len(set(sizes[-3:])) == 1
+            return page._settled_once(signatures)
         self.wait(done, timeout, f"the page to show {texts!r}")
         return self.text()
 
-    def screenshot(self, path: Path) -> Path:
-        height = int(self.evaluate("Math.max(document.body.scrollHeight, 1100)") or 1100)
-        self.call("Emulation.setDeviceMetricsOverride", width=1440, height=min(height, 4000), deviceScaleFactor=1,
+    def _settled_once(self, signatures: list[str]) -> bool:
+        sig = self.evaluate(SETTLED_JS)
+        if sig is None:
+            signatures.clear()
+            return False
+        signatures.append(str(sig))
+        return len(signatures) >= 3 and len(set(signatures[-3:])) == 1
+
+    def settle(self, timeout: float = 20.0) -> None:
+        """Wait until no animation runs and the layout is the same over three polls (after a resize)."""
+        signatures: list[str] = []
+        self.wait(lambda page: page._settled_once(signatures), timeout, "the layout to settle")
+
+    def set_viewport(self, height: int = HEIGHT) -> None:
+        self.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=height, deviceScaleFactor=1,
                   mobile=False)
-        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+
+    def screenshot(self, path: Path) -> Path:
+        """The whole page: the viewport is made as tall as the content (Streamlit's main container scrolls, so
+        captureBeyondViewport alone would cut it), the layout allowed to settle, then captured and restored."""
+        height = min(max(int(self.evaluate(CONTENT_HEIGHT_JS) or HEIGHT), HEIGHT), MAX_HEIGHT)
+        if height > HEIGHT:
+            self.set_viewport(height)
+            self.settle()
+            height = min(max(int(self.evaluate(CONTENT_HEIGHT_JS) or height), height), MAX_HEIGHT)
+            self.set_viewport(height)
+        self.settle()
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        if height > HEIGHT:
+            self.set_viewport(HEIGHT)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
         return path
@@ -123,6 +167,7 @@ def chromium(binary: str | None = None) -> Iterator[Page]:
             page = Page(ws)
             page.call("Page.enable")
             page.call("Runtime.enable")
+            page.set_viewport()  # fixed from the start: a later resize makes Streamlit re-lay out the sidebar
             yield page
     finally:
         proc.terminate()

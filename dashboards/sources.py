@@ -427,7 +427,12 @@ def _series(result: list[dict[str, Any]], label: str, value: str) -> pd.DataFram
 def prometheus_metrics(url: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     tput = _series(_prom_range(url, "sum by (topic) (rate(rocketmq_messages_in_total[1m]))"), "topic",
                    "msgs_per_s")
-    lag = _series(_prom_range(url, "sum by (group) (rocketmq_consumer_lag_messages)"), "group", "lag_messages")
+    # the broker labels lag with consumer_group; every replica of a group reports it, so take the largest
+    # report per (group, topic, retry) before adding up a group's topics
+    query = ("sum by (consumer_group) (max by (consumer_group, topic, is_retry) "
+             '(rocketmq_consumer_lag_messages{is_system="false"}))')
+    lag = _series(_prom_range(url, query), "consumer_group", "lag_messages").rename(
+        columns={"consumer_group": "group"})
     return tput, lag
 
 

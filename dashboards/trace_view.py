@@ -66,9 +66,14 @@ def timeline_chart(df: pd.DataFrame) -> alt.LayerChart:
     colour = alt.Color("status:N", scale=alt.Scale(domain=list(STATUS_COLOURS), range=list(STATUS_COLOURS.values())))
     y = alt.Y("lane:N", sort=lanes, title=None)
     tooltip = ["lane", "kind", "label", "status", "t_ms", "duration_ms", "detail"]
+    # a message's life spans milliseconds to minutes: Vega's default multi-scale labels show a bare ".500" for
+    # sub-second ticks, so say the full time, with milliseconds when the whole trace is that short
+    span_ms = int(data["end_ms"].max() - data["begin_ms"].min()) if not data.empty else 0
+    fmt = "%H:%M:%S.%L" if span_ms < 5000 else "%H:%M:%S"
+    x = alt.X("start:T", title="time (UTC)", scale=alt.Scale(type="utc"),
+              axis=alt.Axis(format=fmt, labelAngle=0, labelOverlap=True, tickCount=6))
     base = alt.Chart(data)
-    bars = base.mark_bar(size=18).encode(x=alt.X("start:T", title="time"), x2="stop:T", y=y, color=colour,
-                                         tooltip=tooltip)
-    points = base.mark_point(filled=True, size=80).encode(x="start:T", y=y, color=colour,
-                                                          shape=alt.Shape("kind:N"), tooltip=tooltip)
+    bars = base.mark_bar(size=18).encode(x=x, x2="stop:T", y=y, color=colour, tooltip=tooltip)
+    points = base.mark_point(filled=True, size=80).encode(x=x, y=y, color=colour, shape=alt.Shape("kind:N"),
+                                                          tooltip=tooltip)
     return alt.layer(bars, points).properties(height=60 + 40 * len(lanes))

@@ -110,17 +110,18 @@ _mount_optional()
 @click.option("--no-dashboard", is_flag=True, help="do not start the dashboard")
 @click.option("--dashboard-port", type=int, default=0, help="dashboard port (default: a free one)")
 @click.option("--data-dir", default="", help="work directory (default: a new temporary one)")
-@click.option("--keep-running/--exit", default=True, show_default=True,
-              help="after the last step, keep the cluster and dashboard up until Ctrl-C")
+@click.option("--keep-running/--exit", default=None,
+              help="after the last step, keep the cluster and dashboard up until Ctrl-C [default: unless --quick]")
 @click.option("--rate", type=float, default=20.0, show_default=True, help="messages per second")
+@click.option("--screenshots", default="", metavar="DIR", help="save a PNG of every dashboard page in DIR (Chromium)")
 def demo(quick: bool, failover_after: float, no_dashboard: bool, dashboard_port: int, data_dir: str,
-         keep_running: bool, rate: float) -> None:
+         keep_running: bool | None, rate: float, screenshots: str) -> None:
     """A replicated cluster on loopback with traffic, a leader failover, Spark analytics and the dashboard."""
     from .demo import DemoOptions, run_demo
 
     sys.exit(run_demo(DemoOptions(quick=quick, failover_after_s=failover_after, dashboard=not no_dashboard,
                                   dashboard_port=dashboard_port, data_dir=data_dir, keep_running=keep_running,
-                                  rate_per_s=rate)))
+                                  rate_per_s=rate, screenshots=screenshots)))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ Why these choices:
   ``max_export_batch_size`` splits one large export into requests of at most
   metricsExportBatchMaxDataPoints points (RocketMQ issue #10240: one export over the gRPC
   message limit used to lose *all* metrics). Histograms are accumulated by us, not by the SDK
-  (``instruments``), so ``HistogramExporter`` adds them to each export the SDK hands over.
+  (``instruments``), so ``HistogramExporter`` adds them to each export the SDK hands over, and
+  ``HistogramReader`` hands it an empty one when the SDK has no data points of its own.
 - LOG: one INFO line of OTLP-JSON per interval through ``logging``.
 """
 
@@ -47,6 +48,7 @@ from opentelemetry.sdk.metrics.export import (
     ResourceMetrics,
     ScopeMetrics,
 )
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -89,10 +91,9 @@ class LoggingMetricExporter(MetricExporter):
 
 class HistogramExporter(MetricExporter):
     """Wraps the OTLP/LOG exporter: adds our histogram metrics to each export of the SDK's data.
-
-    Known gap: the SDK calls ``export`` only when it has data points of its own; every node has
-    some (gauges or counters), a process that only ever recorded histograms would push nothing.
-    """
+    The SDK calls ``export`` only when it has data points of its own, so ``HistogramReader``
+    hands over an empty collection when it has none: a process that only recorded histograms
+    still pushes them. An export with nothing at all in it is not sent (as the SDK does)."""
 
     def __init__(self, inner: MetricExporter, scope_name: str) -> None:
         super().__init__(preferred_temporality=inner._preferred_temporality,  # same as the inner one's
@@ -105,6 +106,8 @@ class HistogramExporter(MetricExporter):
         extra = self.histograms()
         if extra:
             metrics_data = with_metrics(metrics_data, extra, self._scope_name)
+        elif not any(sm.metrics for rm in metrics_data.resource_metrics for sm in rm.scope_metrics):
+            return MetricExportResult.SUCCESS
         return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -112,6 +115,30 @@ class HistogramExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+class HistogramReader(PeriodicExportingMetricReader):
+    """The SDK's periodic reader, except that a collection in which the SDK found no data points
+    (its ``collect`` then exports nothing) still reaches ``HistogramExporter`` as an empty
+    ``MetricsData`` of the process's resource, so that our histograms are pushed. Only the
+    public ``collect`` and the documented ``_receive_metrics`` hook are overridden."""
+
+    def __init__(self, exporter: HistogramExporter, resource: Resource, **kwargs: Any) -> None:
+        super().__init__(exporter, **kwargs)
+        self._resource = resource
+        self._received = threading.local()  # collect may run on the timer thread and in force_flush at once
+
+    def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> None:
+        self._received.flag = True
+        super()._receive_metrics(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def collect(self, timeout_millis: float = 10_000) -> None:
+        self._received.flag = False
+        super().collect(timeout_millis=timeout_millis)
+        if not self._received.flag and self._collect is not None:
+            empty = MetricsData(resource_metrics=[ResourceMetrics(resource=self._resource, scope_metrics=[],
+                                                                  schema_url="")])
+            super()._receive_metrics(empty, timeout_millis=timeout_millis)
 
 
 def with_metrics(data: MetricsData, extra: Sequence[Metric], scope_name: str) -> MetricsData:
@@ -230,18 +257,21 @@ def otlp_exporter(config: TelemetryConfig) -> MetricExporter:
                         preferred_temporality=preferred, max_export_batch_size=batch)
 
 
-def build_reader(config: TelemetryConfig, scope_name: str) -> tuple[MetricReader | None, HistogramExporter | None]:
+def build_reader(config: TelemetryConfig, scope_name: str,
+                 resource: Resource | None = None) -> tuple[MetricReader | None, HistogramExporter | None]:
     """The SDK reader for the push modes and its exporter (whose ``histograms`` the caller sets);
-    (None, None) for DISABLE and PROM (PROM renders our own state, see the module docstring)."""
+    (None, None) for DISABLE and PROM (PROM renders our own state, see the module docstring).
+    ``resource`` must be the MeterProvider's: it is the resource of histogram-only exports."""
     kind = config.exporter_type
     if kind in (ExporterType.DISABLE, ExporterType.PROM):
         return None, None
+    resource = resource if resource is not None else Resource.create({})
     if kind is ExporterType.LOG:
         exporter = HistogramExporter(LoggingMetricExporter(temporality(config)), scope_name)
-        return PeriodicExportingMetricReader(exporter, export_interval_millis=config.log_interval_ms), exporter
+        return HistogramReader(exporter, resource, export_interval_millis=config.log_interval_ms), exporter
     exporter = HistogramExporter(otlp_exporter(config), scope_name)
     target = config.grpc_target if kind is ExporterType.OTLP_GRPC else config.http_url
     log.info("metrics: pushing OTLP (%s) to %s every %d ms", kind.name, target, config.export_interval_ms)
-    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=config.export_interval_ms,
-                                           export_timeout_millis=config.export_timeout_ms)
+    reader = HistogramReader(exporter, resource, export_interval_millis=config.export_interval_ms,
+                             export_timeout_millis=config.export_timeout_ms)
     return reader, exporter

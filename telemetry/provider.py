@@ -46,7 +46,7 @@ from .instruments import (
     NoopRegistration,
     Recorder,
 )
-from .promtext import PromText
+from .promtext import Prerenderer, PromText
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +92,23 @@ class _Core:
         # delta export state of each histogram cell: (bucket counts, count, sum, time) last sent
         self._sent: dict[HistogramCell, tuple[list[int], int, float, int]] = {}
         meter_name = METER_NAMES.get(node_type, f"rocketscope-{node_type}")
-        reader, exporter = build_reader(config, meter_name)
+        resource = Resource.create({"service.name": f"rocketscope-{node_type}"})
+        reader, exporter = build_reader(config, meter_name, resource)
         if exporter is not None:
             exporter.histograms = self.histogram_metrics
         self.provider = MeterProvider(
             metric_readers=[reader] if reader is not None else [],
-            resource=Resource.create({"service.name": f"rocketscope-{node_type}"}),
+            resource=resource,
             views=views(config.cardinality_limit),
             exemplar_filter=AlwaysOffExemplarFilter(),  # unused; saves memory and time per series
         )
         self.meter = self.provider.get_meter(meter_name)
+        self.prerender: Prerenderer | None = None
         try:
             if config.exporter_type is ExporterType.PROM:
-                self.endpoint = PrometheusEndpoint(PromText(self).render, config.prom_host, config.prom_port, serve)
+                text = PromText(self)
+                self.endpoint = PrometheusEndpoint(text.render, config.prom_host, config.prom_port, serve)
+                self.prerender = Prerenderer(text.prepare)
         except OSError as exc:
             self.provider.shutdown()
             raise OSError(exc.errno, f"metrics: cannot listen on {config.prom_host or '0.0.0.0'}:"
@@ -206,6 +210,8 @@ class _Core:
             self.provider.force_flush(timeout_millis=self.config.export_timeout_ms)
         finally:
             self.provider.shutdown()
+            if self.prerender is not None:
+                self.prerender.stop()
             if self.endpoint is not None:
                 self.endpoint.close()
 
@@ -324,6 +330,15 @@ class Telemetry:
         return core.gauges[spec.name].add(callback, self.labels)
 
     observable_counter = gauge
+
+    def gauges_changed(self) -> None:
+        """Tell telemetry that gauge callbacks now return new observations (the broker calls it
+        after each snapshot). In PROM mode a background thread then renders the label text of
+        new series, so the next scrape only formats numbers; elsewhere a no-op. Cheap and
+        non-blocking: safe on the event loop."""
+        core = self._core
+        if core is not None and core.prerender is not None:
+            core.prerender.request()
 
     def wants(self, name: str) -> bool:
         """Whether ``name`` is emitted (telemetry on and its opt-in key, if any, true): lets a

@@ -5,6 +5,7 @@ The screenshots are kept as test artifacts under tests/artifacts/ (git-ignored).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -52,6 +53,14 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
             msg_id = p.send(message("TopicWeb", b"look me up", tag="web", keys=["order-web"])).message_id
         with simple_consumer(node.endpoint, "GroupWeb", "TopicWeb") as consumer:
             assert msg_id in {m.message_id for m in drain(consumer, 1)}
+        # the broker writes trace records in batches: wait (through the same lookup the page uses) until the
+        # consumer group's delivery is there, so the page is asked once the answer is complete
+        from rocketscope.trace.lookup import TraceLookup
+
+        def delivered() -> bool:
+            doc = asyncio.run(TraceLookup(c.namesrv_addr).lookup(msg_id)).to_dict()
+            return any(g["group"] == "GroupWeb" and g.get("deliveries") for g in doc.get("groups") or [])
+        wait_until(delivered, timeout=60, interval=0.5, what="the message's trace records")
         port = free_port()
         with open(root / "dashboard.log", "wb") as log:
             dash = subprocess.Popen([str(BIN), "dashboard", "--namesrv", c.namesrv_addr, "--port", str(port)],
@@ -72,9 +81,11 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
 def test_trace_page_shows_a_real_message(live_dashboard: tuple[str, str]) -> None:
     url, msg_id = live_dashboard
     with chromium() as page:
-        page.goto(f"{url}/Trace?msg_id={msg_id}")
+        page.goto(f"{url}/Trace")
+        page.wait_rendered("Message trace", "Enter a message ID", timeout=90)
+        page.type_into("input[type=text], input", msg_id)  # as a user would: paste the ID, press Enter
         # the broker writes its trace records asynchronously: the lookup may need a moment
-        text = page.wait_rendered("producer", "GroupWeb", "consumed", timeout=120)
+        text = page.wait_rendered("producer", "GroupWeb", "consumed", "Details", timeout=120)
         assert page.evaluate("document.querySelector('input').value") == msg_id
         assert "TopicWeb" in text and "order-web" in text
         shot = page.screenshot(ARTIFACTS / "trace.png")

@@ -174,3 +174,40 @@ def test_log_mode_writes_one_otlp_json_line_per_collection(caplog: pytest.LogCap
     points = [p for rm in data["resource_metrics"] for sm in rm["scope_metrics"] for m in sm["metrics"]
               if m["name"] == "rocketmq_messages_in_total" for p in m["data"]["data_points"]]
     assert points[0]["value"] == 3 and points[0]["attributes"]["node_id"] == "broker-a-0"
+
+
+def test_a_process_that_only_records_histograms_still_pushes_them(receiver: OtlpGrpcReceiver) -> None:
+    # no counter, gauge or up-down counter: the SDK has no data points of its own and would not export
+    telemetry = start({"metricsExporterType": "OTLP_GRPC", "metricsGrpcExporterTarget": receiver.target})
+    try:
+        assert telemetry.flush()  # nothing recorded yet: nothing is sent (no empty request)
+        assert receiver.snapshot() == []
+        telemetry.histogram("rocketmq_rpc_latency").record(4, {"protocol_type": "grpc", "request_code": "send_message",
+                                                               "response_code": "ok", "is_long_polling": False,
+                                                               "result": "success"})
+        assert telemetry.flush()
+        requests = wait_until(lambda: receiver.snapshot(), what="a histogram-only export")
+    finally:
+        telemetry.stop()
+    metrics = by_name(requests)
+    assert set(metrics) == {"rocketmq_rpc_latency"}
+    (hp,) = metrics["rocketmq_rpc_latency"].histogram.data_points
+    assert hp.count == 1 and otlp_attributes(hp)["node_id"] == "broker-a-0"
+    resource = {kv.key: kv.value.string_value for kv in requests[0].resource_metrics[0].resource.attributes}
+    assert resource["service.name"] == "rocketscope-broker"
+    assert requests[0].resource_metrics[0].scope_metrics[0].scope.name == "broker-meter"
+
+
+def test_log_mode_writes_histogram_only_collections(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="rocketscope.metrics")
+    telemetry = start({"metricsExporterType": "LOG", "metricLoggingExporterIntervalInMills": "600000"})
+    try:
+        telemetry.histogram("rocketmq_message_size").record(1100, IN_LABELS)
+        assert telemetry.flush()
+    finally:
+        telemetry.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == "rocketscope.metrics"]
+    assert lines
+    names = {m["name"] for rm in json.loads(lines[0])["resource_metrics"] for sm in rm["scope_metrics"]
+             for m in sm["metrics"]}
+    assert names == {"rocketmq_message_size"}

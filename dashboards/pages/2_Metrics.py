@@ -7,6 +7,8 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sources
 
+st.set_page_config(page_title="RocketScope · Metrics", layout="wide", initial_sidebar_state="expanded")
+
 st.header("Metrics")
 cfg = sources.load_config(st.query_params)
 if cfg.prometheus and not cfg.fixtures:

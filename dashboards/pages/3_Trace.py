@@ -7,6 +7,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sources
 import trace_view
 
+st.set_page_config(page_title="RocketScope · Trace", layout="wide", initial_sidebar_state="expanded")
+
 st.header("Message trace")
 cfg = sources.load_config(st.query_params)
 src = sources.get_source(cfg)
@@ -44,4 +46,6 @@ if groups:
     for col, g in zip(cols, groups, strict=True):
         col.metric(g["group"], g.get("status", "unknown"))
 st.subheader("Details")
-st.dataframe(rows[["lane", "kind", "label", "status", "t_ms", "duration_ms", "detail"]], hide_index=True)
+# tall enough for every row (a retried or dead-lettered message has a dozen): no scrolling inside the table
+st.dataframe(rows[["lane", "kind", "label", "status", "t_ms", "duration_ms", "detail"]], hide_index=True,
+             height=min(36 + 35 * len(rows), 900))

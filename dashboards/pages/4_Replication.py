@@ -7,6 +7,8 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sources
 
+st.set_page_config(page_title="RocketScope · Replication", layout="wide", initial_sidebar_state="expanded")
+
 st.header("Replication & failover")
 cfg = sources.load_config(st.query_params)
 if cfg.analytics and not cfg.fixtures:
@@ -36,10 +38,16 @@ if failovers.empty:
     st.info("No failovers in the analysed period.")
 else:
     fo = failovers.copy()
-    if {"unavailable_from_ts", "unavailable_to_ts"} <= set(fo.columns):
-        st.altair_chart(alt.Chart(fo).mark_bar(color="#d62728").encode(
-            x=alt.X("unavailable_from_ts:T", title="unavailable"), x2="unavailable_to_ts:T",
-            y=alt.Y("broker_group:N"), tooltip=[c for c in ("broker_group", "old_gen", "new_gen", "unavailability_ms",
-                                                            "truncated", "lost") if c in fo.columns]),
+    phases = [c for c in ("detection_gap_ms", "election_ms", "unavailability_ms") if c in fo.columns]
+    if phases and {"broker_group", "old_gen", "new_gen"} <= set(fo.columns):
+        # one bar per phase of each failover, in ms: how long until the old leader was missed, how long the
+        # election took, and how long producers saw no successful send (0 when the client never noticed)
+        fo["failover"] = (fo["broker_group"].astype(str) + " gen " + fo["old_gen"].astype(str) + " → "
+                          + fo["new_gen"].astype(str))
+        long = fo.melt(id_vars=["failover"], value_vars=phases, var_name="phase", value_name="ms")
+        long["ms"] = long["ms"].clip(lower=0)
+        st.altair_chart(alt.Chart(long).mark_bar().encode(
+            x=alt.X("ms:Q", title="ms"), y=alt.Y("failover:N", title=None), yOffset="phase:N",
+            color=alt.Color("phase:N", sort=phases), tooltip=["failover", "phase", "ms"]),
             use_container_width=True)
     st.dataframe(fo, hide_index=True)

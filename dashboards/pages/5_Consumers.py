@@ -6,6 +6,8 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sources
 
+st.set_page_config(page_title="RocketScope · Consumers", layout="wide", initial_sidebar_state="expanded")
+
 st.header("Consumers")
 cfg = sources.load_config(st.query_params)
 src = sources.get_source(cfg)

@@ -1,10 +1,13 @@
 """Screenshots of every dashboard page, for the docs, from a running demo.
 
+Simplest: `.venv/bin/rocketscope demo --screenshots docs/screenshots` (takes them once the dashboard is up).
+Against a demo already running:
+
     .venv/bin/rocketscope demo --failover-after 30 --data-dir /tmp/rs-demo &   # wait for "dashboard: URL"
     .venv/bin/python docs/screenshots/take.py --demo /tmp/rs-demo
 
 Reads the dashboard URL and the message IDs from the demo's demo.json and drives headless
-Chromium (rocketscope.dashboards.browser) through each page, waiting until it rendered.
+Chromium (rocketscope.dashboards.screenshots) through each page, waiting until it rendered.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from rocketscope.dashboards.browser import chromium
+from rocketscope.dashboards.screenshots import take
 
 HERE = Path(__file__).resolve().parent
 
@@ -24,21 +27,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE)
     args = ap.parse_args()
     demo = json.loads((args.demo / "demo.json").read_text())
-    url, ids = demo["dashboard"], demo["ids"]
-    pages = [
-        ("cluster", "Cluster", ("broker groups",)),
-        ("metrics", "Metrics", ("Throughput",)),
-        ("trace", f"Trace?msg_id={ids['retried']}", ("producer", "audit")),
-        ("trace-dlq", f"Trace?msg_id={ids['dlq']}", ("producer", "audit")),
-        ("replication", "Replication", ("Replication",)),
-        ("consumers", "Consumers", ("Consumers",)),
-    ]
-    with chromium() as page:
-        for name, path, texts in pages:
-            page.goto(f"{url}/{path}")
-            page.wait_rendered(*texts, timeout=120)
-            shot = page.screenshot(args.out / f"{name}.png")
-            print(f"{shot} ({shot.stat().st_size // 1024} KiB)")
+    for shot in take(demo["dashboard"], demo["ids"], args.out):
+        print(f"{shot} ({shot.stat().st_size // 1024} KiB)")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,11 @@ Steps, each printed with the elapsed time:
 5. the dashboard, its URL and message IDs worth looking up; then it runs until Ctrl-C.
 
 ``--quick`` shortens every wait (seconds, not minutes), checks that each part came up
-and stops by itself; the tests run it that way.  Ctrl-C or SIGTERM at any point stops
-every child process (rocketscope.procs: process groups, SIGTERM then SIGKILL).
+and stops by itself unless ``--keep-running``; the tests run it that way.  Ctrl-C or
+SIGTERM at any point (the Spark step included) stops every child process
+(rocketscope.procs: each child leads its own process group; SIGTERM, then SIGKILL).
+``--screenshots DIR`` saves every dashboard page as a PNG (docs/screenshots).  The work
+directory's demo.json records the URLs, message IDs, child PIDs and the steps' times.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -44,16 +46,21 @@ class DemoOptions:
     dashboard: bool = True
     dashboard_port: int = 0
     data_dir: str = ""
-    keep_running: bool = True
+    keep_running: bool | None = None  # None: keep running unless --quick
     rate_per_s: float = 20.0
+    screenshots: str = ""  # a directory: PNGs of every dashboard page once it is up (docs/screenshots)
 
 
 class Progress:
+    """One line per step with the elapsed time; the steps also go to demo.json (the tests and docs read them)."""
+
     def __init__(self) -> None:
         self.started = time.monotonic()
+        self.steps: list[tuple[float, str]] = []
 
     def step(self, text: str) -> None:
         elapsed = time.monotonic() - self.started
+        self.steps.append((round(elapsed, 1), text))
         click.echo(click.style(f"[{elapsed:6.1f}s] ", fg="cyan") + text)
 
 
@@ -100,8 +107,8 @@ def run_demo(options: DemoOptions) -> int:
         killed_at = time.monotonic()
         cluster.kill9(old)
         new = cluster.wait_leader(60, exclude=old)
-        p.step(f"new leader {new.self_id} after {time.monotonic() - killed_at:.2f} s (term {old_term} -> "
-               f"{cluster.term()})")
+        failover_s = time.monotonic() - killed_at
+        p.step(f"new leader {new.self_id} after {failover_s:.2f} s (term {old_term} -> {cluster.term()})")
         cluster.start_node(old)
         p.step(f"restarted {old.self_id}; it rejoins as a follower")
         _sleep(5 if options.quick else 20, p, workload)
@@ -110,12 +117,13 @@ def run_demo(options: DemoOptions) -> int:
 
         analytics = work / "analytics"
         p.step("Spark: rocketscope analyze all --namesrv (local mode, reads the trace topic and RMQ_SYS_HA_EVENTS)")
-        res = subprocess.run([str(Path(sys.executable).parent / "rocketscope"), "analyze", "all", "--namesrv",
-                              cluster.namesrv, "--output", str(analytics), "--master", "local[2]"],
-                             capture_output=True, text=True, timeout=900)
-        (work / "analyze.log").write_text(res.stdout + res.stderr)
-        if res.returncode != 0:
-            raise RuntimeError(f"the Spark analysis failed: {res.stderr.strip()[-1500:]}")
+        # its own process group like every other child, so Ctrl-C here also stops Spark's JVM
+        spark = spawn(["analyze", "all", "--namesrv", cluster.namesrv, "--output", str(analytics),
+                       "--master", "local[2]", "--quick-start"], work / "analyze.log")
+        code = spark.wait(900)
+        if code != 0:
+            tail = (work / "analyze.log").read_text(errors="replace").strip()[-1500:]
+            raise RuntimeError(f"the Spark analysis failed ({code}): {tail}")
         tables = sorted(d.name for d in analytics.iterdir() if d.is_dir())
         p.step(f"Spark tables in {analytics}: {', '.join(tables)}")
 
@@ -138,13 +146,24 @@ def run_demo(options: DemoOptions) -> int:
         for label, msg_id in picks:
             if msg_id:
                 click.echo(f"  {label:28} {msg_id}" + (f"   {url}/Trace?msg_id={msg_id}" if url else ""))
-        summary = {"work": str(work), "namesrv": cluster.namesrv, "dashboard": url, "tables": tables,
-                   "old_leader": old.self_id, "new_leader": new.self_id, "groups": list(GROUPS),
-                   "pids": [c.pid for c in children()], "normal_trace": traced,
-                   "ids": {"normal": s.normal_id, "retried": s.retried_id, "dlq": s.poison_id,
-                           "after_failover": s.after_failover_id}}
+        ids = {"normal": s.normal_id, "retried": s.retried_id, "dlq": s.poison_id,
+               "after_failover": s.after_failover_id}
+        if options.screenshots and url:
+            from rocketscope.dashboards.screenshots import take
+
+            shots = take(url, ids, Path(options.screenshots))
+            p.step(f"screenshots of {len(shots)} pages in {options.screenshots}")
+        # every child is the leader of its own process group (pid == pgid): the tests check both are gone
+        summary = {"work": str(work), "namesrv": cluster.namesrv, "dashboard": url,
+                   "prometheus": cluster.prometheus_url, "tables": tables, "old_leader": old.self_id,
+                   "new_leader": new.self_id,
+                   "failover_s": round(failover_s, 2), "nodes": [n.endpoint for n in cluster.nodes],
+                   "groups": list(GROUPS), "pids": [c.pid for c in children()], "normal_trace": traced,
+                   "traffic": workload.summary(), "redelivered": dict(s.redelivered),
+                   "redelivered_id": s.redelivered_id, "ids": ids, "steps": p.steps}
         (work / "demo.json").write_text(json.dumps(summary, indent=2))
-        if options.keep_running and not options.quick:
+        keep = options.keep_running if options.keep_running is not None else not options.quick
+        if keep:
             p.step("running; press Ctrl-C to stop everything")
             while True:
                 time.sleep(1)

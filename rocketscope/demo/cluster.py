@@ -7,6 +7,7 @@ and logs live in the demo's work directory, printed at the start.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -117,10 +118,24 @@ class DemoCluster:
         return res
 
     def status(self, node: Node) -> dict[str, Any] | None:
-        res = self.admin("haStatus", "-b", node.admin_addr, check=False)
-        if res.returncode != 0:
+        """The node's HaStatus (role, term), or None when it does not answer.
+
+        In-process rather than `rocketscope admin haStatus`: the demo polls this while waiting for a leader,
+        and a Python start-up per poll and node cost seconds on a loaded machine."""
+        from rocketscope.admin_client import AdminClient
+        from rocketscope.broker.protocol import common_pb2
+
+        async def go() -> dict[str, Any]:
+            client = AdminClient(self.namesrv, timeout_s=3.0)
+            try:
+                resp = await client.broker_call(node.admin_addr, "HaStatus", common_pb2.Empty())
+                return json.loads(resp.json)  # type: ignore[attr-defined, no-any-return]
+            finally:
+                await client.close()
+        try:
+            return asyncio.run(go())
+        except Exception:  # a killed or starting node: no status yet
             return None
-        return json.loads(res.stdout).get(node.admin_addr)  # type: ignore[no-any-return]
 
     def leader(self, exclude: Node | None = None) -> Node | None:
         for node in self.nodes:

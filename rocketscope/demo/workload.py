@@ -28,10 +28,15 @@ class Stats:
     sent: int = 0
     send_failures: int = 0
     consumed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
+    # at-least-once: after a leader change the new leader's consumer offsets can be a few seconds old, so some
+    # messages come again; they are counted here instead of in ``consumed`` (distinct message IDs)
+    redelivered: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
+    seen: dict[str, set[str]] = field(default_factory=lambda: {g: set() for g in GROUPS})
     normal_id: str = ""
     retried_id: str = ""
     poison_id: str = ""
     after_failover_id: str = ""
+    redelivered_id: str = ""  # the first message a group got again after acking it (see Stats.redelivered)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -113,15 +118,22 @@ class Workload:
                     except Exception:
                         continue  # expired handle or failover: the message comes again
                     with self.stats.lock:
-                        self.stats.consumed[group] += 1
+                        if m.message_id in self.stats.seen[group]:
+                            self.stats.redelivered[group] += 1
+                            self.stats.redelivered_id = self.stats.redelivered_id or m.message_id
+                        else:
+                            self.stats.seen[group].add(m.message_id)
+                            self.stats.consumed[group] += 1
         finally:
             consumer.shutdown()
 
     def summary(self) -> str:
         with self.stats.lock:
             s = self.stats
+            again = sum(s.redelivered.values())
             return (f"sent {s.sent} (failed sends {s.send_failures}), consumed "
-                    + ", ".join(f"{g} {n}" for g, n in s.consumed.items()))
+                    + ", ".join(f"{g} {n}" for g, n in s.consumed.items())
+                    + (f" (+{again} redelivered)" if again else ""))
 
 
 def wait_for_traffic(workload: Workload, messages: int, timeout: float) -> bool:
