@@ -45,6 +45,15 @@ class LeaderForwarder:
 
     async def target(self, method: str, context: grpc.aio.ServicerContext) -> str | None:
         """The leader's address when this request must go there, else None (serve locally)."""
+        rm = getattr(self.broker, "replicas", None)
+        if rm is not None:  # controller mode: the master the controller named
+            if self.broker.is_master or method in LOCAL_METHODS:
+                return None
+            if any(k == FORWARDED_HEADER for k, _ in context.invocation_metadata() or ()):
+                raise NoLeader(f"{self.broker.node_id} is not the master either (stale forward)")
+            if not rm.master_grpc_addr or rm.master_grpc_addr == self.broker.grpc_addr:
+                raise NoLeader(f"group {self.broker.broker_name} has no master yet; retry")
+            return rm.master_grpc_addr
         d = self.broker.dledger
         if d is None or d.is_leader or method in LOCAL_METHODS:
             return None

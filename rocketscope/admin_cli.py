@@ -437,3 +437,14 @@ def remove_broker(namesrv: str | None, container: str, identity: str) -> None:
         click.echo(f"remove broker {identity} from {container} success.")
         return 0
     run(go, None)
+
+
+def _mount_controller_commands() -> None:
+    """Controller mode's commands (getSyncStateSet, getBrokerEpoch, electMaster, getControllerMetaData)."""
+    from rocketscope.broker.controller.admin_commands import COMMANDS
+
+    for cmd in COMMANDS:
+        admin.add_command(cmd)
+
+
+_mount_controller_commands()
