@@ -237,5 +237,5 @@ class BrokerAdminService(admin_pb2_grpc.BrokerAdminServicer):
 
     async def HaEvents(self, request: admin_pb2.HaEventsRequest, context: grpc.aio.ServicerContext
                        ) -> admin_pb2.HaEventsResponse:
-        events = list(self.broker.ha_events.recent)[-(request.max or 100):]
+        events = self.broker.ha_events.latest(request.max or 100)
         return admin_pb2.HaEventsResponse(status=ok(), events=[e.to_json() for e in events])

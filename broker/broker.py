@@ -126,6 +126,15 @@ class Broker:
             # no snapshots: keep every entry a lagging member may need (DLedger 0.3.1.2 has none either)
             self.store.config.retention.disk_max_used_ratio = 1.01
             self.store.config.retention.delete_when = ""
+        self.replicas = None  # controller mode (broker/controller/replicas.py)
+        if s.enableControllerMode:
+            from .controller.replicas import ReplicasManager
+
+            self._role = "SLAVE"  # nothing is writable until the controller names a master
+            self.replicas = ReplicasManager(self)
+            self._broker_id = max(self.replicas.my_id, 1)
+            self.store.replication_waiter = self.replicas.wait_replicated
+            self.store._confirm = 0  # visible only up to what the SyncStateSet acknowledged
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000,
                                      channel=self.security.client_tls.channel)
         self.topics_on_change = self.namesrv.register_now
@@ -171,7 +180,8 @@ class Broker:
     def registration(self) -> namesrv_pb2.BrokerRegistration:
         reg = namesrv_pb2.BrokerRegistration(
             cluster_name=self.cluster, broker_name=self.broker_name, broker_id=self.broker_id,
-            broker_addr=self.internal_addr, grpc_addr=self.grpc_addr, role=self.role, epoch=-1,
+            broker_addr=self.internal_addr, grpc_addr=self.grpc_addr, role=self.role,
+            epoch=self.replicas.master_epoch if self.replicas is not None else -1,
             term=self.dledger.term if self.dledger is not None else -1,
             metrics_addr=self.metrics_addr, ha_server_addr=self.ha_addr,
             data_version=common_pb2.DataVersion(timestamp=self.topics.data_version[0],
@@ -179,6 +189,8 @@ class Broker:
         if self.dledger is not None:
             reg.extras.update({"dledger": "true", "anyNodeServes": "true", "dLegerSelfId": self.dledger.self_id,
                                "dLegerGroup": self.dledger.group, "leader": self.dledger.leader_id or ""})
+        if self.replicas is not None:
+            reg.extras.update(self.replicas.registration_extras())
         for cfg in self.topics.all():
             perm = cfg.perm & self.settings.brokerPermission
             tc = reg.topics.add(topic_name=cfg.name, read_queue_nums=cfg.read_queue_nums,
@@ -213,6 +225,8 @@ class Broker:
         self._listeners.append(bind_server(self.client_server, f"0.0.0.0:{s.grpcServerPort}", sec.server_tls))
         self.admin_server = grpc.aio.server(interceptors=interceptors, options=server_options())
         admin_pb2_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self), self.admin_server)
+        if self.replicas is not None:
+            self.replicas.register_services(self.admin_server)
         internal = sec.server_tls.for_internal()
         self._listeners.append(bind_server(self.admin_server, f"0.0.0.0:{s.listenPort}", internal))
         self.ha_server = grpc.aio.server(options=server_options(("grpc.max_send_message_length", 64 << 20)))
@@ -249,7 +263,10 @@ class Broker:
             self._tasks.append(loop.create_task(self._follower_metadata_sync()))
         elif not self.is_master:
             self.replication_slave.start()
-        self.namesrv.start()
+        if self.replicas is not None:
+            self.replicas.start()  # starts the name-server link once the controller gave a role
+        else:
+            self.namesrv.start()
         log.info("broker %s (cluster %s, id %d, role %s) serving clients on %s and admin on %s; store %s",
                  self.broker_name, self.cluster, self.broker_id, self.role, self.grpc_addr, self.internal_addr,
                  s.storePathRootDir)
@@ -267,6 +284,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker %s shutting down", self.broker_name)
+        if self.replicas is not None:
+            await self.replicas.stop()
         await self.replication_slave.stop()
         if hasattr(self.trace_hooks, "stop"):
             await self.trace_hooks.stop()  # type: ignore[attr-defined]
@@ -385,6 +404,8 @@ class Broker:
                 log.debug("metadata sync from leader %s failed: %s", addr, exc.code().name)
 
     def ha_status(self) -> dict[str, Any]:
+        if self.replicas is not None:
+            return self.replicas.status()
         if self.dledger is not None:
             return {**self.dledger.status(), "node": self.node_id, "maxOffset": self.store.commit_log.max_offset,
                     "confirmOffset": self.store.confirm_offset, "dispatched": self.store.dispatched}

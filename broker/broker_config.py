@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from rocketscope.config import Key, Settings, load_settings, non_negative, port, positive
 
+from .controller.config import BROKER_CONTROLLER_KEYS
 from .security.config import SECURITY_KEYS
 
 GiB = 1 << 30
@@ -99,6 +100,7 @@ BROKER_KEYS: list[Key] = [
 ]
 
 BROKER_KEYS += SECURITY_KEYS
+BROKER_KEYS += BROKER_CONTROLLER_KEYS
 
 
 def _telemetry_key_names() -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""Forward client requests to the Raft leader (DLedger mode), as RocketMQ's proxy does.
+"""Forward client requests to the Raft leader (DLedger mode) or the master (controller mode), as RocketMQ's proxy does.
 
 Every member of a DLedger group is listed in the route's endpoints, so the official
 client's channel reaches *some* member and switches member by itself when one dies.  A
@@ -45,6 +45,21 @@ class LeaderForwarder:
 
     async def target(self, method: str, context: grpc.aio.ServicerContext) -> str | None:
         """The leader's address when this request must go there, else None (serve locally)."""
+        rm = getattr(self.broker, "replicas", None)
+        if rm is not None:  # controller mode: the master the controller named
+            if method in LOCAL_METHODS:
+                return None
+            if self.broker.is_master:
+                if not rm.lease_expired:
+                    return None
+                # cut off from the controllers: a master of a newer epoch, if the name server knows one,
+                # takes the request (RocketMQ's proxy follows the route the same way); else try locally
+                return await self._leader_from_namesrv(newer_than_epoch=rm.master_epoch)
+            if any(k == FORWARDED_HEADER for k, _ in context.invocation_metadata() or ()):
+                raise NoLeader(f"{self.broker.node_id} is not the master either (stale forward)")
+            if not rm.master_grpc_addr or rm.master_grpc_addr == self.broker.grpc_addr:
+                raise NoLeader(f"group {self.broker.broker_name} has no master yet; retry")
+            return rm.master_grpc_addr
         d = self.broker.dledger
         if d is None or d.is_leader or method in LOCAL_METHODS:
             return None
@@ -55,8 +70,11 @@ class LeaderForwarder:
             raise NoLeader(f"group {d.group} has no leader yet; retry")
         return addr
 
-    async def _leader_from_namesrv(self) -> str | None:
-        """A member cut off from its peers does not know the new leader; the name server does."""
+    async def _leader_from_namesrv(self, newer_than_epoch: int | None = None) -> str | None:
+        """A member cut off from its peers does not know the new leader; the name server does.
+
+        ``newer_than_epoch`` (controller mode): only a master registered with a higher master epoch.
+        """
         now = time.monotonic()
         if now - self._ns_checked < 0.5:
             return self._ns_leader
@@ -70,7 +88,8 @@ class LeaderForwarder:
                 continue
             for live in info.brokers:
                 r = live.registration
-                if r.broker_name == b.broker_name and r.broker_id == 0 and r.grpc_addr != b.grpc_addr:
+                if (r.broker_name == b.broker_name and r.broker_id == 0 and r.grpc_addr != b.grpc_addr
+                        and (newer_than_epoch is None or r.epoch > newer_than_epoch)):
                     self._ns_leader = r.grpc_addr
                     return self._ns_leader
         return None
@@ -87,7 +106,7 @@ class LeaderForwarder:
     def metadata(self, context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
         md = [(k, v) for k, v in (context.invocation_metadata() or ())
               if not k.startswith((":", "grpc-")) and isinstance(v, str)]
-        md.append((FORWARDED_HEADER, self.broker.dledger.self_id if self.broker.dledger else "?"))
+        md.append((FORWARDED_HEADER, self.broker.dledger.self_id if self.broker.dledger else self.broker.node_id))
         return md
 
     async def close(self) -> None:

@@ -49,7 +49,9 @@ def add_messaging_service(servicer: object, server: grpc.aio.Server, broker: obj
             (True, True): grpc.stream_stream_rpc_method_handler,
         }[kind]
         handler = getattr(servicer, method.name)
-        if broker is not None and getattr(broker, "dledger", None) is not None:
+        # DLedger and controller mode: any member answers, the rest goes to the leader/master
+        if broker is not None and (getattr(broker, "dledger", None) is not None
+                                   or getattr(broker, "replicas", None) is not None):
             from .forwarding import wrap
 
             handler = wrap(method.name, kind, handler, broker, request_type)  # type: ignore[arg-type]

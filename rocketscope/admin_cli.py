@@ -372,7 +372,9 @@ def ha_status(namesrv: str | None, broker: str | None) -> None:
 @admin.command("haEvents")
 @namesrv_opt
 @click.option("-b", "--brokerAddr", "broker", help="internal address; default: every broker")
-@click.option("--max", "max_events", type=int, default=50, show_default=True)
+@click.option("--max", "max_events", type=int, default=50, show_default=True,
+              help="newest events per broker; the changes it remembers (roles, elections, sets, truncations) "
+                   "are listed as well")
 @json_opt
 def ha_events(namesrv: str | None, broker: str | None, max_events: int, as_json: bool) -> None:
     """Recent replication events (role changes, elections, acks, commits, truncations) of brokers."""
@@ -437,3 +439,14 @@ def remove_broker(namesrv: str | None, container: str, identity: str) -> None:
         click.echo(f"remove broker {identity} from {container} success.")
         return 0
     run(go, None)
+
+
+def _mount_controller_commands() -> None:
+    """Controller mode's commands (getSyncStateSet, getBrokerEpoch, electMaster, getControllerMetaData)."""
+    from rocketscope.broker.controller.admin_commands import COMMANDS
+
+    for cmd in COMMANDS:
+        admin.add_command(cmd)
+
+
+_mount_controller_commands()

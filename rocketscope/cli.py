@@ -77,6 +77,21 @@ def container(config_path: str | None) -> None:
         sys.exit(1)
 
 
+@main.command()
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="controller.conf")
+def controller(config_path: str | None) -> None:
+    """Run a controller of a controller group (mqcontroller)."""
+    from rocketscope.broker.controller.config import load_controller_config
+    from rocketscope.broker.controller.node import run_controller
+
+    setup_logging("controller")
+    try:
+        asyncio.run(run_controller(load_controller_config(_load(config_path))))
+    except (ConfigError, TelemetryConfigError, OSError) as exc:
+        click.echo(f"controller: {exc}", err=True)
+        sys.exit(1)
+
+
 main.add_command(admin)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rocketscope.broker.broker_config import BROKER_KEYS
+from rocketscope.broker.controller.config import CONTROLLER_KEYS
 from rocketscope.broker.namesrv.server import NAMESRV_KEYS
 from rocketscope.config import keys_table
 
@@ -23,6 +24,17 @@ def render() -> str:
         "## Broker (`rocketscope broker -c broker.conf`)",
         "",
         keys_table(BROKER_KEYS),
+        "",
+        "## Controller (`rocketscope controller -c controller.conf`)",
+        "",
+        "A name server with `enableControllerInNamesrv=true` also runs a controller: its client service on the",
+        "name server's port, its Raft on the port `controllerDLegerPeers` gives it; the controller keys below",
+        "(but listenPort, listenHost and scanNotActiveBrokerInterval, which are the name server's) go in the",
+        "name server's file.",
+        "Broker-side controller-mode keys (enableControllerMode, controllerAddr, ...) are in the broker table.",
+        "See CONTROLLER.md.",
+        "",
+        keys_table(CONTROLLER_KEYS),
         "",
     ])
 

@@ -213,6 +213,10 @@ CATALOGUE: tuple[Instrument, ...] = (
                ("broker_cluster", "broker_set", "election_result"), group="controller"),
     Instrument("rocketmq_controller_active_broker_num", G, "1", "Brokers alive in each broker set.",
                ("broker_cluster", "broker_set"), group="controller"),
+    Instrument("rocketmq_controller_term", G, "1", "Current Raft term of this controller.", group="controller",
+               origin="rocketscope"),
+    Instrument("rocketmq_controller_sync_state_set_size", G, "1", "SyncStateSet members of each broker set.",
+               ("broker_cluster", "broker_set"), group="controller", origin="rocketscope"),
     # --- name server (ours)
     Instrument("rocketmq_namesrv_registered_brokers", G, "1", "Brokers currently registered.", ("broker_cluster",),
                group="namesrv", origin="rocketscope"),

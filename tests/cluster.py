@@ -107,10 +107,16 @@ class LocalCluster:
     def namesrv_addr(self) -> str:
         return ";".join(f"127.0.0.1:{p}" for p in self.namesrv_ports)
 
-    def start_namesrv(self, count: int = 1) -> None:
+    def start_namesrv(self, count: int = 1, conf: Callable[[int], dict[str, Any]] | None = None) -> None:
+        """``count`` name servers; ``conf(i)`` gives extra keys of the i-th (written to its own file)."""
         for i in range(count):
             port = free_port()
-            proc = Proc(f"namesrv{i}", [str(BIN), "namesrv", "-p", str(port)], self.root / f"namesrv{i}.log").start()
+            args = [str(BIN), "namesrv", "-p", str(port)]
+            if conf is not None:
+                path = self.root / f"namesrv{i}.conf"
+                path.write_text("".join(f"{k}={v}\n" for k, v in conf(i).items()))
+                args += ["-c", str(path)]
+            proc = Proc(f"namesrv{i}", args, self.root / f"namesrv{i}.log").start()
             self.namesrv_ports.append(port)
             self.namesrvs.append(proc)
         for port in self.namesrv_ports:
@@ -139,9 +145,10 @@ class LocalCluster:
                        what=f"{name} registered")
         return node
 
-    def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run([str(BIN), "admin", *args, "-n", self.namesrv_addr], capture_output=True, text=True,
-                             timeout=60)
+    def admin(self, *args: str, check: bool = True, namesrv: bool = True) -> subprocess.CompletedProcess[str]:
+        """``rocketscope admin ARGS`` (with ``-n`` unless ``namesrv`` is false: controller commands take ``-a``)."""
+        ns = ["-n", self.namesrv_addr] if namesrv else []
+        res = subprocess.run([str(BIN), "admin", *args, *ns], capture_output=True, text=True, timeout=60)
         if check and res.returncode != 0:
             raise AssertionError(f"admin {' '.join(args)} failed ({res.returncode}): {res.stderr}{res.stdout}")
         return res

@@ -12,7 +12,7 @@ from rocketscope.broker.container import load_container_config
 from rocketscope.config import read_properties
 
 CONF = Path(__file__).resolve().parent.parent / "deploy" / "conf"
-LAYOUTS = ["dledger", "2m-2s-async", "2m-2s-sync", "container"]
+LAYOUTS = ["dledger", "2m-2s-async", "2m-2s-sync", "container", "controller"]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -21,6 +21,12 @@ def test_layout_configs_load(layout: str, caplog: pytest.LogCaptureFixture) -> N
     with caplog.at_level(logging.WARNING):
         for path in sorted((CONF / layout).glob("*.conf")):
             raw = read_properties(path)
+            if path.name.startswith("controller"):
+                from rocketscope.broker.controller.config import load_controller_config
+
+                c = load_controller_config(raw)
+                ports.append(c.listenPort)
+                continue
             if path.name.startswith("container"):
                 load_container_config(raw)
                 continue

@@ -47,6 +47,23 @@ def test_slave_topics_do_not_define_queues_and_a_group_without_master_is_read_on
     assert route is not None and route.queue_datas[0].perm == 4  # the slave serves reads only
 
 
+def test_a_deposed_master_of_an_older_epoch_does_not_take_the_route_back() -> None:
+    """Controller mode: the master of epoch 3 keeps the route while the cut-off master of epoch 2 registers."""
+    ri = RouteInfo(expired_ms=120_000)
+    old, new = reg(addr="10.0.0.1:10911"), reg(addr="10.0.0.2:10911")
+    old.epoch, new.epoch = 2, 3
+    ri.register(old, session=1, now_ms=0)
+    ri.register(new, session=2, now_ms=1_000)
+    result = ri.register(old, session=1, now_ms=2_000)
+    assert result.master_addr == "10.0.0.2:10911"
+    a = next(b for b in ri.route("T").broker_datas if b.broker_name == "broker-a")
+    assert dict(a.broker_addrs)[0] == "10.0.0.2:10911"
+    # once the newer master has expired (gone for good), the other may register again
+    ri.register(old, session=1, now_ms=200_000)
+    a = next(b for b in ri.route("T").broker_datas if b.broker_name == "broker-a")
+    assert dict(a.broker_addrs)[0] == "10.0.0.1:10911"
+
+
 def test_expiry_and_session_close() -> None:
     ri = RouteInfo(expired_ms=120_000)
     ri.register(reg(), session=1, now_ms=0)

@@ -35,6 +35,9 @@ class HaEventLog:
         self.dropped = 0
         self.written = 0
         self.recent: deque[HaEvent] = deque(maxlen=1000)  # for admin haEvents and status pages
+        # role changes, elections, set changes and truncations: rare, and a busy minute of acks and commits
+        # would push them out of ``recent``
+        self.recent_changes: deque[HaEvent] = deque(maxlen=1000)
         self._last_ack: dict[str, int] = {}
         self._last_offset: dict[str, int] = {}
         self.data_end = 0  # end of the newest record that is not itself a replication event
@@ -66,11 +69,18 @@ class HaEventLog:
         self.pending.append(event)
         self.recent.append(event)
         if type_ not in (REPLICA_ACK, COMMIT_ADVANCED):
+            self.recent_changes.append(event)
             log.info("ha event %s: %s", type_, {k: v for k, v in fields.items() if v not in ("", -1, ())})
         for listener in self.listeners:
             listener(event)
         self._wake.set()
         return event
+
+    def latest(self, limit: int) -> list[HaEvent]:
+        """The newest ``limit`` events, plus every remembered change older than those, oldest first."""
+        tail = list(self.recent)[-limit:] if limit > 0 else []
+        shown = {id(e) for e in tail}
+        return sorted([e for e in self.recent_changes if id(e) not in shown] + tail, key=lambda e: e.ts)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-events")

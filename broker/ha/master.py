@@ -27,6 +27,7 @@ from .events import REPLICA_ACK, ROLE_CHANGE
 
 if TYPE_CHECKING:
     from rocketscope.broker.broker import Broker
+    from rocketscope.broker.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 256 * 1024
@@ -38,7 +39,9 @@ def record_aligned(raw: bytes) -> int:
     pos = 0
     while pos < len(raw):
         if len(raw) - pos < MIN_BLANK:
-            return len(raw) if pos and raw[pos:].strip(b"\x00") == b"" else pos
+            # fewer than 8 bytes can only be a segment's zero tail (too short for a filler); also when the
+            # read starts there (a caught-up slave at the last record of a segment), or it would never advance
+            return len(raw) if raw[pos:].strip(b"\x00") == b"" else pos
         size, magic = struct.unpack_from(">II", raw, pos)
         if magic == MESSAGE_MAGIC and size >= FIXED_SIZE:
             if pos + size > len(raw):
@@ -47,6 +50,19 @@ def record_aligned(raw: bytes) -> int:
         else:  # a segment-end filler: nothing after it in this segment
             return len(raw)
     return pos
+
+
+def read_chunk(commit_log: CommitLog, offset: int, max_bytes: int = CHUNK_BYTES) -> bytes:
+    """The next whole records of ``commit_log`` from ``offset`` (at most one segment, ``max_bytes``)."""
+    if offset >= commit_log.max_offset:
+        return b""
+    raw = commit_log.read_raw(offset, max_bytes)
+    n = record_aligned(raw)
+    if n == 0 and len(raw) >= 4:  # one record larger than a chunk
+        size = struct.unpack_from(">I", raw, 0)[0]
+        raw = commit_log.read_raw(offset, size)
+        n = len(raw) if len(raw) == size else 0
+    return raw[:n]
 
 
 @dataclass
@@ -67,26 +83,17 @@ class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.slaves: dict[int, SlaveState] = {}
-        self._data = asyncio.Event()
+        self._wakeups: set[asyncio.Event] = set()  # one per slave stream: a shared event would lose wake-ups
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self.on_ack: list[Callable[[SlaveState], None]] = []
 
     # ------------------------------------------------------------------ data
     def notify_appended(self) -> None:
-        self._data.set()
+        for event in self._wakeups:
+            event.set()
 
     def read_chunk(self, offset: int) -> bytes:
-        log_ = self.broker.store.commit_log
-        end = log_.max_offset
-        if offset >= end:
-            return b""
-        raw = log_.read_raw(offset, CHUNK_BYTES)
-        n = record_aligned(raw)
-        if n == 0 and raw:  # one record larger than a chunk
-            size = struct.unpack_from(">I", raw, 0)[0]
-            raw = log_.read_raw(offset, size)
-            n = len(raw) if len(raw) == size else 0
-        return raw[:n]
+        return read_chunk(self.broker.store.commit_log, offset)
 
     # ---------------------------------------------------------------- stream
     async def Stream(self, request_iterator: AsyncIterator[ha_pb2.SlaveReport],
@@ -117,6 +124,8 @@ class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
         acks = asyncio.get_running_loop().create_task(self._read_acks(request_iterator, state))
         pos = start
         last_sent = time.monotonic()
+        appended = asyncio.Event()
+        self._wakeups.add(appended)
         try:
             while not acks.done():
                 data = self.read_chunk(pos)
@@ -126,9 +135,9 @@ class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
                     pos += len(data)
                     last_sent = time.monotonic()
                     continue
-                self._data.clear()
+                appended.clear()  # no await since the empty read: nothing appended in between
                 try:
-                    await asyncio.wait_for(self._data.wait(), HEARTBEAT_S)
+                    await asyncio.wait_for(appended.wait(), HEARTBEAT_S)
                 except TimeoutError:
                     pass
                 if time.monotonic() - last_sent >= HEARTBEAT_S:
@@ -136,6 +145,7 @@ class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
                                                confirm_offset=store.confirm_offset)
                     last_sent = time.monotonic()
         finally:
+            self._wakeups.discard(appended)
             acks.cancel()
             state.connected = False
             log.info("slave %s#%d disconnected at ack offset %d", state.address, state.broker_id, state.ack_offset)

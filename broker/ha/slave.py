@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import grpc
@@ -37,6 +37,9 @@ class ReplicationSlave:
         self.master_max_offset = 0
         self.last_chunk_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        # controller mode: where the master is, and the epoch check + truncation before each session
+        self.address_override: Callable[[], tuple[str, str]] | None = None
+        self.before_session: Callable[[str], Awaitable[None]] | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -53,6 +56,8 @@ class ReplicationSlave:
         self.connected = False
 
     def _master_addresses(self) -> tuple[str, str]:
+        if self.address_override is not None:
+            return self.address_override()
         s = self.broker.settings
         result = self.broker.namesrv.last_result
         ha = s.haMasterAddress or (result.ha_server_addr if result else "")
@@ -72,6 +77,8 @@ class ReplicationSlave:
                 continue
             self.master_ha_addr, self.master_admin_addr = ha_addr, admin_addr
             try:
+                if self.before_session is not None:
+                    await self.before_session(ha_addr)
                 await self._session(ha_addr)
             except grpc.aio.AioRpcError as exc:
                 if failures == 0:
@@ -103,17 +110,24 @@ class ReplicationSlave:
         await reports.put(report())
         async with self.broker.security.client_tls.channel(addr) as channel:
             stub = ha_pb2_grpc.ReplicationStub(channel)
-            async for chunk in stub.Stream(requests()):
-                if chunk.error:
-                    raise ValueError(chunk.error)
-                if not self.connected:
-                    log.info("replicating from master %s at offset %d", addr, b.store.commit_log.max_offset)
-                    self.connected = True
-                self.master_max_offset = chunk.master_max_offset
-                self.last_chunk_at = time.time()
-                if chunk.data:
-                    b.store.append_replicated(chunk.offset, chunk.data)
-                    await reports.put(report())
+            call = stub.Stream(requests())
+            try:
+                async for chunk in call:
+                    if chunk.error:
+                        raise ValueError(chunk.error)
+                    if not self.connected:
+                        log.info("replicating from master %s at offset %d", addr, b.store.commit_log.max_offset)
+                        self.connected = True
+                    self.master_max_offset = chunk.master_max_offset
+                    self.last_chunk_at = time.time()
+                    if chunk.data:
+                        b.store.append_replicated(chunk.offset, chunk.data)
+                        await reports.put(report())
+            finally:
+                # end the request generator before the call goes (a role change cancels this task): grpc
+                # otherwise closes it while it waits on the queue ("aclose(): ... already running")
+                reports.put_nowait(None)
+                call.cancel()
 
     async def _sync_metadata(self) -> None:
         while True:

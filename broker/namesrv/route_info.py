@@ -52,6 +52,16 @@ class RouteInfo:
                          reg.broker_id)
         old = self.brokers.get(key)
         fresh = old is None or old.registration.broker_addr != reg.broker_addr
+        if (fresh and old is not None and reg.broker_id == 0 and reg.epoch >= 0
+                and old.registration.epoch > reg.epoch and now_ms - old.last_update_ms < self.expired_ms):
+            # controller mode: a deposed master cut off from the controllers still registers as master;
+            # the live one of a newer epoch keeps the route (RocketMQ compares the state version the same way)
+            log.warning("ignoring master registration of %s at %s with epoch %d: %s holds epoch %d",
+                        reg.broker_name, reg.broker_addr, reg.epoch, old.registration.broker_addr,
+                        old.registration.epoch)
+            return namesrv_pb2.RegisterResult(status=common_pb2.Status(code=0),
+                                              master_addr=old.registration.broker_addr,
+                                              ha_server_addr=old.registration.ha_server_addr)
         self.brokers[key] = LiveBroker(reg, now_ms, session)
         if reg.broker_id == 0:  # only the master's topic configs define queues, as in RocketMQ
             seen = set()

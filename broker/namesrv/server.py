@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Mapping
+from typing import Any
 
 import grpc
 
@@ -33,9 +34,13 @@ NAMESRV_KEYS: list[Key] = [
 
 def load_namesrv_config(raw: Mapping[str, str]) -> Settings:
     from rocketscope.broker.broker_config import TELEMETRY_KEYS
+    from rocketscope.broker.controller.config import EMBEDDED_KEYS, check_raft_keys
 
-    return load_settings([*NAMESRV_KEYS, *TLS_KEYS], raw, extra_known=(*TELEMETRY_KEYS, "enableControllerInNamesrv"),
-                         what="name server")
+    settings = load_settings([*NAMESRV_KEYS, *TLS_KEYS, *EMBEDDED_KEYS], raw, extra_known=TELEMETRY_KEYS,
+                             what="name server")
+    if settings.enableControllerInNamesrv:
+        check_raft_keys(settings)
+    return settings
 
 
 class NameServer:
@@ -50,6 +55,7 @@ class NameServer:
         # TLS only (no ACL: brokers are the name server's only callers); see docs/SECURITY.md
         self.security = SecurityConfig.from_properties(settings.raw)
         self._listener: Listener | None = None
+        self.controller: Any = None  # ControllerRuntime when enableControllerInNamesrv
 
     async def start(self) -> None:
         self.telemetry = Telemetry.start(self.telemetry_config, "namesrv", "", f"namesrv-{self.settings.listenPort}",
@@ -57,6 +63,14 @@ class NameServer:
         self._register_gauges()
         self.server = grpc.aio.server(options=server_options())
         namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.routes, self.telemetry), self.server)
+        if self.settings.enableControllerInNamesrv:
+            # RocketMQ's embedded controller: its client service on the name server's port, Raft on its own
+            from rocketscope.broker.controller.node import ControllerRuntime
+
+            s = self.settings
+            client_addr = s.controllerAdvertisedAddr or f"127.0.0.1:{s.listenPort}"
+            self.controller = ControllerRuntime(s, client_addr, self.telemetry, client_server=self.server)
+            self.controller.add_client_service(self.server)
         address = f"{self.settings.listenHost}:{self.settings.listenPort}"
         try:
             self._listener = bind_server(self.server, address, self.security.server_tls.for_internal())
@@ -68,6 +82,8 @@ class NameServer:
         self._scan = asyncio.get_running_loop().create_task(
             scan_loop(self.routes, self.settings.scanNotActiveBrokerInterval / 1000))
         log.info("name server listening on %s:%d", self.settings.listenHost, self.port)
+        if self.controller is not None:
+            await self.controller.start()
 
     def _register_gauges(self) -> None:
         """Gauges read plain dicts the event loop replaces whole, so the reader thread never sees them change."""
@@ -85,6 +101,8 @@ class NameServer:
         routes.on_expired = lambda cluster: expired.add(1, {"broker_cluster": cluster})
 
     async def stop(self) -> None:
+        if self.controller is not None:
+            await self.controller.stop()
         if self._scan:
             self._scan.cancel()
         if self._listener is not None:

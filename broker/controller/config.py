@@ -1,0 +1,120 @@
+"""Controller-mode keys: the controller process's (ControllerConfig) and the broker's.
+
+Names and defaults are RocketMQ's (reference §3.1, §3.2) except the Raft timing keys,
+which are RocketScope's: the controller group runs on the shared Raft core with a tick,
+like DLedger mode, and defaults to a sub-second controller-leader failover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rocketscope.config import ConfigError, Key, Settings, load_settings, non_negative, port, positive
+
+CONTROLLER_KEYS: list[Key] = [
+    Key("listenPort", int, 9878, "port of the controller's client gRPC service (brokers' controllerAddr)",
+        check=port),
+    Key("listenHost", str, "0.0.0.0", "address to bind"),
+    Key("controllerType", str, "DLedger", "Raft implementation; only DLedger (the shared Raft core) is built in",
+        choices=("DLEDGER",)),
+    Key("controllerDLegerGroup", str, "", "name of the controller Raft group"),
+    Key("controllerDLegerPeers", str, "", "members, `n0-host:port;n1-host:port;n2-host:port` (Raft ports)"),
+    Key("controllerDLegerSelfId", str, "", "this controller's id in controllerDLegerPeers"),
+    Key("controllerStorePath", str, "~/DLedgerController", "directory of the controller's Raft log and state "
+        "(`~` expands)"),
+    Key("controllerAdvertisedAddr", str, "", "client address other controllers hand out as the leader's "
+        "(default: 127.0.0.1:listenPort; RocketScope)"),
+    Key("mappedFileSize", int, 1 << 30, "accepted for compatibility; the controller log is one small file",
+        check=positive),
+    Key("scanNotActiveBrokerInterval", int, 5000, "ms between scans for brokers whose heartbeat timed out",
+        check=positive),
+    Key("scanInactiveMasterInterval", int, 5000, "ms between the leader's scans for sets with a dead master",
+        check=positive),
+    Key("electMasterMaxRetryCount", int, 3, "attempts of one controller-triggered election", check=positive),
+    Key("enableElectUncleanMaster", bool, False, "elect a broker outside the SyncStateSet when no member is "
+        "alive (may lose acknowledged messages)"),
+    Key("notifyBrokerRoleChanged", bool, True, "tell every live member of a set about a new master at once"),
+    Key("isProcessReadEvent", bool, False, "replicate reads through Raft (linearizable, slower); RocketScope "
+        "answers reads from the leader once its term's first entry is applied"),
+    Key("controllerThreadPoolNums", int, 16, "accepted for compatibility (asyncio: one event loop)",
+        check=positive),
+    Key("controllerRequestThreadPoolQueueCapacity", int, 50000, "accepted for compatibility", check=positive),
+    Key("controllerTickMillis", int, 50, "Raft tick length, ms (RocketScope)", check=positive),
+    Key("controllerHeartbeatTicks", int, 2, "ticks between Raft leader heartbeats (RocketScope)", check=positive),
+    Key("controllerElectionTicksMin", int, 6, "shortest Raft election timeout, ticks (RocketScope)",
+        check=positive),
+    Key("controllerElectionTicksMax", int, 12, "longest Raft election timeout, ticks (RocketScope)",
+        check=positive),
+]
+
+# Keys the name server accepts when it embeds a controller.
+EMBEDDED_KEYS: list[Key] = [
+    Key("enableControllerInNamesrv", bool, False, "run a controller inside this name server (its client "
+        "service shares the name server's port; the controller keys go in the name server's file)"),
+    *[k for k in CONTROLLER_KEYS if k.name not in ("listenPort", "listenHost", "scanNotActiveBrokerInterval")],
+]
+
+BROKER_CONTROLLER_KEYS: list[Key] = [
+    Key("enableControllerMode", bool, False, "master and slaves chosen by the controller group (RIP-44)"),
+    Key("controllerAddr", str, "", "controllers' client addresses, `host:port;host:port`"),
+    Key("fetchControllerAddrByDnsLookup", bool, False, "accepted for compatibility; not supported",
+        check=lambda v: "DNS lookup of controllers is not supported" if v else None),
+    Key("syncBrokerMetadataPeriod", int, 5000, "ms between GetReplicaInfo polls", check=positive),
+    Key("checkSyncStateSetPeriod", int, 5000, "ms between the master's SyncStateSet shrink/expand checks",
+        check=positive),
+    Key("syncControllerMetadataPeriod", int, 10000, "ms between looks for the controller leader", check=positive),
+    Key("controllerHeartBeatTimeoutMills", int, 10000, "ms without a heartbeat after which the controller "
+        "treats this broker as dead", check=positive),
+    Key("brokerHeartbeatInterval", int, 1000, "ms between heartbeats to every controller", check=positive),
+    Key("sendHeartbeatTimeoutMillis", int, 1000, "heartbeat RPC timeout, ms", check=positive),
+    Key("brokerElectionPriority", int, 2**31 - 1, "lower is preferred when epoch and offset tie",
+        check=non_negative),
+    Key("haMaxTimeSlaveNotCatchup", int, 15000, "ms a SyncStateSet member may stay behind before the master "
+        "removes it", check=positive),
+    Key("allAckInSyncStateSet", bool, False, "a send needs every SyncStateSet member's ack (inSyncReplicas is "
+        "then ignored)"),
+    Key("minInSyncReplicas", int, 1, "fewer SyncStateSet members than this: sends fail at once "
+        "(IN_SYNC_REPLICAS_NOT_ENOUGH)", check=positive),
+    Key("storePathEpochFile", str, "", "epoch file (default: <storePathRootDir>/epochFileCheckpoint)"),
+    Key("storePathBrokerIdentity", str, "", "controller-issued id (default: <storePathRootDir>/brokerIdentity)"),
+    Key("readUnCommitted", bool, False, "let consumers of the master read past the confirm offset"),
+    Key("slaveReadEnable", bool, False, "accepted; redirecting slow consumers to a slave is not implemented yet"),
+    Key("accessMessageInMemoryMaxRatio", int, 40, "percent of memory beyond which a consumer counts as far "
+        "behind (slaveReadEnable)", check=lambda v: None if 1 <= v <= 100 else "must be a percentage"),
+]
+
+
+def parse_peers(text: str, key: str = "controllerDLegerPeers") -> dict[str, str]:
+    """``n0-host:port;n1-host:port`` → {id: address}."""
+    peers: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(";"))):
+        pid, sep, addr = item.partition("-")
+        if not sep or ":" not in addr:
+            raise ConfigError(f"config key {key} has bad item {item!r}: expected id-host:port")
+        peers[pid] = addr
+    return peers
+
+
+def check_raft_keys(s: Settings) -> None:
+    peers = parse_peers(s.controllerDLegerPeers)
+    if not peers:
+        raise ConfigError("config key controllerDLegerPeers is empty: list the controllers as "
+                          "n0-host:port;n1-host:port;n2-host:port")
+    if s.controllerDLegerSelfId not in peers:
+        raise ConfigError(f"config key controllerDLegerSelfId has bad value {s.controllerDLegerSelfId!r}: "
+                          f"not one of controllerDLegerPeers ({', '.join(peers)})")
+
+
+def load_controller_config(raw: Mapping[str, str]) -> Settings:
+    from rocketscope.broker.broker_config import TELEMETRY_KEYS
+    from rocketscope.broker.security.config import TLS_KEYS
+
+    settings = load_settings([*CONTROLLER_KEYS, *TLS_KEYS], raw, extra_known=TELEMETRY_KEYS, what="controller")
+    check_raft_keys(settings)
+    if not settings.controllerDLegerGroup:
+        settings.set("controllerDLegerGroup", "DefaultControllerGroup")
+    return settings
+
+
+def controller_addresses(text: str) -> list[str]:
+    return [a.strip() for a in text.split(";") if a.strip()]
