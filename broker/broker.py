@@ -46,6 +46,7 @@ from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
 from .pull import PullService
 from .security import AclInterceptor, SecurityConfig, bind_server
+from .slave_read import SlaveReader
 from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
@@ -119,6 +120,7 @@ class Broker:
         self.store.on_data = self.ha_events.note_data
         self.pop.writable = lambda: self.is_master
         self.forwarder = LeaderForwarder(self)
+        self.slave_reader = SlaveReader(self)
         if s.enableDLegerCommitLog:
             self.dledger = DLedgerNode(self)
             self.store.replicated_writer = self.dledger.propose
@@ -415,6 +417,7 @@ class Broker:
         if self.is_master:
             status["slaves"] = self.replication_master.status()
             status["inSyncReplicas"] = self.settings.inSyncReplicas if self.role == "SYNC_MASTER" else 1
+            status["slaveReadsRelayed"] = self.slave_reader.relayed
         else:
             status["master"] = self.replication_slave.master_ha_addr
             status["connected"] = self.replication_slave.connected
@@ -599,6 +602,18 @@ class Broker:
 
     async def pull_message(self, request: svc.PullMessageRequest, context: Any
                            ) -> AsyncIterator[svc.PullMessageResponse]:
+        slave = self.slave_reader.slave_for(request, context)
+        if slave is not None:
+            answered = False
+            try:
+                async for resp in self.slave_reader.relay(slave, request, context):
+                    answered = True
+                    yield resp
+                return
+            except grpc.aio.AioRpcError as exc:
+                if answered:
+                    raise
+                log.warning("slave read from %s failed (%s): serving the pull here", slave, exc.code().name)
         async for resp in self.pull.pull(request, context.time_remaining()):
             yield resp
 

@@ -23,6 +23,8 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.broker.protocol import common_pb2
 
+from .slave_read import SLAVE_READ_HEADER
+
 if TYPE_CHECKING:
     from .broker import Broker
 
@@ -45,6 +47,8 @@ class LeaderForwarder:
 
     async def target(self, method: str, context: grpc.aio.ServicerContext) -> str | None:
         """The leader's address when this request must go there, else None (serve locally)."""
+        if method == "PullMessage" and any(k == SLAVE_READ_HEADER for k, _ in context.invocation_metadata() or ()):
+            return None  # a master handed this far-behind pull to us (slaveReadEnable)
         rm = getattr(self.broker, "replicas", None)
         if rm is not None:  # controller mode: the master the controller named
             if method in LOCAL_METHODS:

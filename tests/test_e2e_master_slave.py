@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 
 import grpc
@@ -40,10 +41,14 @@ def ms_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluste
 
 
 def raw_send(endpoint: str, body: bytes) -> pb.Status:
+    return raw_send_to(endpoint, "TopicMs", body)
+
+
+def raw_send_to(endpoint: str, topic: str, body: bytes) -> pb.Status:
     req = svc.SendMessageRequest()
     m = req.messages.add(body=body)
-    m.topic.name = "TopicMs"
-    m.system_properties.message_id = f"RAW-{body.hex()}"
+    m.topic.name = topic
+    m.system_properties.message_id = uuid.uuid4().hex.upper()
     m.system_properties.message_type = pb.NORMAL
     with grpc.insecure_channel(endpoint) as ch:
         stub = svc_grpc.MessagingServiceStub(ch)
@@ -102,3 +107,56 @@ def test_master_crash_loses_nothing_acknowledged_after_switchover(ms_cluster: Lo
     assert before <= got, f"{len(before - got)} acknowledged messages lost"
     events = c.admin_json("haEvents", "-b", slave.admin_addr)
     assert any(e["type"] == "role_change" and e["role"] == "SYNC_MASTER" for e in events)
+
+
+def raw_pull(endpoint: str, offset: int, batch: int = 32) -> list[bytes]:
+    req = svc.PullMessageRequest(offset=offset, batch_size=batch)
+    req.group.name = "GroupPull"
+    req.message_queue.topic.name = "TopicFar"
+    req.message_queue.id = 0
+    req.message_queue.broker.name = "broker-f"
+    req.filter_expression.type = pb.TAG
+    req.filter_expression.expression = "*"
+    with grpc.insecure_channel(endpoint) as ch:
+        stub = svc_grpc.MessagingServiceStub(ch)
+        out = []
+        for resp in stub.PullMessage(req, metadata=(("x-mq-client-id", "t"),), timeout=20):
+            if resp.HasField("status"):
+                assert resp.status.code in (pb.OK, pb.MESSAGE_NOT_FOUND), resp.status
+            elif resp.HasField("message"):
+                out.append(resp.message.body)
+        return out
+
+
+def test_slave_read_enable_serves_far_behind_pulls_through_the_slave(tmp_path_factory: pytest.TempPathFactory
+                                                                     ) -> None:
+    """slaveReadEnable: a pull more than slaveReadBehindBytes behind the log end is served by the slave."""
+    c = LocalCluster(tmp_path_factory.mktemp("slaveread"))
+    try:
+        c.start_namesrv()
+        master = c.start_broker("master", brokerName="broker-f", brokerRole="SYNC_MASTER", slaveReadEnable="true",
+                                slaveReadBehindBytes=20_000)
+        slave = c.start_broker("slave", brokerName="broker-f", brokerRole="SLAVE", brokerId=1)
+        c.admin("updateTopic", "-b", master.admin_addr, "-t", "TopicFar", "-r", "1", "-w", "1")
+        wait_until(lambda: ha_status(c, slave.admin_addr)["connected"], what="slave replicating")
+        bodies = [f"far-{i:03d}-".encode() + b"x" * 1000 for i in range(60)]
+        for body in bodies:
+            assert raw_send_to(master.endpoint, "TopicFar", body).code == pb.OK
+        wait_until(lambda: raw_pull(slave.endpoint, 0, 64) == bodies, what="the slave holding all 60 messages")
+
+        def relayed() -> int:
+            return ha_status(c, master.admin_addr)["slaveReadsRelayed"]
+        assert raw_pull(master.endpoint, 0) == bodies[:32]  # ~70 KB behind the end: the slave serves it
+        assert relayed() == 1
+        assert raw_pull(master.endpoint, 55) == bodies[55:]  # ~6 KB behind: the master serves it
+        assert relayed() == 1
+        slave.proc.stop()
+        wait_until(lambda: not ha_status(c, master.admin_addr)["slaves"][0]["connected"], what="slave gone")
+        assert raw_pull(master.endpoint, 0) == bodies[:32]  # no slave holds it: the master serves it again
+        assert relayed() == 1
+        assert "slave read from" not in master.proc.log()  # no relay failed over to a local read
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()

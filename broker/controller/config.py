@@ -78,7 +78,10 @@ BROKER_CONTROLLER_KEYS: list[Key] = [
     Key("storePathEpochFile", str, "", "epoch file (default: <storePathRootDir>/epochFileCheckpoint)"),
     Key("storePathBrokerIdentity", str, "", "controller-issued id (default: <storePathRootDir>/brokerIdentity)"),
     Key("readUnCommitted", bool, False, "let consumers of the master read past the confirm offset"),
-    Key("slaveReadEnable", bool, False, "accepted; redirecting slow consumers to a slave is not implemented yet"),
+    Key("slaveReadEnable", bool, False, "a master serves pulls of data far behind its log end through an in-sync "
+        "slave (Master/Slave and controller mode; broker/slave_read.py)"),
+    Key("slaveReadBehindBytes", int, 0, "bytes behind the log end that count as far behind for slaveReadEnable; "
+        "0 = accessMessageInMemoryMaxRatio percent of physical memory (RocketScope)", check=non_negative),
     Key("accessMessageInMemoryMaxRatio", int, 40, "percent of memory beyond which a consumer counts as far "
         "behind (slaveReadEnable)", check=lambda v: None if 1 <= v <= 100 else "must be a percentage"),
 ]

@@ -507,6 +507,7 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
         }
         if self.is_master:
             st["slaves"] = b.replication_master.status()
+            st["slaveReadsRelayed"] = b.slave_reader.relayed
         else:
             st["connected"] = b.replication_slave.connected
             st["lagBytes"] = b.replication_slave.lag_bytes
