@@ -233,6 +233,9 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
                   and info.sync_state_set_epoch > self.sync_state_set_epoch):
                 self._adopt_set(info)
             elif info.master_epoch == self.master_epoch and not self.is_master and info.master_broker_id != NO_MASTER:
+                if info.sync_state_set_epoch > self.sync_state_set_epoch:  # a slave's view, for haStatus only
+                    self.sync_state_set = tuple(sorted(info.sync_state_set))
+                    self.sync_state_set_epoch = info.sync_state_set_epoch
                 rec = next((r for r in info.replicas if r.broker_id == info.master_broker_id), None)
                 if rec is not None and (rec.ha_address, rec.address) != (self.master_ha_addr, self.master_addr):
                     self.master_ha_addr, self.master_addr = rec.ha_address, rec.address
