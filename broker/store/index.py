@@ -13,8 +13,9 @@ import mmap
 import os
 import struct
 import time
-import zlib
 from pathlib import Path
+
+from .record import crc32  # zlib's CRC-32 (ISA-L's implementation when installed)
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +26,14 @@ ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), prev entr
 ENTRY_SIZE = ENTRY.size  # 20
 
 
+SLOT_SIZE = SLOT.size
+_SLOT_UNPACK = SLOT.unpack_from
+_SLOT_PACK = SLOT.pack_into
+_ENTRY_PACK = ENTRY.pack_into
+
+
 def key_hash(key: str) -> int:
-    return zlib.crc32(key.encode("utf-8")) & 0x7FFFFFFF
+    return crc32(key.encode("utf-8")) & 0x7FFFFFFF
 
 
 class IndexFile:
@@ -40,6 +47,7 @@ class IndexFile:
         if os.fstat(self.fd).st_size < size:
             os.ftruncate(self.fd, size)
         self.mm = mmap.mmap(self.fd, size)
+        self._entries_at = HEADER_SIZE + slot_num * SLOT.size
         if fresh:
             self.begin_ts = self.end_ts = 0
             self.begin_phy = self.end_phy = 0
@@ -61,24 +69,27 @@ class IndexFile:
         os.close(self.fd)
 
     def put(self, key: str, phy: int, store_ts_ms: int) -> bool:
-        if self.full:
+        count = self.count
+        if count >= self.index_num:
             return False
-        h = key_hash(key)
-        slot_pos = HEADER_SIZE + (h % self.slot_num) * SLOT.size
-        (prev,) = SLOT.unpack_from(self.mm, slot_pos)
-        if prev <= 0 or prev >= self.count:
+        h = crc32(key.encode("utf-8")) & 0x7FFFFFFF  # key_hash, inlined: this runs for every key of every put
+        mm = self.mm
+        slot_pos = HEADER_SIZE + (h % self.slot_num) * SLOT_SIZE
+        (prev,) = _SLOT_UNPACK(mm, slot_pos)
+        if prev <= 0 or prev >= count:
             prev = 0
             self.slots_used += 1
         if self.begin_ts == 0:
             self.begin_ts = store_ts_ms
             self.begin_phy = phy
-        diff = max(0, (store_ts_ms - self.begin_ts) // 1000)
-        entry_pos = HEADER_SIZE + self.slot_num * SLOT.size + self.count * ENTRY_SIZE
-        ENTRY.pack_into(self.mm, entry_pos, h, phy, diff, prev)
-        SLOT.pack_into(self.mm, slot_pos, self.count)
-        self.count += 1
-        self.end_ts = max(self.end_ts, store_ts_ms)
-        self.end_phy = max(self.end_phy, phy)
+        diff = (store_ts_ms - self.begin_ts) // 1000
+        _ENTRY_PACK(mm, self._entries_at + count * ENTRY_SIZE, h, phy, diff if diff > 0 else 0, prev)
+        _SLOT_PACK(mm, slot_pos, count)
+        self.count = count + 1
+        if store_ts_ms > self.end_ts:
+            self.end_ts = store_ts_ms
+        if phy > self.end_phy:
+            self.end_phy = phy
         self.dirty = True
         return True
 
@@ -138,7 +149,9 @@ class IndexService:
     def put(self, topic: str, keys: list[str], phy: int, store_ts_ms: int) -> None:
         for key in keys:
             if key:
-                f = self._writable()
+                f = self.files[-1] if self.files else None
+                if f is None or f.count >= f.index_num:
+                    f = self._writable()
                 f.put(f"{topic}#{key}", phy, store_ts_ms)
 
     def query(self, topic: str, key: str, limit: int, begin_ms: int = 0, end_ms: int = 2**62) -> list[int]:
