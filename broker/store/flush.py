@@ -5,8 +5,11 @@ under way starts one at once in a worker thread (no hop through a flusher task);
 senders that append while that fdatasync runs (the GIL is released meanwhile) wait for
 the next one, which starts the moment the first returns and covers all of them.  So the
 event loop encodes batch k+1 while the disk syncs batch k, and the disk's fsync rate
-bounds batches, not messages.  A periodic sync (``interval_s``) covers ASYNC_FLUSH and
-retries after a failed fsync (its waiters time out with FLUSH_DISK_TIMEOUT meanwhile).
+bounds batches, not messages.  (A worker thread needs the GIL back when its fdatasync
+returns; a busy event loop can hold it for up to the interpreter's switch interval, which
+is part of what a group commit costs here: see docs/BENCHMARKS.md.)  A periodic sync
+(``interval_s``) covers ASYNC_FLUSH and retries after a failed fsync (its waiters time out
+with FLUSH_DISK_TIMEOUT meanwhile).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class FlushService:
         self._inflight: asyncio.Future[int] | None = None  # the sync running in a worker thread
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self.syncs = 0  # fdatasync rounds started (each covers every segment with unsynced bytes)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="commitlog-flush")
@@ -63,6 +67,7 @@ class FlushService:
     def _kick(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[int]:
         """Start a sync in a worker thread unless one is running; return the running one."""
         if self._inflight is None:
+            self.syncs += 1
             self._inflight = loop.run_in_executor(None, self._sync)
             self._inflight.add_done_callback(self._done)
         return self._inflight

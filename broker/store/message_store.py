@@ -461,7 +461,7 @@ class MessageStore:
         """
         cqs = self.cqs
         queue_next = self.queue_next
-        index_put = self.index.put
+        index_keys = self.index.put_keys
         listeners = self.dispatch_listeners
         for msg in msgs:
             topic = msg.topic
@@ -477,13 +477,20 @@ class MessageStore:
             if cq.append(qoff, phy, msg.size, _tag_hash(props.get("TAGS", ""))):
                 if queue_next.get(key, 0) < qoff + 1:
                     queue_next[key] = qoff + 1
+                # the same keys in the same order as IndexService.put("*", [id]) then put(topic, keys + [id])
                 kstr = props.get("KEYS")
-                keys = [k for k in kstr.split(" ") if k] if kstr else []
                 msg_id = props.get("UNIQ_KEY", "")
-                if msg_id:
-                    keys.append(msg_id)
-                    index_put(ALL_TOPICS_KEY, [msg_id], phy, msg.store_timestamp)
-                index_put(topic, keys, phy, msg.store_timestamp)
+                if kstr:
+                    full = [f"{topic}#{k}" for k in kstr.split(" ") if k]
+                    if msg_id:
+                        full.insert(0, f"{ALL_TOPICS_KEY}#{msg_id}")
+                        full.append(f"{topic}#{msg_id}")
+                elif msg_id:
+                    full = [f"{ALL_TOPICS_KEY}#{msg_id}", f"{topic}#{msg_id}"]
+                else:
+                    full = []
+                if full:
+                    index_keys(full, phy, msg.store_timestamp)
             for listener in listeners:
                 try:
                     listener(msg)
