@@ -55,12 +55,20 @@ class CommitLog:
 
     def append(self, msg: StoredMessage) -> bytes:
         """Encode ``msg`` at the end of the log, rolling segments as needed; return its bytes."""
-        msg.physical_offset = self.log.max_offset
         head = record.prepare(msg)
-        if msg.size > self.max_record_size:
-            raise RecordError(f"record of {msg.size} bytes is larger than a commit-log segment")
-        buf = bytearray(msg.size)
-        self._write_records(buf, [msg], [head])
+        size = msg.size
+        if size > self.log.segment_size - MIN_BLANK:
+            raise RecordError(f"record of {size} bytes is larger than a commit-log segment")
+        seglog = self.log
+        remaining = seglog.remaining()
+        if size > remaining:
+            if seglog.segments and remaining > 0:
+                seglog.append(record.encode_blank(remaining))
+            seglog.roll()
+        msg.physical_offset = seglog.max_offset
+        buf = bytearray(size)
+        record.encode_into(buf, 0, msg, head)
+        seglog.append(buf)
         return bytes(buf)
 
     def append_batch(self, msgs: list[StoredMessage], heads: list[bytes]) -> None:
