@@ -315,8 +315,17 @@ class MessageStore:
         """
         if self.replicated_writer is not None:
             return await self.replicated_writer(list(messages))
-        if self.config.sync_flush:
-            return await self._put_grouped(list(messages))
+        if self.config.sync_flush:  # queued for _append_group (inline: this runs for every send)
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[tuple[list[PutResult], bool]] = loop.create_future()
+            self._put_queue.append((list(messages), fut))
+            if not self._put_scheduled:
+                self._put_scheduled = True
+                loop.call_soon(self._append_group)
+            grouped, flushed = await fut
+            if flushed and self.replication_waiter is None:
+                return grouped
+            return await self._finish_put(grouped, flushed)
         results = self.append_batch(messages)
         self.dispatch_confirmed()
         return await self._finish_put(results, None)
@@ -343,16 +352,6 @@ class MessageStore:
                 if r.status is PutStatus.PUT_OK:
                     r.status = status
         return results
-
-    async def _put_grouped(self, messages: list[StoredMessage]) -> list[PutResult]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[tuple[list[PutResult], bool]] = loop.create_future()
-        self._put_queue.append((messages, fut))
-        if not self._put_scheduled:
-            self._put_scheduled = True
-            loop.call_soon(self._append_group)
-        results, flushed = await fut
-        return await self._finish_put(results, flushed)
 
     def _append_group(self) -> None:
         """Append every queued put as one batch and start the one wait for its fsync."""
