@@ -48,6 +48,12 @@ class FlushService:
         """No sync is running."""
         return self._inflight is None
 
+    def start_sync(self) -> None:
+        """Start a sync now unless one is running (a group just appended: no need to wait for
+        its waiter's task to run first)."""
+        if self._inflight is None:
+            self._kick(asyncio.get_running_loop())
+
     async def wait_synced(self, offset: int, timeout_s: float) -> bool:
         """True once every byte below ``offset`` is on disk; False after ``timeout_s``."""
         if self._synced() >= offset:

@@ -397,6 +397,8 @@ class MessageStore:
                 if not fut.done():
                     fut.set_result((part, True))
             return
+        if self.commit_log.log.synced_offset < end:
+            self.flush.start_sync()  # before the rest of a split group is appended (see above)
         task = asyncio.get_running_loop().create_task(self._group_synced(end, groups))
         self._group_tasks.add(task)
         task.add_done_callback(self._group_tasks.discard)
