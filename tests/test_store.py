@@ -277,6 +277,96 @@ def test_consume_queue_rebuilt_past_checkpoint(tmp_path: Path) -> None:
     run(check())
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    """Commit-log and consume-queue files by relative path (the index file names hold a clock)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).parts[0] in ("commitlog", "consumequeue")}
+
+
+def test_one_put_of_many_writes_what_many_puts_write(tmp_path: Path) -> None:
+    def msgs() -> list[StoredMessage]:
+        out = [make_msg(i, topic=f"T{i % 2}", queue_id=i % 3, body=bytes(50 + i * 13 % 700), keys=f"k{i}")
+               for i in range(90)]
+        for m in out:
+            m.store_timestamp = 1_700_000_000_000
+        return out
+
+    async def single(root: Path) -> None:
+        store = MessageStore(small_config(root))
+        await store.start()
+        for m in msgs():
+            (res,) = await store.put([m])
+            assert res.status is PutStatus.PUT_OK
+        await store.shutdown()
+
+    async def batched(root: Path) -> None:
+        store = MessageStore(small_config(root))
+        await store.start()
+        all_msgs = msgs()
+        for i in range(0, len(all_msgs), 7):  # batches that cross segment ends (4 KiB segments)
+            res = await store.put(all_msgs[i:i + 7])
+            assert all(r.status is PutStatus.PUT_OK for r in res)
+        assert [m.msg_id for m in store.lookup("T1", "k11")] == ["ID00000011"]
+        await store.shutdown()
+
+    run(single(tmp_path / "a"))
+    run(batched(tmp_path / "b"))
+    a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
+    assert len([k for k in a if k.startswith("commitlog")]) > 3
+    assert a == b
+
+
+def test_batch_with_a_bad_message_fails_only_that_one(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20))
+        await store.start()
+        batch = [make_msg(i) for i in range(5)]
+        batch[2].properties["big"] = "x" * 40000
+        res = await store.put(batch)
+        assert [r.status for r in res] == [PutStatus.PUT_OK] * 2 + [PutStatus.PROPERTIES_SIZE_EXCEEDED] + [
+            PutStatus.PUT_OK] * 2
+        assert [r.message.queue_offset for r in res if r.message] == [0, 1, 2, 3]
+        got = store.get("T", 0, 0, 10).messages
+        assert [m.msg_id for m in got] == ["ID00000000", "ID00000001", "ID00000003", "ID00000004"]
+        await store.shutdown()
+    run(go())
+
+
+def test_sync_flush_groups_concurrent_puts_in_call_order(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20, sync_flush=True))
+        await store.start()
+        syncs = store.flush.syncs
+        results = await asyncio.gather(*(store.put([make_msg(3 * i + j) for j in range(3)]) for i in range(40)))
+        flat = [r for res in results for r in res]
+        assert all(r.status is PutStatus.PUT_OK for r in flat)
+        assert [r.message.queue_offset for r in flat] == list(range(120))  # call order
+        assert [r.message.msg_id for r in flat] == [f"ID{i:08d}" for i in range(120)]
+        end = flat[-1].message.physical_offset + flat[-1].message.size
+        assert store.commit_log.log.synced_offset >= end
+        assert store.flush.syncs - syncs < 40  # puts share fsyncs
+        assert len(store.get("T", 0, 0, 200).messages) == 120
+        await store.shutdown()
+    run(go())
+
+
+def test_consume_queue_entries_buffered_are_served_and_survive_restart(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path))
+        await store.start()
+        await fill(store, 40)  # 16 entries per consume-queue segment: buffered entries cross segments
+        assert [m.queue_offset for m in store.get("T", 0, 0, 100).messages] == list(range(40))
+        await fill(store, 5)
+        assert store.max_offset("T", 0) == 45
+        await store.shutdown()
+        store = MessageStore(small_config(tmp_path))
+        await store.start()
+        assert store.max_offset("T", 0) == 45
+        assert len(store.get("T", 0, 0, 100).messages) == 45
+        await store.shutdown()
+    run(go())
+
+
 # ------------------------------------------------------------------ flush
 def test_sync_flush_acknowledges_after_fsync(tmp_path: Path) -> None:
     async def go() -> None:

@@ -48,21 +48,72 @@ class CommitLog:
         self.log.close()
 
     # ------------------------------------------------------------------ writes
+    @property
+    def max_record_size(self) -> int:
+        """The largest record a segment takes (records never span two segment files)."""
+        return self.log.segment_size - MIN_BLANK
+
     def append(self, msg: StoredMessage) -> bytes:
         """Encode ``msg`` at the end of the log, rolling segments as needed; return its bytes."""
-        msg.physical_offset = self.log.max_offset
-        data = record.encode(msg)
-        if len(data) > self.log.segment_size - MIN_BLANK:
-            raise RecordError(f"record of {len(data)} bytes is larger than a commit-log segment")
-        remaining = self.log.remaining()
-        if len(data) > remaining or remaining - len(data) < 0:
-            if self.log.segments and remaining > 0:
-                self.log.append(record.encode_blank(remaining))
-            self.log.roll()
-            msg.physical_offset = self.log.max_offset
-            data = record.encode(msg)
-        self.log.append(data)
-        return data
+        head = record.prepare(msg)
+        size = msg.size
+        if size > self.log.segment_size - MIN_BLANK:
+            raise RecordError(f"record of {size} bytes is larger than a commit-log segment")
+        seglog = self.log
+        remaining = seglog.remaining()
+        if size > remaining:
+            if seglog.segments and remaining > 0:
+                seglog.append(record.encode_blank(remaining))
+            seglog.roll()
+        msg.physical_offset = seglog.max_offset
+        buf = bytearray(size)
+        record.encode_into(buf, 0, msg, head)
+        seglog.append(buf)
+        return bytes(buf)
+
+    def append_batch(self, msgs: list[StoredMessage], heads: list[bytes]) -> None:
+        """Append prepared messages (``record.prepare``, each within ``max_record_size``) in order.
+
+        The records are laid out in one buffer and written with one ``pwrite`` per segment
+        they land in; offsets, fillers and segment rolls are exactly those of ``append``
+        called once per message.  On an OSError nothing of the batch stays in the log.
+        """
+        buf = bytearray(sum(m.size for m in msgs))
+        start = self.log.max_offset
+        try:
+            self._write_records(buf, msgs, heads)
+        except OSError:
+            try:
+                self.log.truncate(max(start, self.log.min_offset))
+            except OSError as exc:
+                log.error("could not take back a failed batch append at %d: %s", start, exc)
+            raise
+
+    def _write_records(self, buf: bytearray, msgs: list[StoredMessage], heads: list[bytes]) -> None:
+        seglog = self.log
+        view = memoryview(buf)
+        room = seglog.remaining()
+        cursor = seglog.max_offset
+        chunk = pos = 0
+        encode_into = record.encode_into
+        for msg, head in zip(msgs, heads, strict=True):
+            size = msg.size
+            if size > room:  # the record does not fit: write what we have, fill the segment end, roll
+                if pos > chunk:
+                    seglog.append(view[chunk:pos])
+                    chunk = pos
+                if seglog.segments and room > 0:
+                    seglog.append(record.encode_blank(room))
+                seglog.roll()
+                cursor = seglog.max_offset
+                room = seglog.remaining()
+            msg.physical_offset = cursor
+            encode_into(buf, pos, msg, head)
+            pos += size
+            cursor += size
+            room -= size
+        if pos > chunk:
+            seglog.append(view[chunk:pos])
 
     def append_raw(self, offset: int, data: bytes) -> None:
         """Append bytes copied from a master at the same offset (replication)."""

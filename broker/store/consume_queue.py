@@ -16,6 +16,8 @@ from .segments import SegmentedLog
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
+_GAP = ENTRY.pack(-1, 0, 0)
+_BUFFER_BYTES = 64 * 1024  # entries buffered at most before a write
 
 
 def tag_hash(tag: str) -> int:
@@ -35,42 +37,66 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.log = SegmentedLog(Path(root) / topic / str(queue_id), entries_per_segment * ENTRY_SIZE, quiet=True)
         self.dirty = False
+        self._buf = bytearray()  # entries appended but not yet written (see ``flush``)
         self._min_logical = self.log.min_offset // ENTRY_SIZE
 
     @property
     def min_offset(self) -> int:
+        self.flush()
         return max(self._min_logical, self.log.min_offset // ENTRY_SIZE)
 
     @property
     def max_offset(self) -> int:
         """The next queue offset to be written (one past the last entry)."""
-        return self.log.max_offset // ENTRY_SIZE
+        return (self.log.max_offset + len(self._buf)) // ENTRY_SIZE
 
     def close(self) -> None:
+        self.flush()
         self.log.close()
 
     def append(self, queue_offset: int, physical_offset: int, size: int, tag_hash_value: int) -> bool:
-        """Write the entry at ``queue_offset``; an entry already present is left as is."""
+        """Queue the entry at ``queue_offset``; an entry already present is left as is.
+
+        Entries are buffered (up to 64 KiB) until ``flush``: every read here flushes first,
+        and the store flushes before it checkpoints, so the buffer is invisible except after
+        a crash, where recovery rebuilds the entries past the checkpoint from the commit log.
+        Many entries cost one write.
+        """
         expected = self.max_offset
         if queue_offset < expected:
             return False
-        if not self.log.segments and queue_offset > 0:
+        if not self.log.segments and not self._buf and queue_offset > 0:
             self.log.set_start(queue_offset * ENTRY_SIZE)
             self._min_logical = queue_offset
             expected = queue_offset
         while expected < queue_offset:  # a gap (should not happen): fill so offsets stay true
-            self._append_bytes(ENTRY.pack(-1, 0, 0))
+            self._buf += _GAP
             expected += 1
-        self._append_bytes(ENTRY.pack(physical_offset, size, tag_hash_value))
+        self._buf += ENTRY.pack(physical_offset, size, tag_hash_value)
         self.dirty = True
+        if len(self._buf) >= _BUFFER_BYTES:
+            self.flush()
         return True
 
-    def _append_bytes(self, data: bytes) -> None:
-        if self.log.remaining() < len(data):
-            self.log.roll()
-        self.log.append(data)
+    def flush(self) -> None:
+        """Write the buffered entries, rolling segments where they fill up."""
+        buf = self._buf
+        if not buf:
+            return
+        self._buf = bytearray()
+        view = memoryview(buf)
+        while view:
+            room = self.log.remaining()
+            room -= room % ENTRY_SIZE
+            if room <= 0:
+                self.log.roll()
+                continue
+            chunk = view[:room]
+            self.log.append(chunk)
+            view = view[len(chunk):]
 
     def get(self, queue_offset: int, max_count: int) -> list[CqEntry]:
+        self.flush()
         if queue_offset < self.min_offset:
             queue_offset = self.min_offset
         out: list[CqEntry] = []
@@ -100,6 +126,7 @@ class ConsumeQueue:
 
     def truncate_physical(self, physical_offset: int) -> None:
         """Drop trailing entries that point at or beyond ``physical_offset`` (recovery)."""
+        self.flush()
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:  # first entry with phys >= physical_offset; entries are sorted by phys
             mid = (lo + hi) // 2
@@ -114,6 +141,7 @@ class ConsumeQueue:
 
     def delete_below_physical(self, min_physical: int) -> None:
         """Retention: forget segments whose entries all point below ``min_physical``."""
+        self.flush()
         while len(self.log.segments) > 1:
             seg = self.log.segments[0]
             last = seg.end - ENTRY_SIZE
@@ -133,6 +161,8 @@ class ConsumeQueue:
         self._min_logical = lo
 
     def sync(self) -> None:
+        """fdatasync what is written; safe in a worker thread (it never touches the entry buffer:
+        the owner ``flush``es on the event loop first)."""
         if self.dirty:
             self.dirty = False
             self.log.sync()

@@ -13,8 +13,10 @@ import mmap
 import os
 import struct
 import time
-import zlib
+from collections.abc import Sequence
 from pathlib import Path
+
+from .record import crc32  # zlib's CRC-32 (ISA-L's implementation when installed)
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +27,14 @@ ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), prev entr
 ENTRY_SIZE = ENTRY.size  # 20
 
 
+SLOT_SIZE = SLOT.size
+_SLOT_UNPACK = SLOT.unpack_from
+_SLOT_PACK = SLOT.pack_into
+_ENTRY_PACK = ENTRY.pack_into
+
+
 def key_hash(key: str) -> int:
-    return zlib.crc32(key.encode("utf-8")) & 0x7FFFFFFF
+    return crc32(key.encode("utf-8")) & 0x7FFFFFFF
 
 
 class IndexFile:
@@ -40,6 +48,7 @@ class IndexFile:
         if os.fstat(self.fd).st_size < size:
             os.ftruncate(self.fd, size)
         self.mm = mmap.mmap(self.fd, size)
+        self._entries_at = HEADER_SIZE + slot_num * SLOT.size
         if fresh:
             self.begin_ts = self.end_ts = 0
             self.begin_phy = self.end_phy = 0
@@ -61,26 +70,42 @@ class IndexFile:
         os.close(self.fd)
 
     def put(self, key: str, phy: int, store_ts_ms: int) -> bool:
-        if self.full:
-            return False
-        h = key_hash(key)
-        slot_pos = HEADER_SIZE + (h % self.slot_num) * SLOT.size
-        (prev,) = SLOT.unpack_from(self.mm, slot_pos)
-        if prev <= 0 or prev >= self.count:
-            prev = 0
-            self.slots_used += 1
+        return self.put_many((key,), phy, store_ts_ms) == 1
+
+    def put_many(self, keys: Sequence[str], phy: int, store_ts_ms: int) -> int:
+        """Index every key of ``keys`` (in order) at ``phy``; return how many fit before the file filled."""
+        count = self.count
+        room = self.index_num - count
+        if room <= 0:
+            return 0
+        if len(keys) > room:
+            keys = keys[:room]
+        mm = self.mm
+        slot_num = self.slot_num
+        entries_at = self._entries_at
         if self.begin_ts == 0:
             self.begin_ts = store_ts_ms
             self.begin_phy = phy
-        diff = max(0, (store_ts_ms - self.begin_ts) // 1000)
-        entry_pos = HEADER_SIZE + self.slot_num * SLOT.size + self.count * ENTRY_SIZE
-        ENTRY.pack_into(self.mm, entry_pos, h, phy, diff, prev)
-        SLOT.pack_into(self.mm, slot_pos, self.count)
-        self.count += 1
-        self.end_ts = max(self.end_ts, store_ts_ms)
-        self.end_phy = max(self.end_phy, phy)
+        diff = (store_ts_ms - self.begin_ts) // 1000
+        if diff < 0:
+            diff = 0
+        for key in keys:
+            h = crc32(key.encode("utf-8")) & 0x7FFFFFFF  # key_hash, inlined: this runs for every key of every put
+            slot_pos = HEADER_SIZE + (h % slot_num) * SLOT_SIZE
+            (prev,) = _SLOT_UNPACK(mm, slot_pos)
+            if prev <= 0 or prev >= count:
+                prev = 0
+                self.slots_used += 1
+            _ENTRY_PACK(mm, entries_at + count * ENTRY_SIZE, h, phy, diff, prev)
+            _SLOT_PACK(mm, slot_pos, count)
+            count += 1
+        self.count = count
+        if store_ts_ms > self.end_ts:
+            self.end_ts = store_ts_ms
+        if phy > self.end_phy:
+            self.end_phy = phy
         self.dirty = True
-        return True
+        return len(keys)
 
     def query(self, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         if self.count <= 1 or self.end_ts < begin_ms or self.begin_ts > end_ms:
@@ -136,10 +161,16 @@ class IndexService:
         return self.files[-1]
 
     def put(self, topic: str, keys: list[str], phy: int, store_ts_ms: int) -> None:
-        for key in keys:
-            if key:
+        self.put_keys([f"{topic}#{key}" for key in keys if key], phy, store_ts_ms)
+
+    def put_keys(self, full_keys: list[str], phy: int, store_ts_ms: int) -> None:
+        """Index ``topic#key`` strings, in order, moving to a new file when one fills up."""
+        while full_keys:
+            f = self.files[-1] if self.files else None
+            if f is None or f.count >= f.index_num:
                 f = self._writable()
-                f.put(f"{topic}#{key}", phy, store_ts_ms)
+            done = f.put_many(full_keys, phy, store_ts_ms)
+            full_keys = full_keys[done:]
 
     def query(self, topic: str, key: str, limit: int, begin_ms: int = 0, end_ms: int = 2**62) -> list[int]:
         out: list[int] = []

@@ -31,6 +31,19 @@ from .retention import RetentionPolicy
 
 log = logging.getLogger(__name__)
 
+_SPLIT_RECORDS = 16  # a group commit of at least this many records is split in two (see _append_group)
+_TAG_HASHES: dict[str, int] = {}
+
+
+def _tag_hash(tag: str) -> int:
+    """``tag_hash`` through a small cache: a topic uses few tags."""
+    h = _TAG_HASHES.get(tag)
+    if h is None:
+        if len(_TAG_HASHES) >= 4096:
+            _TAG_HASHES.clear()
+        h = _TAG_HASHES[tag] = tag_hash(tag)
+    return h
+
 ALL_TOPICS_KEY = "*"
 HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"  # index key prefix under which every message id is also indexed
 
@@ -107,6 +120,10 @@ class MessageStore:
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self.put_lock = asyncio.Lock()
+        # SYNC_FLUSH group commit of concurrent puts (see ``put``)
+        self._put_queue: list[tuple[list[StoredMessage], asyncio.Future[tuple[list[PutResult], bool]]]] = []
+        self._put_scheduled = False
+        self._group_tasks: set[asyncio.Task[None]] = set()
 
     # --------------------------------------------------------------- lifecycle
     def recover(self) -> None:
@@ -177,28 +194,77 @@ class MessageStore:
 
     def append(self, msg: StoredMessage) -> PutResult:
         """Append one message to the commit log without waiting for flush or replication."""
-        if len(msg.body) > self.config.max_message_size:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, reason=f"body of {len(msg.body)} bytes exceeds maxMessageSize")
-        key = (msg.topic, msg.queue_id)
-        msg.queue_offset = self.queue_next.get(key, 0)
-        if not msg.store_timestamp:
-            msg.store_timestamp = int(time.time() * 1000)
-        msg.store_host = msg.store_host or self.config.store_host
+        return self.append_batch([msg])[0]
+
+    def append_batch(self, messages: Iterable[StoredMessage]) -> list[PutResult]:
+        """Append messages in order without waiting for flush or replication; one result each.
+
+        A message that cannot be stored gets its own failure and takes no queue offset; the
+        others are encoded into one buffer and written with one ``pwrite`` (one per segment
+        when the batch rolls the log).  A disk error fails every message of the batch.
+        """
+        results: list[PutResult] = []
+        ok: list[StoredMessage] = []
+        heads: list[bytes] = []
+        config = self.config
+        max_body = config.max_message_size
+        max_record = self.commit_log.max_record_size
+        queue_next = self.queue_next
+        before: dict[tuple[str, int], int | None] = {}  # queue offsets to restore on a disk error
+        prepare = record.prepare
+        now = 0
+        for msg in messages:
+            if len(msg.body) > max_body:
+                results.append(PutResult(PutStatus.MESSAGE_ILLEGAL,
+                                         reason=f"body of {len(msg.body)} bytes exceeds maxMessageSize"))
+                continue
+            key = (msg.topic, msg.queue_id)
+            qoff = queue_next.get(key, 0)
+            msg.queue_offset = qoff
+            if not msg.store_timestamp:
+                msg.store_timestamp = now or (now := int(time.time() * 1000))
+            if not msg.store_host:
+                msg.store_host = config.store_host
+            try:
+                head = prepare(msg)
+                if msg.size > max_record:
+                    raise RecordError(f"record of {msg.size} bytes is larger than a commit-log segment")
+            except RecordError as exc:
+                status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(exc) else PutStatus.MESSAGE_ILLEGAL
+                results.append(PutResult(status, reason=str(exc)))
+                continue
+            if key not in before:
+                before[key] = queue_next.get(key)
+            queue_next[key] = qoff + 1
+            ok.append(msg)
+            heads.append(head)
+            results.append(PutResult(PutStatus.PUT_OK, msg))
+        if not ok:
+            return results
         try:
-            self.commit_log.append(msg)
-        except RecordError as exc:
-            status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(exc) else PutStatus.MESSAGE_ILLEGAL
-            return PutResult(status, reason=str(exc))
+            self.commit_log.append_batch(ok, heads)
         except OSError as exc:
             log.error("commit log append failed: %s", exc)
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=f"disk error: {exc}")
-        self.queue_next[key] = msg.queue_offset + 1
-        self._pending.append(msg)
-        if self.on_data is not None and msg.topic != HA_EVENTS_TOPIC:
-            self.on_data(msg.physical_offset + msg.size)
+            for key, prev in before.items():
+                if prev is None:
+                    queue_next.pop(key, None)
+                else:
+                    queue_next[key] = prev
+            for r in results:
+                if r.status is PutStatus.PUT_OK:
+                    r.status, r.message, r.reason = PutStatus.SERVICE_NOT_AVAILABLE, None, f"disk error: {exc}"
+            return results
+        self._pending.extend(ok)
+        if self.on_data is not None:
+            data_end = 0
+            for msg in ok:
+                if msg.topic != HA_EVENTS_TOPIC:
+                    data_end = msg.physical_offset + msg.size
+            if data_end:
+                self.on_data(data_end)
         if self.on_append is not None:
             self.on_append()
-        return PutResult(PutStatus.PUT_OK, msg)
+        return results
 
     def prepare(self, msg: StoredMessage, cursor: int) -> bytes:
         """Encode ``msg`` for a replicated log whose end will be ``cursor`` (a Raft leader's proposal).
@@ -234,16 +300,48 @@ class MessageStore:
             self.queue_next[key] = max(self.queue_next.get(key, 0), msg.queue_offset + 1)
 
     async def put(self, messages: Iterable[StoredMessage]) -> list[PutResult]:
-        """Append a batch, make it visible once confirmed, and wait for flush and replication."""
+        """Append a batch, make it visible once confirmed, and wait for flush and replication.
+
+        Every message of one call shares one commit-log write, one wait for the fsync that
+        covers them (SYNC_FLUSH) and one wait for replication: a caller holding several
+        messages (a SendMessage request with many entries, internal re-puts) should pass
+        them together rather than call ``put`` once per message.
+
+        SYNC_FLUSH also groups *concurrent* calls (group commit of the CPU work, not only
+        of the fsync): a call queues its messages and the puts queued during one event-loop
+        iteration are appended together, in call order, by one ``append_batch``, dispatched
+        together, and wait for their fsync with one waiter.  Results, offsets and statuses
+        are those of the same calls made one after the other.
+        """
         if self.replicated_writer is not None:
             return await self.replicated_writer(list(messages))
-        results = [self.append(m) for m in messages]
+        if self.config.sync_flush:  # queued for _append_group (inline: this runs for every send)
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[tuple[list[PutResult], bool]] = loop.create_future()
+            self._put_queue.append((list(messages), fut))
+            if not self._put_scheduled:
+                self._put_scheduled = True
+                loop.call_soon(self._append_group)
+            grouped, flushed = await fut
+            if flushed and self.replication_waiter is None:
+                return grouped
+            return await self._finish_put(grouped, flushed)
+        results = self.append_batch(messages)
         self.dispatch_confirmed()
-        end = max((r.message.physical_offset + r.message.size for r in results if r.message), default=0)
+        return await self._finish_put(results, None)
+
+    async def _finish_put(self, results: list[PutResult], flushed: bool | None) -> list[PutResult]:
+        """Wait for flush (unless ``flushed`` says how that went) and replication; set the statuses."""
+        end = 0
+        for r in results:
+            if r.message is not None:
+                end = r.message.physical_offset + r.message.size  # appended in order: the last is the end
         if not end:
             return results
         status = PutStatus.PUT_OK
-        if self.config.sync_flush and not await self.flush.wait_synced(end, self.config.sync_flush_timeout_s):
+        if flushed is None and self.config.sync_flush:
+            flushed = await self.flush.wait_synced(end, self.config.sync_flush_timeout_s)
+        if flushed is False and self.commit_log.log.synced_offset < end:
             status = PutStatus.FLUSH_DISK_TIMEOUT
         if self.replication_waiter is not None:
             repl = await self.replication_waiter(end)
@@ -255,13 +353,74 @@ class MessageStore:
                     r.status = status
         return results
 
+    def _append_group(self) -> None:
+        """Append every queued put as one batch and start the one wait for its fsync."""
+        self._put_scheduled = False
+        queue = self._put_queue
+        if not queue:
+            return
+        total = sum(len(msgs) for msgs, _ in queue) if len(queue) > 1 else 0
+        if total >= _SPLIT_RECORDS and self.flush.idle:
+            # the disk is idle: append about half now so its fsync starts at once, the rest in
+            # the next iteration while that fsync runs (CPU and disk overlap: a pipeline of two)
+            half = n = 0
+            while half < len(queue) - 1 and n < total // 2:
+                n += len(queue[half][0])
+                half += 1
+            queue, self._put_queue = queue[:half], queue[half:]
+            self._put_scheduled = True
+            asyncio.get_running_loop().call_soon(self._append_group)
+        else:
+            self._put_queue = []
+        try:
+            everything = queue[0][0] if len(queue) == 1 else [m for msgs, _ in queue for m in msgs]
+            results = self.append_batch(everything)
+            self.dispatch_confirmed()
+        except BaseException as exc:
+            for _, fut in queue:
+                if not fut.done():
+                    fut.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        groups: list[tuple[list[PutResult], asyncio.Future[tuple[list[PutResult], bool]]]] = []
+        end = i = 0
+        for msgs, fut in queue:
+            part = results[i:i + len(msgs)]
+            i += len(msgs)
+            groups.append((part, fut))
+            for r in part:
+                if r.message is not None:
+                    end = r.message.physical_offset + r.message.size
+        if not end:
+            for part, fut in groups:
+                if not fut.done():
+                    fut.set_result((part, True))
+            return
+        if self.commit_log.log.synced_offset < end:
+            self.flush.start_sync()  # before the rest of a split group is appended (see above)
+        task = asyncio.get_running_loop().create_task(self._group_synced(end, groups))
+        self._group_tasks.add(task)
+        task.add_done_callback(self._group_tasks.discard)
+
+    async def _group_synced(self, end: int,
+                            groups: list[tuple[list[PutResult], asyncio.Future[tuple[list[PutResult], bool]]]]) -> None:
+        try:
+            ok = await self.flush.wait_synced(end, self.config.sync_flush_timeout_s)
+        except BaseException as exc:
+            for _, fut in groups:
+                if not fut.done():
+                    fut.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            raise
+        for part, fut in groups:
+            if not fut.done():
+                fut.set_result((part, ok))
+
     def append_replicated(self, offset: int, data: bytes) -> int:
         """Append bytes copied from the master (same offsets) and dispatch the records they complete."""
         self.commit_log.append_raw(offset, data)
         end = self.commit_log.max_offset
-        for msg in self.commit_log.iter_messages(self.dispatched, end):
-            self._dispatch(msg)
-            self.dispatched = msg.physical_offset + msg.size
+        self._dispatch_many(self.commit_log.iter_messages(self.dispatched, end))
         self.dispatched = max(self.dispatched, self.commit_log.next_record_offset(self.dispatched))
         return end
 
@@ -277,35 +436,68 @@ class MessageStore:
 
     def dispatch_confirmed(self) -> None:
         bound = self.confirm_offset
-        while self._pending and self._pending[0].physical_offset + self._pending[0].size <= bound:
-            msg = self._pending.popleft()
-            self._dispatch(msg)
-            self.dispatched = msg.physical_offset + msg.size
-        if not self._pending and self.dispatched < bound:  # written by replication: read it back
-            for msg in self.commit_log.iter_messages(self.dispatched, bound):
-                self._dispatch(msg)
-                self.dispatched = msg.physical_offset + msg.size
+        pending = self._pending
+        if pending:
+            if pending[-1].physical_offset + pending[-1].size <= bound:
+                ready = list(pending)
+                pending.clear()
+            else:
+                ready = []
+                while pending and pending[0].physical_offset + pending[0].size <= bound:
+                    ready.append(pending.popleft())
+            if ready:
+                self._dispatch_many(ready)
+        if not pending and self.dispatched < bound:  # written by replication: read it back
+            self._dispatch_many(self.commit_log.iter_messages(self.dispatched, bound))
 
     def _dispatch(self, msg: StoredMessage) -> None:
-        key = (msg.topic, msg.queue_id)
-        cq = self.cqs.get(key)
-        if cq is None:
-            cq = ConsumeQueue(self.root / "consumequeue", msg.topic, msg.queue_id, self.config.cq_entries_per_segment)
-            self.cqs[key] = cq
-        if cq.append(msg.queue_offset, msg.physical_offset, msg.size, tag_hash(msg.tags)):
-            if self.queue_next.get(key, 0) < msg.queue_offset + 1:
-                self.queue_next[key] = msg.queue_offset + 1
-            keys = msg.keys
-            msg_id = msg.msg_id
-            if msg_id:
-                keys = [*keys, msg_id]
-                self.index.put(ALL_TOPICS_KEY, [msg_id], msg.physical_offset, msg.store_timestamp)
-            self.index.put(msg.topic, keys, msg.physical_offset, msg.store_timestamp)
-        for listener in self.dispatch_listeners:
-            try:
-                listener(msg)
-            except Exception:  # a listener must never stop the store
-                log.exception("dispatch listener failed for %s", msg.msg_id)
+        self._dispatch_many((msg,))
+
+    def _dispatch_many(self, msgs: Iterable[StoredMessage]) -> None:
+        """Consume-queue entries and index keys for ``msgs`` (in log order); moves ``dispatched``.
+
+        Consume-queue entries are buffered by their queue (written when read, at a checkpoint,
+        or every 64 KiB), not written one by one: the checkpoint's ``dispatched`` only ever
+        covers entries on disk, and recovery rebuilds the rest from the commit log.
+        """
+        cqs = self.cqs
+        queue_next = self.queue_next
+        index_keys = self.index.put_keys
+        listeners = self.dispatch_listeners
+        for msg in msgs:
+            topic = msg.topic
+            key = (topic, msg.queue_id)
+            cq = cqs.get(key)
+            if cq is None:
+                cq = ConsumeQueue(self.root / "consumequeue", topic, msg.queue_id,
+                                  self.config.cq_entries_per_segment)
+                cqs[key] = cq
+            props = msg.properties
+            qoff = msg.queue_offset
+            phy = msg.physical_offset
+            if cq.append(qoff, phy, msg.size, _tag_hash(props.get("TAGS", ""))):
+                if queue_next.get(key, 0) < qoff + 1:
+                    queue_next[key] = qoff + 1
+                # the same keys in the same order as IndexService.put("*", [id]) then put(topic, keys + [id])
+                kstr = props.get("KEYS")
+                msg_id = props.get("UNIQ_KEY", "")
+                if kstr:
+                    full = [f"{topic}#{k}" for k in kstr.split(" ") if k]
+                    if msg_id:
+                        full.insert(0, f"{ALL_TOPICS_KEY}#{msg_id}")
+                        full.append(f"{topic}#{msg_id}")
+                elif msg_id:
+                    full = [f"{ALL_TOPICS_KEY}#{msg_id}", f"{topic}#{msg_id}"]
+                else:
+                    full = []
+                if full:
+                    index_keys(full, phy, msg.store_timestamp)
+            for listener in listeners:
+                try:
+                    listener(msg)
+                except Exception:  # a listener must never stop the store
+                    log.exception("dispatch listener failed for %s", msg.msg_id)
+            self.dispatched = phy + msg.size
 
     # ------------------------------------------------------------------- reads
     def get(self, topic: str, queue_id: int, offset: int, max_count: int,
@@ -398,8 +590,16 @@ class MessageStore:
         return sorted(self.cqs)
 
     # ------------------------------------------------------- background tasks
-    def _save_checkpoint(self) -> None:
-        done = self.dispatched
+    def _save_checkpoint(self, done: int | None = None) -> None:
+        """Sync queues and index, then record ``done`` (default: ``dispatched``) as safe.
+
+        In a worker thread pass ``done`` taken on the event loop, where the queues' entry
+        buffers live (they are empty between dispatch batches).
+        """
+        if done is None:
+            for cq in self.cqs.values():
+                cq.flush()
+            done = self.dispatched
         for cq in list(self.cqs.values()):
             cq.sync()
         self.index.flush()
@@ -409,7 +609,9 @@ class MessageStore:
         while True:
             await asyncio.sleep(self.config.checkpoint_interval_s)
             try:
-                await asyncio.to_thread(self._save_checkpoint)
+                for cq in self.cqs.values():
+                    cq.flush()
+                await asyncio.to_thread(self._save_checkpoint, self.dispatched)
             except OSError as exc:
                 log.error("checkpoint failed: %s", exc)
 
