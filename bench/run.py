@@ -53,6 +53,8 @@ BENCHES = [
     Bench("produce", "3", quick=["--quick"], quick_by_default=True, timeout_s=1200),
     Bench("storage", "3", quick=["--quick"], quick_by_default=True, timeout_s=600),
     Bench("failover", "4", quick=["--runs", "1", "--messages", "300"], timeout_s=1800),
+    Bench("controller", "5", quick=["--runs", "1"], timeout_s=1200),
+    Bench("masterslave", "5", quick=["--messages", "300", "--rounds", "1"], timeout_s=1200),
     Bench("telemetry", "6", quick=["--messages", "300", "--topics", "20", "--groups", "2"], timeout_s=1200),
     Bench("spark", "8", full=["--sizes", "1000000"], timeout_s=3600),  # 10M takes about an hour here
     Bench("security", "10", quick=["--messages", "300", "--sync-messages", "50", "--rounds", "1"], timeout_s=1200),

@@ -1,0 +1,99 @@
+"""Replicated throughput: SYNC_MASTER with one slave against a NATS JetStream R3 stream (issue 5).
+
+    .venv/bin/python bench/masterslave_bench.py [--messages 3000] [--depth 64] [--rounds 2]
+
+RocketScope: a name server, a SYNC_MASTER (inSyncReplicas=2, the default: a send is
+acknowledged once the slave holds it) and its slave, SYNC_FLUSH on both, started with the
+end-to-end harness; the official client sends 1 KiB messages with ``--depth`` send_async
+calls in flight (bench/load.py), the master's CPU per message measured from /proc.
+JetStream: three nats-server nodes, an R3 file stream, nats-py publishing with as many
+concurrent tasks (bench/failover_bench.py's cluster and loop). Rounds alternate between
+the two and the medians are compared, so both see the same machine load. Results:
+bench/results/masterslave.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from cluster import LocalCluster, wait_until  # noqa: E402
+from failover_bench import BODY, jetstream_throughput  # noqa: E402
+from load import pipelined_sends  # noqa: E402
+
+
+def progress(text: str) -> None:
+    print(f"[masterslave-bench] {text}", flush=True)
+
+
+def sync_master_throughput(messages: int, depth: int) -> dict[str, float]:
+    from rmq import message, producer
+
+    root = Path(tempfile.mkdtemp(prefix="rs-ms-tput-"))
+    c = LocalCluster(root)
+    try:
+        c.start_namesrv()
+        master = c.start_broker("master", brokerName="broker-a", brokerRole="SYNC_MASTER", flushDiskType="SYNC_FLUSH",
+                                mappedFileSizeCommitLog=64 * 1024 * 1024)
+        slave = c.start_broker("slave", brokerName="broker-a", brokerRole="SLAVE", brokerId=1,
+                               flushDiskType="SYNC_FLUSH", mappedFileSizeCommitLog=64 * 1024 * 1024)
+        c.admin("updateTopic", "-b", master.admin_addr, "-t", "Bench", "-r", "4", "-w", "4")
+
+        def slave_connected() -> bool:
+            st = json.loads(c.admin("haStatus", "-b", master.admin_addr).stdout)[master.admin_addr]
+            return any(s["connected"] for s in st.get("slaves", []))
+        wait_until(slave_connected, timeout=30, what="the slave replicating")
+        assert slave.proc.alive
+        with producer(master.endpoint, "Bench") as p:
+            for _ in range(50):
+                p.send(message("Bench", BODY))
+            assert master.proc.popen is not None
+            result = pipelined_sends(p, lambda: message("Bench", BODY), messages, depth, master.proc.popen.pid)
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=3000)
+    ap.add_argument("--depth", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "masterslave.json"))
+    args = ap.parse_args()
+    if not shutil.which("nats-server"):
+        sys.exit("nats-server is missing: apt-get install -y nats-server")
+    rs: list[dict[str, float]] = []
+    js: list[dict[str, float]] = []
+    for r in range(args.rounds):
+        rs.append(sync_master_throughput(args.messages, args.depth))
+        progress(f"round {r + 1} SYNC_MASTER+slave: {rs[-1]['msgs_per_s']:.0f} msg/s, "
+                 f"master CPU {rs[-1]['broker_cpu_us_per_msg']:.0f} us/msg, {rs[-1]['failed']:.0f} failed")
+        js.append(asyncio.run(jetstream_throughput(args.messages, args.depth)))
+        progress(f"round {r + 1} JetStream R3: {js[-1]['msgs_per_s']:.0f} msg/s")
+    rs_med = statistics.median(x["msgs_per_s"] for x in rs)
+    js_med = statistics.median(x["msgs_per_s"] for x in js)
+    result = {"machine": f"{os.cpu_count()} cores, loopback", "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "messages": args.messages, "depth": args.depth, "rounds": {"sync_master": rs, "jetstream_r3": js},
+              "median_msgs_per_s": {"sync_master": rs_med, "jetstream_r3": js_med}, "ratio": rs_med / js_med}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"\nSYNC_MASTER + slave {rs_med:.0f} msg/s vs JetStream R3 {js_med:.0f} msg/s at {args.depth} in flight: "
+          f"ratio {rs_med / js_med:.2f}; results in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
