@@ -97,7 +97,7 @@ def jvm_peak_rss_mb(spark: Any) -> float | None:
     return None
 
 
-def bench_size(data: Path, work: Path, driver_memory: str) -> dict[str, Any]:
+def bench_size(data: Path, work: Path, driver_memory: str, messages: int) -> dict[str, Any]:
     import duckdb
     from pyspark.sql import functions as F
 
@@ -108,7 +108,13 @@ def bench_size(data: Path, work: Path, driver_memory: str) -> dict[str, Any]:
     from rocketscope.spark.run import read_rows
     from rocketscope.spark.session import get_session
 
-    spark = get_session("local[2]", app_name="rocketscope-bench", driver_memory=driver_memory, shuffle_partitions=8)
+    # one shuffle partition per ~150k messages (8 at 1M, 66 at 10M): with 8 at 10M each hash aggregate held
+    # over a million rows and failed with AGGREGATE_OUT_OF_MEMORY in a 4 GB driver
+    partitions = max(8, messages // 150_000)
+    spark = get_session("local[2]", app_name="rocketscope-bench", driver_memory=driver_memory,
+                        shuffle_partitions=partitions)
+    # smaller Arrow batches into the Python decoder: the decode stage ran out of Java heap at 10M with 3 GB
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
     spark.sparkContext.setLogLevel("ERROR")
     result: dict[str, Any] = {"jobs_s": {}}
     try:
@@ -265,7 +271,7 @@ def main() -> None:
         data, summary = dataset(args.cache, args.one, args.seed, args.rate)
         entry: dict[str, Any] = {"generate_s": summary.get("seconds"), "trace_rows": summary.get("trace_rows"),
                                  "ha_rows": summary.get("ha_rows")}
-        entry.update(bench_size(data, args.cache / f"work-{args.one}", args.driver_memory))
+        entry.update(bench_size(data, args.cache / f"work-{args.one}", args.driver_memory, args.one))
         entry["wall_s"] = round(time.monotonic() - started, 1)
         entry["load_avg_1m"] = {"start": load_before, "end": round(os.getloadavg()[0], 1)}
         print(json.dumps(entry))
