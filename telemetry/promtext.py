@@ -13,6 +13,8 @@ callback, so this module writes the text format itself:
   dict's identity (the cache holds the dict, so an id cannot be reused while cached; entries
   not seen in a scrape are dropped). The broker reuses its label dicts between snapshots, so a
   scrape mostly formats numbers;
+- tests/test_telemetry_promtext_equivalence.py checks that the text holds exactly the samples
+  prometheus_client's ``generate_latest`` writes for the same data (awkward label values too);
 - same names, types, label keys and values as before: names from the catalogue
   (``Instrument.prometheus_name``), booleans ``true``/``false``, ``le`` as ``repr(float)``,
   histogram buckets cumulative, ``otel_metric_overflow="true"`` on overflow series, the
