@@ -71,6 +71,11 @@ class Proc:
             os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait(10)
 
+    def pause(self, paused: bool) -> None:
+        """SIGSTOP / SIGCONT the process group: a process that is alive but does nothing."""
+        if self.popen is not None and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGSTOP if paused else signal.SIGCONT)
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

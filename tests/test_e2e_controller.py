@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, wait_until
 from conftest import failed_call, free_port
 from faultproxy import FaultProxy, ProxyLoop, proxy_loop
 from rmq import drain, message, producer, simple_consumer
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
+from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 pytestmark = pytest.mark.e2e
 SIZE = 3
@@ -135,6 +141,20 @@ def group(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
                 g.stop()
 
 
+def unacknowledged_send(endpoint: str, body: bytes) -> None:
+    """One SendMessage straight to ``endpoint``, its answer ignored (the broker is killed meanwhile)."""
+    req = svc.SendMessageRequest()
+    m = req.messages.add(body=body)
+    m.topic.name = TOPIC
+    m.system_properties.message_id = uuid.uuid4().hex.upper()
+    m.system_properties.message_type = pb.NORMAL
+    with contextlib.suppress(grpc.RpcError), grpc.insecure_channel(endpoint) as ch:
+        svc_grpc.MessagingServiceStub(ch).SendMessage(req, metadata=(("x-mq-client-id", "tail"),), timeout=10)
+
+
+TAIL_BYTES = 6_000_000  # more than a paused slave's socket buffers and HTTP/2 window take in
+
+
 def commitlog_bytes(store: Path, end: int) -> bytes:
     out = b""
     for seg in sorted((store / "commitlog").iterdir()):
@@ -179,13 +199,31 @@ def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> No
     t = threading.Thread(target=load, daemon=True)
     t.start()
     wait_until(lambda: acked_more_than(99), timeout=60, what="load running")
-    truncated_nodes: list[int] = []
+    truncations: list[dict[str, Any]] = []  # haStatus of a returning old master that truncated, when it did
     def one_round(round_: int) -> None:
         # 1. kill -9 the master; a new one is elected from the SyncStateSet; restart the old one
         old = g.master()
         assert old is not None
         epoch = g.status(old)["masterEpoch"]
-        g.nodes[old].proc.kill9()
+        # give the master a tail no replica has: with both slaves paused it appends ~8 MB of sends it cannot
+        # get acknowledged, more than reaches the paused slaves' sockets; it dies before they resume, so it
+        # must truncate that tail when it returns (what the kernel had already delivered may survive: it
+        # was sent, so it may be consumed)
+        slaves = [i for i in range(SIZE) if i != old]
+        end_before = g.status(old)["maxOffset"]
+        bodies = [f"tail-{round_}-{k}-".encode() + b"t" * 500_000 for k in range(16)]
+        sent.update(bodies)
+        for i in slaves:
+            g.nodes[i].proc.pause(True)
+        try:
+            for body in bodies:
+                threading.Thread(target=unacknowledged_send, args=(g.nodes[old].endpoint, body), daemon=True).start()
+            wait_until(lambda: g.status(old)["maxOffset"] > end_before + TAIL_BYTES, timeout=30,
+                       what="the master appending alone")
+            g.nodes[old].proc.kill9()
+        finally:
+            for i in slaves:
+                g.nodes[i].proc.pause(False)
         new = g.wait_master(exclude=old, what="a new master after kill -9")
         assert g.status(new)["masterEpoch"] > epoch
         count = len(acked)
@@ -193,8 +231,9 @@ def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> No
         g.c.start_broker(f"c{old}")
         wait_until(lambda: g.status(old)["role"] == "SLAVE" and g.status(old)["connected"], timeout=30,
                    what="the old master back as a slave")
-        if g.status(old)["truncations"]:
-            truncated_nodes.append(old)  # it had appended records no replica got before it died
+        st_old = g.status(old)
+        assert st_old["truncations"], "the killed master did not truncate its tail"
+        truncations.append(st_old)
         old_id = g.status(old)["brokerId"]
         wait_until(lambda: old_id in g.status(new)["syncStateSet"], timeout=30, what="old master back in the set")
         # 2. cut the master off from the controllers: it keeps taking writes it cannot get acknowledged
@@ -206,8 +245,9 @@ def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> No
         g.isolate(cut, False)
         wait_until(lambda: g.status(cut)["role"] == "SLAVE" and g.status(cut)["connected"], timeout=30,
                    what="the cut-off master rejoins as a slave")
-        if g.status(cut)["truncations"]:
-            truncated_nodes.append(cut)
+        st_cut = g.status(cut)
+        if st_cut["truncations"]:
+            truncations.append(st_cut)
         wait_until(lambda: len(g.status(newer)["syncStateSet"]) == SIZE, timeout=30, what="set complete again")
         print(f"round {round_}: killed {old}, isolated {cut}, master now {newer}, acked {len(acked)}")
 
@@ -229,9 +269,8 @@ def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> No
     logs = [commitlog_bytes(n.store, end) for n in g.nodes]
     assert logs[0] == logs[1] == logs[2], "replicas disagree below the confirmed offset"
     # a returning old master (killed or cut off) cut its unconfirmed tail (recorded in its status and epoch file)
-    assert truncated_nodes, "no returning old master had an unconfirmed tail to truncate"
-    for i in truncated_nodes:
-        st = g.status(i)
+    assert truncations, "no returning old master had an unconfirmed tail to truncate"
+    for st in truncations:
         assert st["lastTruncation"]["toOffset"] > st["lastTruncation"]["fromOffset"]
         assert [e[0] for e in st["epochs"]] == [e[0] for e in statuses[m]["epochs"]][:len(st["epochs"])]
 
