@@ -4,7 +4,10 @@ Asking the kernel for port 0 and closing the socket returns a port from the ephe
 (ip_local_port_range, 32768-60999 here), the same range outgoing connections draw from, and
 the kernel may hand the same number out again at once: two servers of one test were given
 one port that way.  So ports come from below the ephemeral range, are checked by binding,
-and are never handed out twice by one process.
+and are never handed out twice by one process.  A broker also binds ``listenPort + 1`` (its HA
+port, as RocketMQ's haListenPort), so a port is handed out only when the next one is free too,
+and both are kept: a DLedger test once gave one broker listenPort 29622 and another node port
+29623.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ def free_port() -> int:
     with _lock:
         for _ in range(500):
             port = random.randint(LOW, HIGH)
-            if port not in _handed_out and _bindable(port):
-                _handed_out.add(port)
+            if not {port - 1, port, port + 1} & _handed_out and _bindable(port) and _bindable(port + 1):
+                _handed_out.update((port, port + 1))
                 return port
         while True:  # the range is crowded: fall back to the kernel's choice, still never twice
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
