@@ -332,6 +332,7 @@ class Broker:
         old_role, old_id = self._role, self.broker_id
         if role != "SLAVE" and not self.is_master:
             await self.replication_slave.stop()
+            self.store.trim_torn_tail()  # the copy may end inside a record or a segment's filler
             self._role, self._broker_id = role, 0
             self.timer.recover()
             self.transactions.recover()

@@ -82,6 +82,26 @@ def drain(consumer: SimpleConsumer, expected: int, timeout: float = 30.0, invisi
     return got
 
 
+def drain_ids(consumer: SimpleConsumer, wanted: set[str], timeout: float = 90.0, quiet: float = 3.0,
+              invisible_s: int = 30, batch: int = 32) -> list[Message]:
+    """Receive (and ack) until every ID in ``wanted`` was seen, then ``quiet`` seconds more.
+
+    Counting messages is not enough after a failover: redeliveries and sent-but-unacknowledged
+    messages are consumed too, so a count can be reached while acknowledged ones are still
+    waiting in the queues.  The extra quiet period collects whatever else is there.
+    """
+    got: list[Message] = []
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while not wanted <= seen and time.monotonic() < deadline:
+        for msg in drain(consumer, 1, timeout=min(5.0, max(0.1, deadline - time.monotonic())),
+                         invisible_s=invisible_s, batch=batch):
+            got.append(msg)
+            seen.add(msg.message_id)
+    got += drain(consumer, 1_000_000, timeout=quiet, invisible_s=invisible_s, batch=batch)
+    return got
+
+
 class RecordingListener(MessageListener):
     """A push listener that records what it saw; ``decide`` picks the result per message."""
 

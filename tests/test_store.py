@@ -419,3 +419,61 @@ def test_retention_by_age_and_by_disk_ratio(tmp_path: Path) -> None:
         assert len(store.commit_log.log.segments) == 1  # the active segment is never deleted
         await store.shutdown()
     run(go())
+
+
+# ------------------------------------------------------------- replica becoming the writer
+def _record_starts(store: MessageStore) -> list[tuple[int, int, int]]:
+    """(offset, size, magic) of every record and filler of the log, in order."""
+    out, pos, end = [], 0, store.commit_log.max_offset
+    while pos < end:
+        seg = store.commit_log.log.segment_for(pos)
+        if seg.limit - pos < record.MIN_BLANK:
+            pos = seg.limit
+            continue
+        size, magic = struct.unpack(">II", store.commit_log.read_raw(pos, 8))
+        out.append((pos, size, magic))
+        pos += size
+    return out
+
+
+def test_replica_cut_inside_a_record_or_filler_writes_after_its_last_whole_record(tmp_path: Path) -> None:
+    """A replica promoted while its copy ends inside a record or a segment's filler loses nothing.
+
+    Before ``trim_torn_tail`` a replica whose copy ended inside the filler that closes a segment
+    appended after the torn filler; readers took the filler's size and skipped everything the
+    new writer put in its range (acknowledged messages no consumer ever received).
+    """
+    async def scenario() -> None:
+        master = MessageStore(small_config(tmp_path / "master"))
+        await master.start()
+        for i in range(40):  # 300-1100-byte bodies: segments of 4 KiB end with fillers
+            (res,) = await master.put([make_msg(i, body=bytes([65 + i % 26]) * (300 + 97 * i % 800))])
+            assert res.status is PutStatus.PUT_OK
+        layout = _record_starts(master)
+        blank = next((o, s) for o, s, m in layout if m == record.BLANK_MAGIC)
+        message = next((o, s) for o, s, m in layout if m == record.MESSAGE_MAGIC and o > blank[0])
+        raw = b"".join(master.commit_log.read_raw(p, 1 << 20) for p in range(0, master.commit_log.max_offset, 4096))
+        cuts = {"inside the filler": blank[0] + blank[1] // 2, "on the filler's header": blank[0] + 4,
+                "at the filler": blank[0], "after the filler": blank[0] + blank[1],
+                "inside a message": message[0] + message[1] // 3}
+        for name, cut in cuts.items():
+            replica = MessageStore(small_config(tmp_path / name.replace(" ", "-")))
+            await replica.start()
+            for pos in range(0, cut, 1000):  # chunks that end anywhere, as the stream's do
+                replica.append_replicated(pos, raw[pos:min(cut, pos + 1000)])
+            replica.trim_torn_tail()
+            whole = [(o, s) for o, s, m in layout if m == record.MESSAGE_MAGIC and o + s <= cut]
+            assert replica.commit_log.max_offset <= cut, name
+            kept = replica.get("T", 0, 0, 1000).messages
+            assert [m.physical_offset for m in kept] == [o for o, _ in whole], name
+            for i in range(5):  # now the replica writes
+                (res,) = await replica.put([make_msg(1000 + i)])
+                assert res.status is PutStatus.PUT_OK, name
+            got = replica.get("T", 0, 0, 1000).messages
+            assert [m.queue_offset for m in got] == list(range(len(whole) + 5)), name
+            assert [m.body for m in got[-5:]] == [f"body-{1000 + i}".encode() for i in range(5)], name
+            assert len(list(replica.commit_log.iter_messages(0, replica.commit_log.max_offset))) == len(whole) + 5
+            await replica.shutdown()
+        await master.shutdown()
+
+    run(scenario())

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -143,16 +142,4 @@ def find_consistent_point(local: list[EpochEntry], local_max: int, master: list[
 
 def truncate_store(store: MessageStore, offset: int) -> int:
     """Cut the commit log at ``offset`` and every consume-queue entry past it; return the bytes removed."""
-    end = store.commit_log.max_offset
-    if offset >= end:
-        return 0
-    store.commit_log.truncate(offset)
-    for cq in store.cqs.values():
-        cq.truncate_physical(offset)
-    store.queue_next.clear()
-    store.queue_next.update({k: cq.max_offset for k, cq in store.cqs.items()})
-    store._pending = deque(m for m in store._pending if m.physical_offset + m.size <= offset)
-    store.dispatched = min(store.dispatched, offset)
-    if store._confirm is not None:
-        store._confirm = min(store._confirm, offset)
-    return end - offset
+    return store.truncate_to(offset)

@@ -266,6 +266,8 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
             await b.replication_slave.stop()
         self.master_epoch, self.master_id = info.master_epoch, self.my_id
         self.master_addr, self.master_ha_addr, self.master_grpc_addr = b.internal_addr, b.ha_addr, b.grpc_addr
+        if not was_master:  # replicated bytes may end inside a record or a segment's filler: never write after it
+            store.trim_torn_tail()
         self.epochs.truncate_from(store.commit_log.max_offset + 1)
         if info.master_epoch > self.epochs.last_epoch:
             self.epochs.append(info.master_epoch, store.commit_log.max_offset)

@@ -195,6 +195,34 @@ class CommitLog:
             return seg.limit
         return offset
 
+    def whole_records_end(self, start: int) -> int:
+        """Where the last *whole* record or segment-end filler at or after ``start`` ends.
+
+        ``start`` must be a record boundary.  A replica copies the master's log in chunks
+        that can end anywhere: inside a message or inside the blank filler that closes a
+        segment.  A replica that becomes the writer must not append after such a torn
+        piece (a reader would take the torn filler's size and skip the new records that
+        follow it), so it cuts its log back to the offset returned here first.
+        """
+        pos, end = max(start, self.log.min_offset), self.log.max_offset
+        while pos < end:
+            seg = self.log.segment_for(pos)
+            if seg is None:
+                break
+            if seg.limit - pos < MIN_BLANK:  # zero padding too short for a filler header
+                if seg.limit > end:
+                    break
+                pos = seg.limit
+                continue
+            head = self.log.read(pos, 8)
+            if len(head) < 8:
+                break
+            size, magic = struct.unpack(">II", head)
+            if magic not in (MESSAGE_MAGIC, BLANK_MAGIC) or size < MIN_BLANK or pos + size > end:
+                break
+            pos += size
+        return pos
+
     def iter_messages(self, start: int, end: int) -> Iterator[StoredMessage]:
         """Every valid message in [start, end), skipping fillers and corrupt ranges."""
         pos = start

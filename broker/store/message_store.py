@@ -421,8 +421,44 @@ class MessageStore:
         self.commit_log.append_raw(offset, data)
         end = self.commit_log.max_offset
         self._dispatch_many(self.commit_log.iter_messages(self.dispatched, end))
-        self.dispatched = max(self.dispatched, self.commit_log.next_record_offset(self.dispatched))
+        after_filler = self.commit_log.next_record_offset(self.dispatched)
+        if after_filler <= end:  # a filler copied only in part is not passed (see trim_torn_tail)
+            self.dispatched = max(self.dispatched, after_filler)
         return end
+
+    def trim_torn_tail(self) -> int:
+        """Cut a replica's log back to its last whole record before it starts writing; return the bytes cut.
+
+        Replication copies bytes, so a replica's log can end inside a record or inside the
+        filler that closes a segment.  Appending after either would corrupt the log for
+        every reader: a torn filler still announces its full size, and readers jump over
+        whatever the new writer puts in its range (seen as acknowledged messages that no
+        consumer ever got).  ``dispatched`` is a record boundary on a replica (it ends at
+        the last whole record copied), so the scan starts there.
+        """
+        end = self.commit_log.max_offset
+        start = min(self.dispatched, end)
+        good = self.commit_log.whole_records_end(start)
+        if good >= end:
+            return 0
+        log.warning("commit log ended in a torn record or filler at %d: cut back to %d before writing", end, good)
+        return self.truncate_to(good)
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut the commit log at ``offset`` and every consume-queue entry past it; return the bytes removed."""
+        end = self.commit_log.max_offset
+        if offset >= end:
+            return 0
+        self.commit_log.truncate(offset)
+        for cq in self.cqs.values():
+            cq.truncate_physical(offset)
+        self.queue_next.clear()
+        self.queue_next.update({k: cq.max_offset for k, cq in self.cqs.items()})
+        self._pending = deque(m for m in self._pending if m.physical_offset + m.size <= offset)
+        self.dispatched = min(self.dispatched, offset)
+        if self._confirm is not None:
+            self._confirm = min(self._confirm, offset)
+        return end - offset
 
     # ---------------------------------------------------------------- dispatch
     @property
