@@ -146,8 +146,15 @@ def bench_throughput(messages: int, rounds: int) -> dict[str, Any]:
         on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
         cpu_total = {mode: statistics.median(c + b for c, b in zip(cpu["client"][mode], cpu["broker"][mode],
                                                                     strict=True)) for mode in ("on", "off")}
+        # per round, on and off run back to back under the same background load (either order, as often):
+        # the geometric mean of the per-round ratios cancels drift between rounds and the order effect
+        paired = statistics.geometric_mean(a / b for a, b in zip(rates["on"], rates["off"], strict=True))
+        cpu_paired = statistics.geometric_mean(
+            (cpu["client"]["off"][i] + cpu["broker"]["off"][i]) / (cpu["client"]["on"][i] + cpu["broker"]["on"][i])
+            for i in range(rounds))
         return {"messages_per_round": messages, "rounds": rounds, "msgs_per_s": rates,
                 "median_on": on, "median_off": off, "ratio_on_off": on / off,
+                "paired_ratio_on_off": paired, "paired_cpu_ratio_off_on": cpu_paired,
                 "cpu_ms_per_message": cpu, "cpu_ms_per_message_median_total": cpu_total,
                 "cpu_ratio_off_on": cpu_total["off"] / cpu_total["on"],
                 "completeness": complete, "producer_dispatcher": dict(drops)}
@@ -201,13 +208,14 @@ def bench_lookup(size: int, samples: int = 2000) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=3000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4, help="rounded up to an even number (both orders equally)")
     ap.add_argument("--lookup-sizes", default="1000000,10000000")
     ap.add_argument("--quick", action="store_true", help="300 messages, 1 round, 100k lookup store")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "trace.json")
     args = ap.parse_args()
     if args.quick:
         args.messages, args.rounds, args.lookup_sizes = 300, 1, "100000"
+    args.rounds += args.rounds % 2 if not args.quick else 0
     result: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
     result["throughput"] = bench_throughput(args.messages, args.rounds)
     t = result["throughput"]
@@ -215,7 +223,13 @@ def main() -> None:
     c = t["cpu_ms_per_message_median_total"]
     say(f"CPU per message (client + broker): on {c['on']:.2f} ms, off {c['off']:.2f} ms: off/on = "
         f"{t['cpu_ratio_off_on']:.2f}x (the throughput a CPU-bound machine could keep)")
+    say(f"geometric means of the per-round ratios: throughput on/off {t['paired_ratio_on_off']:.2f}x, "
+        f"CPU per message off/on {t['paired_cpu_ratio_off_on']:.2f}x")
     result["lookup"] = []
+    if not args.lookup_sizes and args.out.exists():  # keep the last lookup figures, saying from when
+        previous = json.loads(args.out.read_text())
+        result["lookup"] = [dict(x, measured=x.get("measured", previous.get("when")))
+                            for x in previous.get("lookup", [])]
     for size in (int(s) for s in args.lookup_sizes.split(",") if s):
         res = bench_lookup(size)
         result["lookup"].append(res)

@@ -205,7 +205,8 @@ class BrokerMetrics:
         "rocketmq_storage_disk_usage_ratio", "rocketmq_timing_messages", "rocketmq_half_messages",
         "rocketmq_topic_max_offset", "rocketmq_consumer_committed_offset", "rocketmq_consumer_queue_lag_messages",
         "rocketmq_consumer_queue_lag_latency", "rocketmq_ha_role", "rocketmq_ha_replica_ack_offset",
-        "rocketmq_ha_replication_lag_bytes", "dledger_role", "dledger_term", "dledger_commit_index",
+        "rocketmq_ha_replication_lag_bytes", "rocketmq_ha_sync_state_set_size", "rocketmq_ha_master_epoch",
+        "dledger_role", "dledger_term", "dledger_commit_index",
         "dledger_peer_lag_entries",
     )
 
@@ -378,6 +379,10 @@ class BrokerMetrics:
                     snap["rocketmq_ha_replication_lag_bytes"].append((max(0, end - acked), replica))
             return
         snap["rocketmq_ha_role"].append((1 if b.is_master else 0, group))
+        rm = b.replicas
+        if rm is not None and rm.is_master:  # controller mode: the master states the group's set and epoch
+            snap["rocketmq_ha_sync_state_set_size"].append((len(set(rm.sync_state_set) | {rm.my_id}), group))
+            snap["rocketmq_ha_master_epoch"].append((rm.master_epoch, group))
         if b.is_master:
             for st in b.replication_master.slaves.values():
                 replica = {**group, "replica": st.name}

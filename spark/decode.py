@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from rocketscope.spark.schema import EVENT_JSON_SCHEMA, HA_EVENTS_TOPIC, RECORD_SCHEMA
@@ -139,6 +139,33 @@ def ha_rows(rows: DataFrame) -> DataFrame:
     return rows.where(F.col("topic") == HA_EVENTS_TOPIC)
 
 
+def drop_exact_duplicates(df: DataFrame) -> DataFrame:
+    """``df.dropDuplicates()`` (every distinct row once) without a hash aggregate over whole rows.
+
+    ``dropDuplicates()`` over all columns plans a hash aggregate whose keys are the whole
+    rows: at 10M messages its hash maps held millions of decoded records with all their
+    strings, and in a 4 GB driver it failed with ``AGGREGATE_OUT_OF_MEMORY`` (the map
+    spills to a sorter, then cannot get a page back while the other task and the cache
+    hold the memory).  Here the rows are shuffled by a 64-bit hash of the whole row and
+    sorted within each partition by (hash, every column) -- an external sort, which
+    spills in pages and needs no memory per distinct row -- and a row is kept when no
+    equal row precedes it.  The hash only orders and places rows: equal rows are still
+    recognised on every column (nulls equal, as in ``dropDuplicates``), so a hash
+    collision cannot merge two different rows.  ``lag`` instead of ``row_number() == 1``
+    keeps Spark from adding a group limit with a second sort before the shuffle.
+    """
+    cols = df.columns
+    key, prev = "__row_hash", "__prev_row"
+    same_row = Window.partitionBy(key, *cols).orderBy(key)
+    return (
+        df.withColumn(key, F.xxhash64(*cols))
+        .repartition(key)  # hash-partitioned on the hash: satisfies the window's distribution, no second shuffle
+        .withColumn(prev, F.lag(F.lit(1)).over(same_row))
+        .where(F.col(prev).isNull())
+        .drop(key, prev)
+    )
+
+
 def decode_trace(rows: DataFrame) -> DataFrame:
     """Flat trace records (``RECORD_SCHEMA``) of the trace rows in ``rows``."""
     return trace_rows(rows).select("body", "tags").mapInArrow(_decode_arrow, RECORD_SCHEMA)
@@ -158,7 +185,7 @@ def decode_events(rows: DataFrame) -> DataFrame:
     parsed = ha_rows(rows).select(F.from_json(F.col("body").cast("string"), EVENT_JSON_SCHEMA).alias("e")).select("e.*")
     term = F.coalesce(F.col("term"), F.lit(-1))
     epoch = F.coalesce(F.col("epoch"), F.lit(-1))
-    return (
+    events = (
         parsed.where(
             F.col("type").isin(*EVENT_TYPES)
             & F.col("group").isNotNull()
@@ -180,5 +207,5 @@ def decode_events(rows: DataFrame) -> DataFrame:
             F.coalesce(F.col("role"), F.lit("")).alias("role"),
             F.coalesce(F.col("leader"), F.lit("")).alias("leader"),
         )
-        .dropDuplicates()
     )
+    return drop_exact_duplicates(events)

@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from rocketscope.spark.asof import asof_join
-from rocketscope.spark.decode import decode_events, decode_trace
+from rocketscope.spark.decode import decode_events, decode_trace, drop_exact_duplicates
 from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 
 NEG_INF = -(2**62)
@@ -100,7 +100,7 @@ class Model:
     def records(self) -> DataFrame:
         """Decoded trace records, exact duplicates (a trace message sent twice) removed."""
         if "records" not in self._cache:
-            self._keep("records", decode_trace(self.rows).dropDuplicates())
+            self._keep("records", drop_exact_duplicates(decode_trace(self.rows)))
         return self._cache["records"]
 
     @property

@@ -185,9 +185,11 @@ CATALOGUE: tuple[Instrument, ...] = (
                ("broker_group", "replica"), group="ha", origin="rocketscope"),
     Instrument("rocketmq_ha_replication_lag_bytes", G, "By", "Master max offset minus the replica's ack offset.",
                ("broker_group", "replica"), group="ha", origin="rocketscope"),
-    Instrument("rocketmq_ha_sync_state_set_size", G, "1", "Replicas in the SyncStateSet (master included).",
+    Instrument("rocketmq_ha_sync_state_set_size", G, "1",
+               "Replicas in the SyncStateSet (master included); controller mode, written by the master.",
                ("broker_group",), group="ha", origin="rocketscope"),
-    Instrument("rocketmq_ha_master_epoch", G, "1", "Current master epoch of the broker group.", ("broker_group",),
+    Instrument("rocketmq_ha_master_epoch", G, "1", "Current master epoch of the broker group; controller mode, "
+               "written by the master.", ("broker_group",),
                group="ha", origin="rocketscope"),
     # --- DLedger (ours; names of the DLedger library, values in the declared unit)
     Instrument("dledger_role", G, "1", f"Raft role: {ROLE_DOC}.", _DLEDGER, group="dledger", origin="rocketscope"),

@@ -19,6 +19,7 @@ from rmq import drain, drain_ids, message, producer, simple_consumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+from telemetry_support import find, scrape
 
 pytestmark = pytest.mark.e2e
 SIZE = 3
@@ -314,8 +315,11 @@ def test_controller_embedded_in_the_name_servers(tmp_path: Path) -> None:
             "enableControllerInNamesrv": "true", "controllerDLegerGroup": "ctl", "controllerDLegerPeers": peers,
             "controllerDLegerSelfId": f"n{i}", "controllerStorePath": tmp_path / f"controller-n{i}",
             "scanInactiveMasterInterval": 200, "scanNotActiveBrokerInterval": 200})
+        prom_ports = [free_port() for _ in range(SIZE)]
         nodes = [c.start_broker(f"e{i}", brokerName="broker-e", enableControllerMode="true",
-                                controllerAddr=c.namesrv_addr, minInSyncReplicas=1, **BROKER_TIMING)
+                                controllerAddr=c.namesrv_addr, minInSyncReplicas=1, metricsExporterType="PROM",
+                                metricsPromExporterHost="127.0.0.1", metricsPromExporterPort=prom_ports[i],
+                                **BROKER_TIMING)
                  for i in range(SIZE)]
 
         def role(i: int) -> str:
@@ -328,6 +332,17 @@ def test_controller_embedded_in_the_name_servers(tmp_path: Path) -> None:
 
         (m,) = wait_until(master, timeout=30, what="a master elected by the embedded controllers")
         c.admin("updateTopic", "-b", nodes[m].admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
+
+        def ha_gauges(i: int) -> tuple[float, float] | None:
+            """(SyncStateSet size, master epoch) on node i's /metrics once the set is complete."""
+            text = scrape(f"http://127.0.0.1:{prom_ports[i]}/metrics")
+            size = find(text, "rocketmq_ha_sync_state_set_size", broker_group="broker-e")
+            epoch = find(text, "rocketmq_ha_master_epoch", broker_group="broker-e")
+            return (size[0][1], epoch[0][1]) if size and epoch and size[0][1] == SIZE else None
+        _size, epoch = wait_until(lambda: ha_gauges(m), timeout=30, what="the master's SyncStateSet gauges")
+        assert epoch >= 1
+        assert not find(scrape(f"http://127.0.0.1:{prom_ports[(m + 1) % SIZE]}/metrics"),
+                        "rocketmq_ha_sync_state_set_size"), "only the master writes the group's set size"
         meta = json.loads(c.admin("getControllerMetaData", "-a", c.namesrv_addr, "--json", namesrv=False).stdout)
         assert sum(1 for x in meta if x.get("isLeader")) == 1
         endpoint = ";".join(n.endpoint for n in nodes)
