@@ -6,7 +6,8 @@
    started side by side, one metricsExporterType=PROM and one DISABLE, in ``--rounds``
    alternating rounds (as many with each broker first); medians of msg/s and of the broker's
    CPU per message (/proc, all threads: on a machine shared with other work throughput swings,
-   CPU per message much less), and the geometric mean of the per-round PROM/DISABLE ratios.
+   CPU per message much less), and the geometric mean of the per-round PROM/DISABLE ratios;
+   then both brokers' CPU over 10 s idle (what PROM costs by the clock: snapshots, pre-rendering).
 2. The recording cost of the send path in process: BrokerMetrics.on_put + on_rpc per message
    (PROM telemetry vs DISABLE), median of 5 runs of 20,000.
 3. /metrics scrape time and size of a PROM broker holding ``--topics`` topics with
@@ -45,7 +46,9 @@ def progress(text: str) -> None:
     print(f"[telemetry-bench] {text}", flush=True)
 
 
-from load import pipelined_sends  # noqa: E402
+from load import cpu_seconds, pipelined_sends  # noqa: E402
+
+IDLE_S = 10.0
 
 
 def produce_rounds(messages: int, rounds: int) -> dict[str, list[dict[str, float]]]:
@@ -79,6 +82,14 @@ def produce_rounds(messages: int, rounds: int) -> dict[str, list[dict[str, float
                 runs[mode].append(res)
                 progress(f"round {r + 1} {mode}: {res['msgs_per_s']:.0f} msg/s, broker CPU "
                          f"{res['broker_cpu_us_per_msg']:.0f} us/msg")
+        # what PROM costs by the clock rather than by the message (snapshots every 2 s, label
+        # pre-rendering, the idle /metrics server): both brokers idle, side by side
+        pids = {mode: node.proc.popen.pid for mode, node in nodes.items() if node.proc.popen is not None}
+        before = {mode: cpu_seconds(pid) for mode, pid in pids.items()}
+        time.sleep(IDLE_S)
+        idle = {mode: (cpu_seconds(pid) - before[mode]) / IDLE_S * 1000 for mode, pid in pids.items()}
+        runs["idle_cpu_ms_per_s"] = [idle]  # type: ignore[list-item]
+        progress(f"idle broker CPU: PROM {idle['PROM']:.1f} ms/s, DISABLE {idle['DISABLE']:.1f} ms/s")
     finally:
         c.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -193,6 +204,7 @@ def main() -> None:
     args = ap.parse_args()
     args.rounds += args.rounds % 2
     runs = produce_rounds(args.messages, args.rounds)
+    idle = runs.pop("idle_cpu_ms_per_s")[0]
     median = {m: statistics.median(r["msgs_per_s"] for r in v) for m, v in runs.items()}
     cpu = {m: statistics.median(r["broker_cpu_us_per_msg"] for r in v) for m, v in runs.items()}
     # each round runs PROM and DISABLE back to back under the same background load, and whichever
@@ -205,7 +217,7 @@ def main() -> None:
     scrape = scrape_cost(args.topics, args.groups)
     result = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rounds": runs, "median_msgs_per_s": median,
               "median_broker_cpu_us_per_msg": cpu, "ratio_prom_vs_disable": median["PROM"] / median["DISABLE"],
-              "paired_ratio_prom_vs_disable": paired,
+              "paired_ratio_prom_vs_disable": paired, "idle_broker_cpu_ms_per_s": idle,
               "cpu_ratio_prom_vs_disable": cpu["PROM"] / cpu["DISABLE"], "recording_us_per_msg": recording,
               "scrape": scrape, "topics": args.topics, "groups": args.groups, "messages": args.messages}
     Path(args.out).write_text(json.dumps(result, indent=2))
