@@ -63,3 +63,39 @@ def test_chunk_larger_than_the_read_size_is_sent_whole(tmp_path: Path) -> None:
     master.append(message(3000))
     chunk = read_chunk(master, 0, max_bytes=512)
     assert len(chunk) == master.max_offset
+
+
+@pytest.mark.parametrize("max_bytes", [64, 512, 1000, 1500, 4096])
+def test_every_chunk_ends_on_a_record_or_filler_boundary(tmp_path: Path, max_bytes: int) -> None:
+    """A filler is sent whole, however small the read: a copy never ends inside one.
+
+    A copy that ended inside a segment's filler, promoted to master, wrote its records after the
+    torn filler; every reader took the filler's size and skipped them (acknowledged messages lost
+    in the controller chaos test)."""
+    master = CommitLog(tmp_path / "master", SEGMENT)
+    for size in (1500, 1500, 1700, 900, 2500, 300, 3000, 100):  # fillers of several sizes close segments
+        master.append(message(size))
+    boundaries = set()
+    pos = 0
+    while pos < master.max_offset:  # every record start and every segment start is a boundary
+        seg = master.log.segment_for(pos)
+        boundaries.add(pos)
+        if seg.limit - pos < record.MIN_BLANK:
+            pos = seg.limit
+            continue
+        size = int.from_bytes(master.read_raw(pos, 4), "big")
+        pos += size
+    boundaries.add(master.max_offset)
+    fillers = [b for b in boundaries if b < master.max_offset
+               and int.from_bytes(master.read_raw(b + 4, 4), "big") == record.BLANK_MAGIC]
+    assert fillers, "the case under test (a filler) did not happen"
+    slave = CommitLog(tmp_path / "slave", SEGMENT)
+    pos = 0
+    while True:
+        chunk = read_chunk(master, pos, max_bytes=max_bytes)
+        if not chunk:
+            break
+        slave.append_raw(pos, chunk)
+        pos += len(chunk)
+        assert pos in boundaries, f"a chunk ended at {pos}, inside a record or a filler"
+    assert slave.read_raw(0, 1 << 20) == master.read_raw(0, 1 << 20)

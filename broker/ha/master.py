@@ -1,8 +1,10 @@
 """The master side of Master/Slave replication: stream the commit log to slaves, count acks.
 
 Each slave holds one bidirectional stream.  The master sends raw commit-log bytes from
-the slave's reported end, cut on record boundaries (a segment-end filler may be split:
-it holds no message), and the slave reports its new end after every chunk.  Acks drive
+the slave's reported end, cut on record boundaries (a segment-end filler is sent whole,
+never split: a slave whose copy ended inside one and was then promoted wrote after the
+torn filler, and readers skipped its records), and the slave reports its new end after
+every chunk.  Acks drive
 SYNC_MASTER sends: a send is acknowledged once ``inSyncReplicas`` copies (the master
 counts as one) hold it, else FLUSH_SLAVE_TIMEOUT after ``slaveTimeout``.
 """
@@ -21,7 +23,7 @@ import grpc
 
 from rocketscope.broker.protocol import ha_pb2, ha_pb2_grpc
 from rocketscope.broker.store.message_store import PutStatus
-from rocketscope.broker.store.record import FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK
+from rocketscope.broker.store.record import BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK
 
 from .events import REPLICA_ACK, ROLE_CHANGE
 
@@ -35,7 +37,7 @@ HEARTBEAT_S = 1.0
 
 
 def record_aligned(raw: bytes) -> int:
-    """How many leading bytes of ``raw`` are whole records (fillers may be split)."""
+    """How many leading bytes of ``raw`` are whole records and whole segment-end fillers."""
     pos = 0
     while pos < len(raw):
         if len(raw) - pos < MIN_BLANK:
@@ -47,7 +49,9 @@ def record_aligned(raw: bytes) -> int:
             if pos + size > len(raw):
                 return pos
             pos += size
-        else:  # a segment-end filler: nothing after it in this segment
+        elif magic == BLANK_MAGIC and size >= MIN_BLANK:  # a segment-end filler: whole, and the segment ends
+            return pos + size if pos + size <= len(raw) else pos
+        else:  # bytes no reader serves (a corrupt range kept by recovery): copied as they are
             return len(raw)
     return pos
 
@@ -58,7 +62,7 @@ def read_chunk(commit_log: CommitLog, offset: int, max_bytes: int = CHUNK_BYTES)
         return b""
     raw = commit_log.read_raw(offset, max_bytes)
     n = record_aligned(raw)
-    if n == 0 and len(raw) >= 4:  # one record larger than a chunk
+    if n == 0 and len(raw) >= 4:  # one record (or filler) larger than a chunk
         size = struct.unpack_from(">I", raw, 0)[0]
         raw = commit_log.read_raw(offset, size)
         n = len(raw) if len(raw) == size else 0
