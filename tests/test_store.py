@@ -477,3 +477,40 @@ def test_replica_cut_inside_a_record_or_filler_writes_after_its_last_whole_recor
         await master.shutdown()
 
     run(scenario())
+
+
+def test_replica_dispatches_up_to_the_confirm_offset_and_in_log_order_once_promoted(tmp_path: Path) -> None:
+    """Controller mode: a replica's queues hold confirmed messages only; once it writes, the copied tail
+    past the old confirm offset becomes visible before its own new messages, with contiguous offsets."""
+    async def scenario() -> None:
+        master = MessageStore(small_config(tmp_path / "master"))
+        await master.start()
+        await fill(master, 30)
+        layout = [(m.physical_offset, m.size) for m in master.commit_log.iter_messages(0, master.commit_log.max_offset)]
+        confirm = layout[9][0] + layout[9][1]  # the end of the 10th message
+        raw = b"".join(master.commit_log.read_raw(p, 4096) for p in range(0, master.commit_log.max_offset, 4096))
+        replica = MessageStore(small_config(tmp_path / "replica"))
+        await replica.start()
+        replica._confirm = 0  # what the broker sets in controller mode
+        for pos in range(0, len(raw), 700):
+            replica.append_replicated(pos, raw[pos:pos + 700])
+        assert replica.max_offset("T", 0) == 0  # nothing confirmed yet: nothing visible
+        replica.set_confirm_offset(confirm)
+        assert [m.body for m in replica.get("T", 0, 0, 100).messages] == [f"body-{i}".encode() for i in range(10)]
+        # promoted: it writes while the copied messages 10..29 are still unconfirmed
+        replica.rebuild_queue_offsets()
+        new = []
+        for i in range(3):
+            (res,) = await replica.put([make_msg(100 + i)])
+            new.append(res.message)
+        assert [m.queue_offset for m in new] == [30, 31, 32]
+        assert replica.max_offset("T", 0) == 10  # its own messages wait behind the unconfirmed copy
+        replica.set_confirm_offset(None)  # the SyncStateSet caught up (or the master is alone)
+        got = replica.get("T", 0, 0, 100).messages
+        assert [m.queue_offset for m in got] == list(range(33))
+        assert [m.body for m in got] == [f"body-{i}".encode() for i in range(30)] + [
+            f"body-{100 + i}".encode() for i in range(3)]
+        await replica.shutdown()
+        await master.shutdown()
+
+    run(scenario())

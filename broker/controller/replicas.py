@@ -85,6 +85,7 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
         self.last_leader_contact = time.monotonic()
         broker.replication_master.on_ack.append(lambda _st: self._on_ack())
         broker.replication_slave.before_session = self._before_session
+        broker.replication_slave.follow_confirm = True
         broker.replication_slave.address_override = lambda: (self.master_ha_addr, self.master_addr)
 
     # ---------------------------------------------------------- identity

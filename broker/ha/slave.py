@@ -40,6 +40,9 @@ class ReplicationSlave:
         # controller mode: where the master is, and the epoch check + truncation before each session
         self.address_override: Callable[[], tuple[str, str]] | None = None
         self.before_session: Callable[[str], Awaitable[None]] | None = None
+        # controller mode: dispatch only up to the master's confirm offset (consumers of a replica,
+        # slave reads or after a promotion, see only what the SyncStateSet acknowledged)
+        self.follow_confirm = False
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -123,11 +126,19 @@ class ReplicationSlave:
                     if chunk.data:
                         b.store.append_replicated(chunk.offset, chunk.data)
                         await reports.put(report())
+                    if self.follow_confirm:
+                        self._adopt_confirm(chunk.confirm_offset)
             finally:
                 # end the request generator before the call goes (a role change cancels this task): grpc
                 # otherwise closes it while it waits on the queue ("aclose(): ... already running")
                 reports.put_nowait(None)
                 call.cancel()
+
+    def _adopt_confirm(self, master_confirm: int) -> None:
+        store = self.broker.store
+        confirm = min(master_confirm, store.commit_log.max_offset)
+        if store._confirm is None or confirm > store._confirm:
+            store.set_confirm_offset(confirm)
 
     async def _sync_metadata(self) -> None:
         while True:

@@ -417,12 +417,19 @@ class MessageStore:
                 fut.set_result((part, ok))
 
     def append_replicated(self, offset: int, data: bytes) -> int:
-        """Append bytes copied from the master (same offsets) and dispatch the records they complete."""
+        """Append bytes copied from the master (same offsets) and dispatch the records they complete.
+
+        With a confirm offset set (controller mode: the master's, carried by the stream) only
+        records up to it are dispatched, so a replica's consume queues, like the master's,
+        hold confirmed messages only; ``set_confirm_offset`` dispatches the rest as it moves.
+        """
         self.commit_log.append_raw(offset, data)
         end = self.commit_log.max_offset
-        self._dispatch_many(self.commit_log.iter_messages(self.dispatched, end))
+        bound = end if self._confirm is None else min(end, self._confirm)
+        if self.dispatched < bound:
+            self._dispatch_many(self.commit_log.iter_messages(self.dispatched, bound))
         after_filler = self.commit_log.next_record_offset(self.dispatched)
-        if after_filler <= end:  # a filler copied only in part is not passed (see trim_torn_tail)
+        if after_filler <= bound:  # a filler copied only in part is not passed (see trim_torn_tail)
             self.dispatched = max(self.dispatched, after_filler)
         return end
 
@@ -471,8 +478,22 @@ class MessageStore:
         self.dispatch_confirmed()
 
     def dispatch_confirmed(self) -> None:
+        """Consume-queue entries and index keys for everything up to the confirm offset, in log order.
+
+        Two sources: records this store appended (``_pending``) and records below the first
+        of them that it did not dispatch when they arrived (a promoted replica's copy past its
+        old confirm offset).  The copied ones go first: their queue offsets come first.
+        """
         bound = self.confirm_offset
         pending = self._pending
+        if pending and self.dispatched < pending[0].physical_offset:
+            first = pending[0].physical_offset
+            upto = min(bound, first)
+            if self.dispatched < upto:
+                self._dispatch_many(self.commit_log.iter_messages(self.dispatched, upto))
+            if upto < first:
+                return  # the appended ones lie past the bound too
+            self.dispatched = first  # only whole records and fillers lie below a record this store wrote
         if pending:
             if pending[-1].physical_offset + pending[-1].size <= bound:
                 ready = list(pending)
