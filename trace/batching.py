@@ -88,6 +88,16 @@ class TraceBatch:
         return KEY_SEPARATOR.join(self.keys)
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A record with its original topic, encoded text and UTF-8 size, for callers that have them."""
+
+    topic: str
+    record: TraceRecord
+    text: str
+    size: int
+
+
 @dataclass
 class BatchPlan:
     """The trace messages for a set of records, and the records too large for any message."""
@@ -104,7 +114,7 @@ class _Open:
 
 
 def build_batches(
-    items: Iterable[TraceRecord | tuple[str, TraceRecord]],
+    items: Iterable[TraceRecord | tuple[str, TraceRecord] | Encoded],
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_keys_bytes: int = MAX_KEYS_BYTES,
@@ -112,7 +122,8 @@ def build_batches(
     """Group records by original topic and pack them, in order, into bounded trace messages.
 
     ``items`` are records, or ``(topic, record)`` pairs when the caller knows the topic
-    of a Sub record (the format does not carry it).  Records keep their relative order
+    of a Sub record (the format does not carry it), or :class:`Encoded` items (not encoded
+    a second time).  Records keep their relative order
     within a topic; batches are listed in the order they were completed.  Raises
     :class:`~rocketscope.trace.codec.TraceEncodeError` for a record the format cannot
     carry, before producing anything.
@@ -121,6 +132,9 @@ def build_batches(
         raise ValueError("max_body_bytes and max_keys_bytes must be positive")
     prepared: list[tuple[str, TraceRecord, str, int, list[str]]] = []
     for item in items:
+        if isinstance(item, Encoded):  # encoded already (the dispatcher measured it when queueing)
+            prepared.append((item.topic, item.record, item.text, item.size, record_keys(item.record)))
+            continue
         topic, record = item if isinstance(item, tuple) else (record_topic(item), item)
         text = encode_record(record)
         prepared.append((topic, record, text, len(text.encode("utf-8")), record_keys(record)))

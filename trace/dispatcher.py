@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from opentelemetry import metrics
 
-from rocketscope.trace.batching import MAX_BODY_BYTES, build_batches, record_topic
+from rocketscope.trace.batching import MAX_BODY_BYTES, Encoded, build_batches, record_topic
 from rocketscope.trace.codec import TraceEncodeError, TraceRecord, encode_record
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ class _Entry:
     record: TraceRecord
     size: int
     enqueued: float
+    text: str  # the encoded record: encoded once, when queued (its size counts toward batch_bytes)
 
 
 class _Instruments:
@@ -186,12 +187,13 @@ class AsyncTraceDispatcher:
         format cannot carry is counted as failed, a full or closed queue counts a drop.
         """
         try:
-            size = len(encode_record(record).encode("utf-8"))
+            text = encode_record(record)
+            size = len(text.encode("utf-8"))
         except TraceEncodeError as exc:
             log.warning("trace record not queued: %s", exc)
             self._count_failed(1)
             return False
-        entry = _Entry(record_topic(record) if topic is None else topic, record, size, time.monotonic())
+        entry = _Entry(record_topic(record) if topic is None else topic, record, size, time.monotonic(), text)
         with self._cond:
             if self._closing or len(self._queue) >= self._queue_size:
                 self._dropped += 1
@@ -328,7 +330,8 @@ class AsyncTraceDispatcher:
                     self._cond.notify_all()
 
     def _deliver(self, chunk: Iterable[_Entry]) -> None:
-        plan = build_batches(((e.topic, e.record) for e in chunk), max_body_bytes=self._max_body_bytes)
+        plan = build_batches((Encoded(e.topic, e.record, e.text, e.size) for e in chunk),
+                             max_body_bytes=self._max_body_bytes)
         if plan.oversize:
             log.warning("%d trace records are too large for one trace message and are not sent", len(plan.oversize))
             self._count_failed(len(plan.oversize))
