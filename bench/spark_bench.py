@@ -108,8 +108,10 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int) -> dic
     from rocketscope.spark.run import read_rows
     from rocketscope.spark.session import get_session
 
-    # one shuffle partition per ~150k messages (8 at 1M, 66 at 10M): with 8 at 10M each hash aggregate held
-    # over a million rows and failed with AGGREGATE_OUT_OF_MEMORY in a 4 GB driver
+    # one shuffle partition per ~150k messages (8 at 1M, 66 at 10M), so a task's sort and its persisted block
+    # (~570k decoded records at 10M) stay the same size at every scale.  The 10M failures that this rule was
+    # first meant to cure (AGGREGATE_OUT_OF_MEMORY) came from the dropDuplicates() hash aggregate over whole
+    # decoded records, now a sort (rocketscope.spark.decode.drop_exact_duplicates)
     partitions = max(8, messages // 150_000)
     spark = get_session("local[2]", app_name="rocketscope-bench", driver_memory=driver_memory,
                         shuffle_partitions=partitions)
@@ -145,7 +147,8 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int) -> dic
         for method in ("interval", "window"):
             def run(m: str = method) -> Any:
                 joined = asof_join(cand_df, acks_df, keys, "phys_offset", "ack_ts", method=m)
-                return joined.agg(F.count("ack_ts"), F.sum("ack_ts")).first()
+                # decimal sum: at 10M the ack times (epoch ms) of 26M candidates overflow a long (ANSI mode)
+                return joined.agg(F.count("ack_ts"), F.sum(F.col("ack_ts").cast("decimal(38,0)"))).first()
 
             secs, row = best_of(f"spark {method} as-of join", run)
             result[f"join_spark_{method}_s"] = secs

@@ -76,14 +76,14 @@ class Model:
     asof_method: str = "interval"
     bucket: int | None = None
     persist: bool = True
-    storage_level: StorageLevel = StorageLevel.DISK_ONLY
-    """Where the shared tables are kept.  On disk by default: the operating system's page
-    cache keeps them in memory outside the JVM heap, so the driver's heap (the executor's
-    in ``local`` mode) stays free for execution.  With MEMORY_AND_DISK the cached blocks
-    (one per partition, about 100 MB each at 10M messages) competed with the sorts and
-    aggregates for the same heap, and a block read back from disk is copied whole into
-    the heap (``maybeCacheDiskBytesInMemory``): a Java heap OutOfMemoryError in a small
-    driver.  DISK_ONLY writes and reads the blocks as streams."""
+    # Where the shared tables are kept.  On disk by default: the operating system's page
+    # cache keeps them in memory outside the JVM heap, so the driver's heap (the executor's
+    # in ``local`` mode) stays free for execution.  With MEMORY_AND_DISK the cached blocks
+    # (one per partition, about 100 MB each at 10M messages) competed with the sorts and
+    # aggregates for the same heap, and a block read back from disk is copied whole into
+    # the heap (``BlockManager.maybeCacheDiskBytesInMemory``): a Java heap
+    # OutOfMemoryError in a small driver.  DISK_ONLY writes and reads blocks as streams.
+    storage_level: StorageLevel = field(default_factory=lambda: StorageLevel.DISK_ONLY)
     _cache: dict[str, DataFrame] = field(default_factory=dict)
 
     def _keep(self, name: str, df: DataFrame) -> DataFrame:
