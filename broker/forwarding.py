@@ -23,6 +23,7 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.broker.protocol import common_pb2
 
+from .request_metadata import request_metadata
 from .slave_read import SLAVE_READ_HEADER
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class LeaderForwarder:
 
     async def target(self, method: str, context: grpc.aio.ServicerContext) -> str | None:
         """The leader's address when this request must go there, else None (serve locally)."""
-        if method == "PullMessage" and any(k == SLAVE_READ_HEADER for k, _ in context.invocation_metadata() or ()):
+        if method == "PullMessage" and SLAVE_READ_HEADER in request_metadata(context):
             return None  # a master handed this far-behind pull to us (slaveReadEnable)
         rm = getattr(self.broker, "replicas", None)
         if rm is not None:  # controller mode: the master the controller named
@@ -59,7 +60,7 @@ class LeaderForwarder:
                 # cut off from the controllers: a master of a newer epoch, if the name server knows one,
                 # takes the request (RocketMQ's proxy follows the route the same way); else try locally
                 return await self._leader_from_namesrv(newer_than_epoch=rm.master_epoch)
-            if any(k == FORWARDED_HEADER for k, _ in context.invocation_metadata() or ()):
+            if FORWARDED_HEADER in request_metadata(context):
                 raise NoLeader(f"{self.broker.node_id} is not the master either (stale forward)")
             if not rm.master_grpc_addr or rm.master_grpc_addr == self.broker.grpc_addr:
                 raise NoLeader(f"group {self.broker.broker_name} has no master yet; retry")
@@ -67,7 +68,7 @@ class LeaderForwarder:
         d = self.broker.dledger
         if d is None or d.is_leader or method in LOCAL_METHODS:
             return None
-        if any(k == FORWARDED_HEADER for k, _ in context.invocation_metadata() or ()):
+        if FORWARDED_HEADER in request_metadata(context):
             raise NoLeader(f"{d.self_id} is not the leader either (stale forward)")
         addr = d.leader_grpc_addr() or await self._leader_from_namesrv()
         if not addr:

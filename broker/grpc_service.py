@@ -23,6 +23,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 from .convert import to_grpc, to_stored
 from .grpc_registration import Unparseable
 from .pop import PopError
+from .request_metadata import request_metadata
 from .route_view import message_queues
 from .store.message_store import PutStatus
 from .trace_hooks import CLIENT_TRACE_HEADER
@@ -88,10 +89,7 @@ def guarded(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]], C
 
 
 def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
-    for k, v in context.invocation_metadata() or ():
-        if k == key:
-            return v if isinstance(v, str) else v.decode("utf-8", "replace")
-    return ""
+    return request_metadata(context).get(key, "")
 
 
 def peer_host(context: grpc.aio.ServicerContext) -> str:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from rocketmq.grpc_protocol import service_pb2 as svc
 
+from .request_metadata import request_metadata
+
 if TYPE_CHECKING:
     from .broker import Broker
 
@@ -55,7 +57,7 @@ class SlaveReader:
         b = self.broker
         if not b.settings.slaveReadEnable or not b.is_master:
             return None
-        if any(k == SLAVE_READ_HEADER for k, _ in context.invocation_metadata() or ()):
+        if SLAVE_READ_HEADER in request_metadata(context):
             return None
         mq = request.message_queue
         cq = b.store.cqs.get((mq.topic.name, mq.id))
