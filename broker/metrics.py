@@ -381,7 +381,7 @@ class BrokerMetrics:
         snap["rocketmq_ha_role"].append((1 if b.is_master else 0, group))
         rm = b.replicas
         if rm is not None and rm.is_master:  # controller mode: the master states the group's set and epoch
-            snap["rocketmq_ha_sync_state_set_size"].append((len(set(rm.sync_state_set) | {rm.my_id}), group))
+            snap["rocketmq_ha_sync_state_set_size"].append((rm.sync_state_set_size, group))
             snap["rocketmq_ha_master_epoch"].append((rm.master_epoch, group))
         if b.is_master:
             for st in b.replication_master.slaves.values():

@@ -8,7 +8,8 @@ torn write leaves one good file).  A replica joining a master compares its entri
 with the master's: the newest epoch both have with the same start offset is where
 their histories last agreed, and everything past ``min(local end, master end)`` of that
 epoch is a tail the master never had (an old master's unconfirmed writes): it is cut
-before replication starts (AutoSwitchHAClient.doTruncate / EpochFileCache.findConsistentPoint).
+before replication starts (AutoSwitchHAClient.doTruncate / EpochFileCache.findConsistentPoint),
+by ``MessageStore.truncate_to``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,6 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rocketscope.broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 MAX_OFFSET = 2**63 - 1
@@ -139,7 +136,3 @@ def find_consistent_point(local: list[EpochEntry], local_max: int, master: list[
             return min(end, other)
     return None
 
-
-def truncate_store(store: MessageStore, offset: int) -> int:
-    """Cut the commit log at ``offset`` and every consume-queue entry past it; return the bytes removed."""
-    return store.truncate_to(offset)

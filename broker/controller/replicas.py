@@ -45,7 +45,7 @@ from rocketscope.broker.store.message_store import PutStatus
 
 from .client import ControllerClient, ControllerUnavailable
 from .config import controller_addresses
-from .epoch import EpochEntry, EpochFile, find_consistent_point, truncate_store
+from .epoch import EpochEntry, EpochFile, find_consistent_point
 from .state import NO_MASTER, Code
 
 if TYPE_CHECKING:
@@ -104,6 +104,11 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
         tmp.write_text(json.dumps({"clusterName": self.broker.cluster, "brokerName": self.broker.broker_name,
                                    "brokerId": broker_id, "registerCheckCode": check_code}))
         os.replace(tmp, self.identity_path)
+
+    @property
+    def sync_state_set_size(self) -> int:
+        """Members of the SyncStateSet, this broker (the master) included."""
+        return len(set(self.sync_state_set) | {self.my_id})
 
     @property
     def is_master(self) -> bool:
@@ -336,7 +341,7 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
                             self.master_addr, local_max)
         point = min(point, cache.max_offset)
         if point < local_max:
-            removed = truncate_store(store, point)
+            removed = store.truncate_to(point)
             self.epochs.truncate_from(point + 1 if point else 0)
             self.truncations += 1
             self.last_truncation = {"fromOffset": point, "toOffset": local_max, "epoch": self.master_epoch,
@@ -407,15 +412,14 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
 
     def _needed(self) -> int:
         s = self.broker.settings
-        size = len(set(self.sync_state_set) | {self.my_id})
+        size = self.sync_state_set_size
         return size if s.allAckInSyncStateSet else min(s.inSyncReplicas, size)
 
     async def wait_replicated(self, end_offset: int) -> PutStatus:
         s = self.broker.settings
         if not self.is_master:
             return PutStatus.SERVICE_NOT_AVAILABLE
-        size = len(set(self.sync_state_set) | {self.my_id})
-        if size < s.minInSyncReplicas:
+        if self.sync_state_set_size < s.minInSyncReplicas:
             return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
         if self._copies(end_offset)[0] >= self._needed():
             self._update_confirm()

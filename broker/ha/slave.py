@@ -127,18 +127,12 @@ class ReplicationSlave:
                         b.store.append_replicated(chunk.offset, chunk.data)
                         await reports.put(report())
                     if self.follow_confirm:
-                        self._adopt_confirm(chunk.confirm_offset)
+                        b.store.advance_confirm_offset(chunk.confirm_offset)
             finally:
                 # end the request generator before the call goes (a role change cancels this task): grpc
                 # otherwise closes it while it waits on the queue ("aclose(): ... already running")
                 reports.put_nowait(None)
                 call.cancel()
-
-    def _adopt_confirm(self, master_confirm: int) -> None:
-        store = self.broker.store
-        confirm = min(master_confirm, store.commit_log.max_offset)
-        if store._confirm is None or confirm > store._confirm:
-            store.set_confirm_offset(confirm)
 
     async def _sync_metadata(self) -> None:
         while True:

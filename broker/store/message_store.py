@@ -472,6 +472,12 @@ class MessageStore:
     def confirm_offset(self) -> int:
         return self.commit_log.max_offset if self._confirm is None else self._confirm
 
+    def advance_confirm_offset(self, offset: int) -> None:
+        """Move the visibility bound forward to ``offset`` (capped at the log end), never back."""
+        offset = min(offset, self.commit_log.max_offset)
+        if self._confirm is None or offset > self._confirm:
+            self.set_confirm_offset(offset)
+
     def set_confirm_offset(self, offset: int | None) -> None:
         """Move the visibility bound (None: follow the written end) and dispatch up to it."""
         self._confirm = offset
@@ -486,26 +492,22 @@ class MessageStore:
         """
         bound = self.confirm_offset
         pending = self._pending
-        if pending and self.dispatched < pending[0].physical_offset:
-            first = pending[0].physical_offset
-            upto = min(bound, first)
-            if self.dispatched < upto:
-                self._dispatch_many(self.commit_log.iter_messages(self.dispatched, upto))
-            if upto < first:
-                return  # the appended ones lie past the bound too
-            self.dispatched = first  # only whole records and fillers lie below a record this store wrote
-        if pending:
-            if pending[-1].physical_offset + pending[-1].size <= bound:
-                ready = list(pending)
-                pending.clear()
-            else:
-                ready = []
-                while pending and pending[0].physical_offset + pending[0].size <= bound:
-                    ready.append(pending.popleft())
-            if ready:
-                self._dispatch_many(ready)
-        if not pending and self.dispatched < bound:  # written by replication: read it back
-            self._dispatch_many(self.commit_log.iter_messages(self.dispatched, bound))
+        first = pending[0].physical_offset if pending else bound
+        upto = min(bound, first)
+        if self.dispatched < upto:  # records this store did not append (copied by replication): read them back
+            self._dispatch_many(self.commit_log.iter_messages(self.dispatched, upto))
+        if not pending or upto < first:
+            return  # nothing appended here, or all of it lies past the bound
+        self.dispatched = max(self.dispatched, first)  # only whole records and fillers lie below ``first``
+        if pending[-1].physical_offset + pending[-1].size <= bound:
+            ready = list(pending)
+            pending.clear()
+        else:
+            ready = []
+            while pending and pending[0].physical_offset + pending[0].size <= bound:
+                ready.append(pending.popleft())
+        if ready:
+            self._dispatch_many(ready)
 
     def _dispatch(self, msg: StoredMessage) -> None:
         self._dispatch_many((msg,))
