@@ -59,6 +59,26 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def wait_quiet(pids: list[int], window_s: float = 0.3, busy_share: float = 0.1, timeout_s: float = 30.0) -> float:
+    """Wait until every process in ``pids`` has used under ``busy_share`` of a core for two windows in a row.
+
+    A broker keeps working after the last ack of a run (consume-queue and index flushes, the
+    broker-side trace records' 0.2 s flush, closing the clients' streams).  Without this wait
+    that work landed in the *next* run on the same broker, and a run sharing the machine with
+    the other broker's tail was slowed: the first run of each round showed twice the broker
+    CPU per message of the second (session 4's figures).  Returns the seconds waited."""
+    t0 = time.perf_counter()
+    quiet = 0
+    last = [proc_cpu_s(p) for p in pids]
+    while quiet < 2 and time.perf_counter() - t0 < timeout_s:
+        time.sleep(window_s)
+        now = [proc_cpu_s(p) for p in pids]
+        busy = max(b - a for a, b in zip(last, now, strict=True)) / window_s
+        quiet = quiet + 1 if busy < busy_share else 0
+        last = now
+    return time.perf_counter() - t0
+
+
 def produce_consume(endpoint: str, topic: str, group: str, n: int, traced: bool) -> tuple[float, list[str], Any]:
     """msgs/s for sending n messages (64 in flight) and consuming them all; the ids; the producer's dispatcher."""
     producer = Producer(config(endpoint), (topic,))
@@ -128,15 +148,17 @@ def bench_throughput(messages: int, rounds: int) -> dict[str, Any]:
             for mode, node in order:
                 topic, group = f"TopicBench{r}", f"GroupBench{r}"
                 c.admin("updateTopic", "-b", node.admin_addr, "-t", topic, "-r", "4", "-w", "4")
+                wait_quiet([plain.proc.popen.pid, traced.proc.popen.pid])
                 client0, broker0 = time.process_time(), proc_cpu_s(node.proc.popen.pid)
                 rate, ids, disp = produce_consume(node.endpoint, topic, group, messages, mode == "on")
-                if mode == "on":
-                    time.sleep(1.0)  # broker-side records flush every 0.2 s: count their CPU too
+                # the broker's work after the last ack (flushes, broker-side trace records) is this run's
+                tail_s = wait_quiet([node.proc.popen.pid])
                 cpu["client"][mode].append((time.process_time() - client0) * 1000 / messages)
                 cpu["broker"][mode].append((proc_cpu_s(node.proc.popen.pid) - broker0) * 1000 / messages)
                 rates[mode].append(rate)
                 say(f"round {r + 1} trace {mode}: {rate:.0f} msg/s produced and consumed; CPU per message: "
-                    f"client {cpu['client'][mode][-1]:.2f} ms, broker {cpu['broker'][mode][-1]:.2f} ms")
+                    f"client {cpu['client'][mode][-1]:.2f} ms, broker {cpu['broker'][mode][-1]:.2f} ms "
+                    f"(broker quiet {tail_s:.1f} s after the run)")
                 if mode == "on":
                     stats = disp.stats() if disp else None
                     if stats:
