@@ -146,7 +146,9 @@ def bench_throughput(messages: int, rounds: int) -> dict[str, Any]:
         for r in range(rounds):
             order = [("off", plain), ("on", traced)] if r % 2 == 0 else [("on", traced), ("off", plain)]
             for mode, node in order:
-                topic, group = f"TopicBench{r}", f"GroupBench{r}"
+                # a name per run: both brokers register with one name server, and a topic created on both
+                # would route half of the second run's sends to the other broker (it did until session 5)
+                topic, group = f"TopicBench{r}{mode.title()}", f"GroupBench{r}{mode.title()}"
                 c.admin("updateTopic", "-b", node.admin_addr, "-t", topic, "-r", "4", "-w", "4")
                 wait_quiet([plain.proc.popen.pid, traced.proc.popen.pid])
                 client0, broker0 = time.process_time(), proc_cpu_s(node.proc.popen.pid)

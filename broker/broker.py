@@ -544,11 +544,10 @@ class Broker:
     def ack(self, group: str, handle: str, message_id: str, client_id: str = "", traced: bool = False) -> None:
         receipt, handed_ms = self.pop.ack(group, handle)
         if not isinstance(self.trace_hooks, NoTrace):
-            msg = self.store.message_at(receipt.topic, receipt.queue_id, receipt.offset)
-            if msg is not None:
-                self.trace_hooks.on_acked(group, msg, request_id=request_id(receipt.seq),
-                                          cost_ms=self.pop.now_ms() - handed_ms, client_id=client_id,
-                                          client_traced=traced)
+            self.trace_hooks.on_acked(
+                group, lambda: self.store.message_at(receipt.topic, receipt.queue_id, receipt.offset),
+                request_id=request_id(receipt.seq), cost_ms=self.pop.now_ms() - handed_ms, client_id=client_id,
+                client_traced=traced)
 
     def change_invisible(self, group: str, handle: str, invisible_ms: int, message_id: str) -> str:
         return self.pop.change_invisible(group, handle, invisible_ms)

@@ -47,7 +47,7 @@ def test_pub_sub_records_written():
         t.on_delivered("G1", m, attempt=1, request_id="req1", client_id="c", client_traced=False)
         t.on_expired("G1", m, request_id="req1", cost_ms=1000)
         t.on_delivered("G1", m, attempt=2, request_id="req2", client_id="c", client_traced=False)
-        t.on_acked("G1", m, request_id="req2", cost_ms=5, client_id="c", client_traced=False)
+        t.on_acked("G1", lambda: m, request_id="req2", cost_ms=5, client_id="c", client_traced=False)
 
     out = _run(t, calls)
     assert all(topic == "RMQ_SYS_TRACE_TOPIC" for topic, _, _ in out)
@@ -78,6 +78,26 @@ def test_real_topic_msg_type_and_client_traced_skipped():
     assert recs[1].topic == "%DLQ%G1"
 
 
+def test_ack_of_an_instrumented_client_reads_nothing_back():
+    """The broker reads an acked message back only to write its SubAfter: not for an instrumented client."""
+    t = BrokerTracer(append=None, region_id="R1", store_host="127.0.0.1:10911")
+    m = _msg()
+    loads: list[str] = []
+
+    def load(name: str):
+        return lambda: (loads.append(name), m)[1]
+
+    def calls(t):
+        t.on_delivered("G1", m, attempt=1, request_id="traced", client_id="c", client_traced=True)
+        t.on_acked("G1", load("traced"), request_id="traced", cost_ms=5, client_id="c", client_traced=True)
+        t.on_delivered("G1", m, attempt=1, request_id="plain", client_id="c", client_traced=False)
+        t.on_acked("G1", load("plain"), request_id="plain", cost_ms=5, client_id="c", client_traced=False)
+
+    recs = _records(_run(t, calls))
+    assert loads == ["plain"]
+    assert [type(r).__name__ for r in recs] == ["SubBeforeRecord", "SubAfterRecord"]
+
+
 def test_timeline_and_table_from_broker_records():
     from rocketscope.trace.cli import render_table
     from rocketscope.trace.timeline import build_timeline
@@ -92,7 +112,7 @@ def test_timeline_and_table_from_broker_records():
         t.on_expired("G1", m, request_id="G1r1", cost_ms=1000)
         t.on_delivered("G1", m, attempt=2, request_id="G1r2", client_id="c", client_traced=False)
         for r, g in (("G1r2", "G1"), ("G2r1", "G2")):
-            t.on_acked(g, m, request_id=r, cost_ms=5, client_id="c", client_traced=False)
+            t.on_acked(g, lambda: m, request_id=r, cost_ms=5, client_id="c", client_traced=False)
 
     tl = build_timeline("MID1", _records(_run(t, calls)))
     assert tl.producer is not None and tl.topic == "orders"

@@ -128,11 +128,13 @@ class BrokerTracer:
             request_id=request_id, msg_id=msg.msg_id, cost_time=int(cost_ms), success=success,
             keys=msg.properties.get("KEYS", ""), context_code=code, timestamp=_now_ms(), group=group))
 
-    def on_acked(self, group: str, msg: Any, *, request_id: str, cost_ms: int, client_id: str,
+    def on_acked(self, group: str, load: Callable[[], Any], *, request_id: str, cost_ms: int, client_id: str,
                  client_traced: bool) -> None:
         if self._client_deliveries.pop(request_id, 0) is None or client_traced:
             return
-        self._sub_after(group, msg, request_id, cost_ms, True, 0)
+        msg = load()
+        if msg is not None:
+            self._sub_after(group, msg, request_id, cost_ms, True, 0)
 
     def on_expired(self, group: str, msg: Any, *, request_id: str, cost_ms: int) -> None:
         if self._client_deliveries.pop(request_id, 0) is None:
