@@ -81,7 +81,7 @@ def make(send: RecordingSend) -> Iterator[Callable[..., AsyncTraceDispatcher]]:
 
 
 def test_batches_by_count(make, send: RecordingSend) -> None:
-    d = make(batch_count=5)
+    d = make(batch_count=5, linger_s=0)
     for i in range(12):
         assert d.append(pub(i))
     send.wait_for(lambda: len(send.messages) == 2)
@@ -90,6 +90,31 @@ def test_batches_by_count(make, send: RecordingSend) -> None:
     assert d.flush(WAIT)
     assert send.batch_sizes() == [5, 5, 2]
     assert [r.msg_id for r in send.records()] == [f"MSG{i:06d}" for i in range(12)]
+
+
+def test_linger_sends_a_steady_stream_in_fewer_larger_messages(make, send: RecordingSend) -> None:
+    """batch_count records wait linger_s for more: 12 records appended at once leave in one message."""
+    d = make(batch_count=5, linger_s=0.2)
+    for i in range(12):
+        d.append(pub(i))
+    send.wait_for(lambda: len(send.messages) == 1)  # no flush asked: the linger after 5 records sent them
+    assert send.batch_sizes() == [12]
+    assert d.queue_depth == 0 and d.written == 12
+
+
+def test_linger_ends_at_ten_times_batch_count(make, send: RecordingSend) -> None:
+    """A full chunk (BACKLOG_FACTOR x batch_count) goes without lingering, and what is left of a
+    backlog, having waited through that send, does not linger again."""
+    send.gate.clear()
+    d = make(batch_count=2, linger_s=3600)
+    d.append(pub(0))
+    assert not d.flush(0.01)  # asks for record 0 now; the worker takes it and blocks in send
+    assert send.entered.wait(WAIT)
+    for i in range(1, 24):
+        d.append(pub(i))
+    send.gate.set()
+    send.wait_for(lambda: len(send.messages) == 3)  # the hour-long linger was never waited out
+    assert send.batch_sizes() == [1, 20, 3]
 
 
 def test_batches_by_age(make, send: RecordingSend) -> None:
@@ -201,6 +226,8 @@ def test_invalid_parameters(send: RecordingSend) -> None:
         AsyncTraceDispatcher(send, queue_size=0)
     with pytest.raises(ValueError):
         AsyncTraceDispatcher(send, max_age_s=0)
+    with pytest.raises(ValueError, match="linger_s"):
+        AsyncTraceDispatcher(send, linger_s=-1)
 
 
 LABELS = {"trace_topic": "TT", "source": "client"}
