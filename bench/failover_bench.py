@@ -121,7 +121,7 @@ def rocketscope_throughput(messages: int, depth: int) -> dict[str, float]:
             lock = threading.Semaphore(depth)
             done = threading.Event()
             count = [0]
-            t0 = time.perf_counter()
+            t0, client0 = time.perf_counter(), time.process_time()
 
             def finished(fut, started: float) -> None:  # type: ignore[no-untyped-def]
                 lat.append(time.perf_counter() - started)
@@ -137,12 +137,15 @@ def rocketscope_throughput(messages: int, depth: int) -> dict[str, float]:
                 f.add_done_callback(lambda fut, s=s: finished(fut, s))
             done.wait(300)
             elapsed = time.perf_counter() - t0
+            # the client process's CPU per message: one process under one GIL sends at most 1 s / that
+            client_us = (time.process_time() - client0) / messages * 1e6
     finally:
         c.stop()
         shutil.rmtree(root, ignore_errors=True)
     lat.sort()
     return {"msgs_per_s": messages / elapsed, "p50_ms": lat[len(lat) // 2] * 1000,
-            "p99_ms": lat[int(len(lat) * 0.99)] * 1000}
+            "p99_ms": lat[int(len(lat) * 0.99)] * 1000, "client_cpu_us_per_msg": client_us,
+            "client_ceiling_msgs_per_s": 1e6 / client_us}
 
 
 # ------------------------------------------------------------------- JetStream
@@ -306,6 +309,9 @@ def main() -> None:
           f"{result['throughput']['ratio']:>8.2f}")
     print(f"{'p50 / p99 latency (ms)':28}{rs_tput['p50_ms']:>13.1f} / {rs_tput['p99_ms']:<6.1f}"
           f"{js_tput['p50_ms']:>8.1f} / {js_tput['p99_ms']:<6.1f}")
+    print(f"{'client ceiling (msg/s)':28}{rs_tput['client_ceiling_msgs_per_s']:>22.0f}{'':>16}"
+          f"{rs_tput['client_ceiling_msgs_per_s'] / js_tput['msgs_per_s']:>8.2f}   "
+          f"(1 s / the official client's {rs_tput['client_cpu_us_per_msg']:.0f} us of CPU per message)")
     print(f"\nresults in {args.out}")
 
 
