@@ -303,9 +303,6 @@ class AsyncTraceDispatcher:
 
     # -- the sender thread --------------------------------------------------------------
 
-    def _ready(self) -> bool:
-        return self._wait_s() == 0.0
-
     def _wait_s(self) -> float | None:
         """Seconds until the queued records are due (0: now; None: nothing queued)."""
         if not self._queue:
