@@ -18,6 +18,13 @@ Definitions (docs/ANALYTICS.md explains the reasons):
   the msgId from the topic ``%DLQ%G``, whichever is earlier.
 
 Timestamps are epoch milliseconds (long) inside the model; the jobs convert at output.
+
+Every table keyed by msgId also carries ``msg_key`` (``xxhash64(msg_id)``), and every join,
+grouping and window on msgId puts it first.  Spark sorts (sort-merge joins, the sort-based
+fallback of ``collect_list`` aggregates, windows) compare an 8-byte prefix of the first sort
+column first, and RocketMQ msgIds from one producer share their first 16 hex characters (IP,
+pid): keyed by the string, nearly every comparison fell back to the whole row.  The hash only
+orders and places rows; msg_id equality is still required, so a collision changes nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 NEG_INF = -(2**62)
 POS_INF = 2**62
 DLQ_PREFIX = "%DLQ%"
+MSG_KEY = "msg_key"
+"""``xxhash64(msg_id)``: the leading key of every msgId join, grouping and window (module docstring)."""
 
 
 def leaderships(events: DataFrame) -> DataFrame:
@@ -108,7 +117,8 @@ class Model:
     def records(self) -> DataFrame:
         """Decoded trace records, exact duplicates (a trace message sent twice) removed."""
         if "records" not in self._cache:
-            self._keep("records", drop_exact_duplicates(decode_trace(self.rows)))
+            records = drop_exact_duplicates(decode_trace(self.rows))
+            self._keep("records", records.withColumn(MSG_KEY, F.xxhash64("msg_id")))
         return self._cache["records"]
 
     @property
@@ -130,6 +140,7 @@ class Model:
         if "copies" in self._cache:
             return self._cache["copies"]
         pubs = self.records.where(F.col("rec_type") == "Pub").select(
+            MSG_KEY,
             "msg_id",
             "topic",
             F.col("grp").alias("producer_group"),
@@ -176,9 +187,9 @@ class Model:
             .drop("t_group", "truncs")
         )
         quorum = self.replication.where(F.col("replica") == QUORUM).select(
-            "msg_id", "born_ts", "store_host", "phys_offset", F.col("ack_ts").alias("committed_ts")
+            MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset", F.col("ack_ts").alias("committed_ts")
         )
-        copies = copies.join(quorum, on=["msg_id", "born_ts", "store_host", "phys_offset"], how="left")
+        copies = copies.join(quorum, on=[MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset"], how="left")
         return self._keep("copies", copies)
 
     @property
@@ -186,6 +197,7 @@ class Model:
         """Successful copies whose broker group and generation are known, before the truncation flag."""
         pubs = self.records.where((F.col("rec_type") == "Pub") & F.col("success") & F.col("phys_offset").isNotNull())
         pubs = pubs.select(
+            MSG_KEY,
             "msg_id",
             "topic",
             F.col("ts").alias("born_ts"),
@@ -237,15 +249,16 @@ class Model:
         """One row per delivery attempt (SubBefore full-outer-joined with SubAfter)."""
         r = self.records
         before = r.where(F.col("rec_type") == "SubBefore").select(
-            "msg_id", "request_id", F.col("grp").alias("b_grp"), F.col("ts").alias("begin_ts"), "retry_times",
+            MSG_KEY, "msg_id", "request_id", F.col("grp").alias("b_grp"), F.col("ts").alias("begin_ts"), "retry_times",
             F.col("origin_topic").alias("b_origin"),
-        ).dropDuplicates(["msg_id", "request_id"])
+        ).dropDuplicates([MSG_KEY, "msg_id", "request_id"])
         after = r.where(F.col("rec_type") == "SubAfter").select(
-            "msg_id", "request_id", F.col("grp").alias("a_grp"), F.col("ts").alias("a_ts"), "cost_time", "success",
-            F.col("origin_topic").alias("a_origin"),
-        ).dropDuplicates(["msg_id", "request_id"])
-        both = before.join(after, on=["msg_id", "request_id"], how="full_outer")
+            MSG_KEY, "msg_id", "request_id", F.col("grp").alias("a_grp"), F.col("ts").alias("a_ts"), "cost_time",
+            "success", F.col("origin_topic").alias("a_origin"),
+        ).dropDuplicates([MSG_KEY, "msg_id", "request_id"])
+        both = before.join(after, on=[MSG_KEY, "msg_id", "request_id"], how="full_outer")
         return both.select(
+            MSG_KEY,
             "msg_id",
             "request_id",
             F.coalesce("b_grp", "a_grp").alias("grp"),
@@ -263,7 +276,7 @@ class Model:
             return self._cache["consumers"]
         a = self.attempts
         failed_final = (F.col("success") == F.lit(False)) & (F.col("retry_times") >= MAX_RECONSUME_TIMES)
-        stats = a.groupBy("msg_id", "grp").agg(
+        stats = a.groupBy(MSG_KEY, "msg_id", "grp").agg(
             F.countDistinct("request_id").alias("deliveries"),
             F.min("begin_ts").alias("first_delivery_ts"),
             F.min(F.when(F.col("success"), F.col("end_ts"))).alias("first_ack_ts"),
@@ -274,14 +287,16 @@ class Model:
         from_dlq = (
             a.where(F.col("origin_topic").startswith(DLQ_PREFIX))
             .select(
+                MSG_KEY,
                 "msg_id",
                 F.substring(F.col("origin_topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("grp"),
                 F.coalesce("begin_ts", "end_ts").alias("t"),
             )
-            .groupBy("msg_id", "grp")
+            .groupBy(MSG_KEY, "msg_id", "grp")
             .agg(F.min("t").alias("dlq_topic_ts"))
         )
-        joined = stats.join(from_dlq, on=["msg_id", "grp"], how="full_outer").select(
+        joined = stats.join(from_dlq, on=[MSG_KEY, "msg_id", "grp"], how="full_outer").select(
+            MSG_KEY,
             "msg_id",
             "grp",
             F.coalesce("deliveries", F.lit(0)).cast("int").alias("deliveries"),
@@ -306,10 +321,10 @@ class Model:
             return self._cache["messages"]
         c = self.copies
         live = F.col("success") & ~F.col("truncated")
-        w = Window.partitionBy("msg_id").orderBy(
+        w = Window.partitionBy(MSG_KEY, "msg_id").orderBy(
             live.desc(), F.col("success").desc(), F.col("stored_ts").asc(), F.col("store_host").asc()
         )
-        flags = c.groupBy("msg_id").agg(
+        flags = c.groupBy(MSG_KEY, "msg_id").agg(
             F.min("born_ts").alias("first_born_ts"),
             F.count(F.lit(1)).cast("int").alias("send_attempts"),
             F.count(F.when(~F.col("success"), True)).cast("int").alias("failed_sends"),
@@ -318,8 +333,8 @@ class Model:
             F.min(F.when(F.col("truncated"), F.col("stored_ts"))).alias("first_truncated_ts"),
         )
         eff = c.withColumn("__rn", F.row_number().over(w)).where(F.col("__rn") == 1).drop("__rn")
-        msgs = eff.join(flags, on="msg_id").select(
-            "msg_id", "topic", "producer_group", "keys",
+        msgs = eff.join(flags, on=[MSG_KEY, "msg_id"]).select(
+            MSG_KEY, "msg_id", "topic", "producer_group", "keys",
             F.col("first_born_ts").alias("born_ts"),
             F.when(F.col("success"), F.col("stored_ts")).alias("stored_ts"),
             "store_host", "broker_group", "ha_mode", "gen",

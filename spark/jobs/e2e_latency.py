@@ -12,12 +12,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from rocketscope.spark.jobs.common import latency_stats, minute, utc_date
-from rocketscope.spark.model import Model
+from rocketscope.spark.model import MSG_KEY, Model
 
 
 def build(model: Model) -> DataFrame:
-    msgs = model.messages.select("msg_id", "topic", "born_ts")
-    cons = model.consumers.join(msgs, on="msg_id", how="inner").select(
+    msgs = model.messages.select(MSG_KEY, "msg_id", "topic", "born_ts")
+    cons = model.consumers.join(msgs, on=[MSG_KEY, "msg_id"], how="inner").select(
         "topic",
         F.col("grp").alias("group"),
         "born_ts",

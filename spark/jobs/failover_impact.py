@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from rocketscope.spark.jobs.common import ts, utc_date
-from rocketscope.spark.model import Model
+from rocketscope.spark.model import MSG_KEY, Model
 
 WINDOW_MS = 5_000
 
@@ -68,8 +68,8 @@ def build(model: Model, window_ms: int = WINDOW_MS) -> DataFrame:
         .groupBy(F.col("f.group").alias("group"), F.col("f.new_gen").alias("new_gen"))
         .agg(F.max("e.ts").alias("ev_seen_ts"))
     )
-    flags = model.messages.select("msg_id", F.col("resent").alias("m_resent"), F.col("lost").alias("m_lost"))
-    c = model.copies.join(flags, on="msg_id", how="left").alias("c")
+    flags = model.messages.select(MSG_KEY, "msg_id", F.col("resent").alias("m_resent"), F.col("lost").alias("m_lost"))
+    c = model.copies.join(flags, on=[MSG_KEY, "msg_id"], how="left").alias("c")
     per_failover = c.join(fo, on=F.col("c.broker_group") == F.col("f.group"), how="inner")
     ok = F.col("c.success")
     old = ok & (F.col("c.gen") == F.col("f.old_gen"))

@@ -14,10 +14,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from rocketscope.spark.jobs.common import ts, utc_date
-from rocketscope.spark.model import Model
+from rocketscope.spark.model import MSG_KEY, Model
 from rocketscope.spark.schema import QUORUM
 
-COPY_KEY = ["msg_id", "born_ts", "store_host", "phys_offset"]
+COPY_KEY = [MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset"]
 
 
 def build(model: Model) -> DataFrame:
@@ -38,8 +38,8 @@ def build(model: Model) -> DataFrame:
         )
         .withColumnRenamed("born_ts", "eff_born_ts")
     )
-    msgs = msgs.join(rep, on=["msg_id", "eff_born_ts", "store_host", "phys_offset"], how="left")
-    cons = model.consumers.groupBy("msg_id").agg(
+    msgs = msgs.join(rep, on=[MSG_KEY, "msg_id", "eff_born_ts", "store_host", "phys_offset"], how="left")
+    cons = model.consumers.groupBy(MSG_KEY, "msg_id").agg(
         F.array_sort(
             F.collect_list(
                 F.struct(
@@ -57,7 +57,7 @@ def build(model: Model) -> DataFrame:
         F.min("first_delivery_ts").alias("__first_delivery"),
         F.min("first_ack_ts").alias("__first_ack"),
     )
-    out = msgs.join(cons, on="msg_id", how="full_outer")
+    out = msgs.join(cons, on=[MSG_KEY, "msg_id"], how="full_outer")
     return out.select(
         utc_date(F.coalesce("born_ts", "__first_delivery", "__first_ack")).alias("date"),
         "msg_id",
