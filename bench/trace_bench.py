@@ -36,8 +36,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from cluster import LocalCluster  # noqa: E402
+from load import cpu_seconds, wait_quiet  # noqa: E402
 from rmq import config, message  # noqa: E402
 from rocketmq import FilterExpression, Producer, SimpleConsumer  # noqa: E402
 
@@ -48,35 +50,6 @@ from rocketscope.trace.codec import PubRecord, SubAfterRecord, SubBeforeRecord, 
 
 def say(text: str) -> None:
     print(f"[trace-bench] {text}", flush=True)
-
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc): a figure the other jobs on a shared
-    machine disturb far less than wall-clock throughput."""
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_quiet(pids: list[int], window_s: float = 0.3, busy_share: float = 0.1, timeout_s: float = 30.0) -> float:
-    """Wait until every process in ``pids`` has used under ``busy_share`` of a core for two windows in a row.
-
-    A broker keeps working after the last ack of a run (consume-queue and index flushes, the
-    broker-side trace records' 0.2 s flush, closing the clients' streams).  Without this wait
-    that work landed in the *next* run on the same broker, and a run sharing the machine with
-    the other broker's tail was slowed: the first run of each round showed twice the broker
-    CPU per message of the second (session 4's figures).  Returns the seconds waited."""
-    t0 = time.perf_counter()
-    quiet = 0
-    last = [proc_cpu_s(p) for p in pids]
-    while quiet < 2 and time.perf_counter() - t0 < timeout_s:
-        time.sleep(window_s)
-        now = [proc_cpu_s(p) for p in pids]
-        busy = max(b - a for a, b in zip(last, now, strict=True)) / window_s
-        quiet = quiet + 1 if busy < busy_share else 0
-        last = now
-    return time.perf_counter() - t0
 
 
 def produce_consume(endpoint: str, topic: str, group: str, n: int, traced: bool) -> tuple[float, list[str], Any]:
@@ -151,12 +124,12 @@ def bench_throughput(messages: int, rounds: int) -> dict[str, Any]:
                 topic, group = f"TopicBench{r}{mode.title()}", f"GroupBench{r}{mode.title()}"
                 c.admin("updateTopic", "-b", node.admin_addr, "-t", topic, "-r", "4", "-w", "4")
                 wait_quiet([plain.proc.popen.pid, traced.proc.popen.pid])
-                client0, broker0 = time.process_time(), proc_cpu_s(node.proc.popen.pid)
+                client0, broker0 = time.process_time(), cpu_seconds(node.proc.popen.pid)
                 rate, ids, disp = produce_consume(node.endpoint, topic, group, messages, mode == "on")
                 # the broker's work after the last ack (flushes, broker-side trace records) is this run's
                 tail_s = wait_quiet([node.proc.popen.pid])
                 cpu["client"][mode].append((time.process_time() - client0) * 1000 / messages)
-                cpu["broker"][mode].append((proc_cpu_s(node.proc.popen.pid) - broker0) * 1000 / messages)
+                cpu["broker"][mode].append((cpu_seconds(node.proc.popen.pid) - broker0) * 1000 / messages)
                 rates[mode].append(rate)
                 say(f"round {r + 1} trace {mode}: {rate:.0f} msg/s produced and consumed; CPU per message: "
                     f"client {cpu['client'][mode][-1]:.2f} ms, broker {cpu['broker'][mode][-1]:.2f} ms "

@@ -58,8 +58,7 @@ def choose_bucket(acks: DataFrame, keys: list[str]) -> int:
 
 
 def asof_interval(
-    left: DataFrame, acks: DataFrame, keys: list[str], offset_col: str, out_col: str, bucket: int | None = None,
-    hash_join: bool = True,
+    left: DataFrame, acks: DataFrame, keys: list[str], offset_col: str, out_col: str, bucket: int | None = None
 ) -> DataFrame:
     """``left`` with ``out_col``: min ack ``ts`` over acks with equal keys and ``offset > left.offset_col``.
 
@@ -90,9 +89,8 @@ def asof_interval(
             F.explode(F.sequence(F.floor(F.col("lo") / bucket), F.floor((F.col("hi") - 1) / bucket))),
         )
         .select(*[F.col(k).alias(f"__i_{k}") for k in keys], "lo", "hi", "bucket", "asof_ts")
+        .hint("shuffle_hash")  # a hash join built on the intervals: no sort of the message rows (docstring)
     )
-    if hash_join:  # built on the intervals: no sort of the message rows (module docstring)
-        intervals = intervals.hint("shuffle_hash")
     msgs = left.withColumn("__bucket", F.floor(F.col(offset_col) / bucket))
     cond = [F.col(k).eqNullSafe(F.col(f"__i_{k}")) for k in keys] + [
         F.col("__bucket") == F.col("bucket"),

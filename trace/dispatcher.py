@@ -72,11 +72,12 @@ class DispatcherStats:
 
 @dataclass(frozen=True)
 class _Entry:
-    topic: str
-    record: TraceRecord
-    size: int
+    item: Encoded  # encoded once, when queued (its size counts toward batch_bytes); handed to build_batches as is
     enqueued: float
-    text: str  # the encoded record: encoded once, when queued (its size counts toward batch_bytes)
+
+    @property
+    def size(self) -> int:
+        return self.item.size
 
 
 class _Instruments:
@@ -210,7 +211,7 @@ class AsyncTraceDispatcher:
             log.warning("trace record not queued: %s", exc)
             self._count_failed(1)
             return False
-        entry = _Entry(record_topic(record) if topic is None else topic, record, size, time.monotonic(), text)
+        entry = _Entry(Encoded(record_topic(record) if topic is None else topic, record, text, size), time.monotonic())
         with self._cond:
             if self._closing or len(self._queue) >= self._queue_size:
                 self._dropped += 1
@@ -360,8 +361,7 @@ class AsyncTraceDispatcher:
                     self._cond.notify_all()
 
     def _deliver(self, chunk: Iterable[_Entry]) -> None:
-        plan = build_batches((Encoded(e.topic, e.record, e.text, e.size) for e in chunk),
-                             max_body_bytes=self._max_body_bytes)
+        plan = build_batches((e.item for e in chunk), max_body_bytes=self._max_body_bytes)
         if plan.oversize:
             log.warning("%d trace records are too large for one trace message and are not sent", len(plan.oversize))
             self._count_failed(len(plan.oversize))
