@@ -364,7 +364,8 @@ class Broker:
             await self.store.put([msg])
 
         tracer = BrokerTracer(append=append, region_id=s.regionId, store_host=self.grpc_addr,
-                              trace_topic=s.msgTraceTopicName)
+                              trace_topic=s.msgTraceTopicName, queue_size=s.brokerTraceQueueSize,
+                              telemetry=self.telemetry)
         await tracer.start()
         self.trace_hooks = tracer
         self.pop.trace = tracer
@@ -372,7 +373,11 @@ class Broker:
 
     async def _start_trace_indexer(self) -> None:
         """traceStore=elasticsearch: every record reaching the trace topic is also bulk-indexed there."""
-        from rocketscope.trace.es_indexer import TraceIndexer, store_from_settings
+        try:
+            from rocketscope.trace.es_indexer import TraceIndexer, store_from_settings
+        except ImportError as exc:  # the `es` extra is not installed (a broker-only install)
+            raise ConfigError("config key traceStore=elasticsearch needs the Elasticsearch client: "
+                              f"pip install 'rocketscope[es]' ({exc})") from exc
 
         s = self.settings
         try:

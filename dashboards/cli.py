@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -27,6 +28,9 @@ def streamlit_argv(port: int, address: str) -> list[str]:
 @click.option("--fixtures", is_flag=True, help="built-in demo data instead of live sources")
 def dashboard(namesrv: str, prometheus: str, analytics: str, port: int, address: str, fixtures: bool) -> None:
     """Open the RocketScope dashboards (Streamlit) on http://ADDRESS:PORT."""
+    if importlib.util.find_spec("streamlit") is None:  # checked here: the app runs in a child process
+        raise click.ClickException("the dashboard needs Streamlit, which is not installed: "
+                                   "pip install 'rocketscope[dashboard]'")
     env = dict(os.environ)
     env.update({"ROCKETSCOPE_NAMESRV": namesrv, "ROCKETSCOPE_PROMETHEUS": prometheus,
                 "ROCKETSCOPE_ANALYTICS": analytics, "ROCKETSCOPE_FIXTURES": "1" if fixtures else ""})

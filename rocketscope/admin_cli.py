@@ -15,6 +15,7 @@ import click
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 
 from .admin_client import AdminClient, AdminError, Connection
+from .lazy_group import LazyGroup
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -58,7 +59,15 @@ namesrv_opt = click.option("-n", "--namesrvAddr", "namesrv", help="name servers,
 json_opt = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 
 
-@click.group("admin")
+# Admin commands that live with their subsystem (trace lookup, certificate generation),
+# imported only when they run (rocketscope/lazy_group.py).
+ADMIN_LAZY_COMMANDS = {
+    "queryMsgTraceById": ("rocketscope.trace.cli:query_msg_trace_by_id", "Show a message's trace."),
+    "genCerts": ("rocketscope.broker.security.cli:gen_certs", "Generate a test CA and certificates for TLS."),
+}
+
+
+@click.group("admin", cls=LazyGroup, lazy_subcommands=ADMIN_LAZY_COMMANDS)
 @click.option("--tls", "use_tls", is_flag=True, envvar="ROCKETSCOPE_ADMIN_TLS",
               help="connect with TLS (a cluster with tls.server.mode=enforcing)")
 @click.option("--trustCertPath", "trust", default="", envvar="ROCKETSCOPE_ADMIN_TRUST_CERT",

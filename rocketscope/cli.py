@@ -8,16 +8,32 @@ import sys
 import click
 
 from rocketscope.config import ConfigError, read_properties
-from rocketscope.telemetry.config import TelemetryConfigError
 
-from .admin_cli import admin
+from .lazy_group import LazyGroup
 from .logs import setup_logging
 
+# Commands whose modules pull heavy or optional packages (grpc admin stubs, the OpenTelemetry
+# SDK, PySpark, Streamlit) are imported only when they run; see lazy_group.py for why.
+LAZY_COMMANDS = {
+    "admin": ("rocketscope.admin_cli:admin", "Administer a cluster like mqadmin."),
+    "exporter": ("rocketscope.telemetry.cli:exporter", "Run the standalone metrics exporter."),
+    "analyze": ("rocketscope.spark.cli:analyze", "Analyse trace and replication events with Spark.", "analytics"),
+    "dashboard": ("rocketscope.dashboards.cli:dashboard", "Run the Streamlit dashboard.", "dashboard"),
+    "traceServer": ("rocketscope.trace.cli:trace_server", "Serve trace lookups over HTTP."),
+}
 
-@click.group()
+
+@click.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS)
 @click.version_option(package_name="rocketscope")
 def main() -> None:
     """RocketScope: a RocketMQ-compatible broker built to be observed."""
+
+
+def _config_errors() -> tuple[type[Exception], ...]:
+    """The errors a process command reports in one line (imported late: telemetry pulls the OTel SDK)."""
+    from rocketscope.telemetry.config import TelemetryConfigError
+
+    return (ConfigError, TelemetryConfigError, OSError)
 
 
 def _load(path: str | None) -> dict[str, str]:
@@ -38,7 +54,7 @@ def namesrv(config_path: str | None, port: int | None) -> None:
             raw["listenPort"] = str(port)
         settings = load_namesrv_config(raw)
         asyncio.run(run_namesrv(settings))
-    except (ConfigError, TelemetryConfigError, OSError) as exc:
+    except _config_errors() as exc:
         click.echo(f"namesrv: {exc}", err=True)
         sys.exit(1)
 
@@ -58,7 +74,7 @@ def broker(config_path: str | None, namesrv: str | None) -> None:
             raw["namesrvAddr"] = namesrv
         settings = load_broker_config(raw)
         asyncio.run(run_broker(settings))
-    except (ConfigError, TelemetryConfigError, OSError) as exc:
+    except _config_errors() as exc:
         click.echo(f"broker: {exc}", err=True)
         sys.exit(1)
 
@@ -72,7 +88,7 @@ def container(config_path: str | None) -> None:
     setup_logging("container")
     try:
         asyncio.run(run_container(load_container_config(_load(config_path))))
-    except (ConfigError, TelemetryConfigError, OSError) as exc:
+    except _config_errors() as exc:
         click.echo(f"container: {exc}", err=True)
         sys.exit(1)
 
@@ -87,35 +103,11 @@ def controller(config_path: str | None) -> None:
     setup_logging("controller")
     try:
         asyncio.run(run_controller(load_controller_config(_load(config_path))))
-    except (ConfigError, TelemetryConfigError, OSError) as exc:
+    except _config_errors() as exc:
         click.echo(f"controller: {exc}", err=True)
         sys.exit(1)
 
 
-main.add_command(admin)
-
-
-def _mount_optional() -> None:
-    """Commands whose modules import heavy dependencies are imported when the CLI starts, not per call."""
-    from rocketscope.dashboards.cli import dashboard
-    from rocketscope.spark.cli import analyze
-    from rocketscope.telemetry.cli import exporter
-
-    main.add_command(exporter)
-    main.add_command(analyze)
-    main.add_command(dashboard)
-
-    from rocketscope.trace.cli import query_msg_trace_by_id, trace_server
-
-    admin.add_command(query_msg_trace_by_id)
-    main.add_command(trace_server)
-
-    from rocketscope.broker.security.cli import gen_certs
-
-    admin.add_command(gen_certs)
-
-
-_mount_optional()
 
 
 @main.command()
