@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rocketscope.telemetry.config import ExporterType
@@ -34,12 +36,37 @@ MODES = ("OFF", "ON", "PROXY")
 
 
 class _StoreCollector:
-    def __init__(self, store: SeriesStore) -> None:
+    """Renders the clients' series with the re-exporting broker's identity (cluster, node_type, node_id, and
+    its metricsLabel pairs): the official clients push an empty Resource, and without these labels a Grafana
+    cluster or node filter would empty every client panel."""
+
+    def __init__(self, store: SeriesStore, identity: dict[str, str]) -> None:
         self.store = store
+        self.identity = identity
 
     def collect(self) -> list[Any]:
         self.store.expire()
-        return families(series.point for _, series in self.store.snapshot())
+        ident = self.identity
+        return families(replace(series.point, attributes={**series.point.attributes, **ident})
+                        for _, series in self.store.snapshot())
+
+
+def with_identity(request: metrics_service_pb2.ExportMetricsServiceRequest,
+                  identity: dict[str, str]) -> metrics_service_pb2.ExportMetricsServiceRequest:
+    """A copy of ``request`` whose data points carry the broker's identity (forwarded pushes, OTLP_GRPC mode).
+    On the points, not the Resource: a collector's Prometheus exporter drops Resource attributes by default."""
+    out = metrics_service_pb2.ExportMetricsServiceRequest()
+    out.CopyFrom(request)
+    for rm in out.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                which = metric.WhichOneof("data")
+                for dp in getattr(metric, which).data_points if which else ():
+                    present = {kv.key for kv in dp.attributes}
+                    for key, value in identity.items():
+                        if key not in present:
+                            dp.attributes.add(key=key, value=AnyValue(string_value=str(value)))
+    return out
 
 
 class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
@@ -81,7 +108,7 @@ class ClientMetricsProxy:
         if self.mode != "PROXY":
             return
         tel = self.broker.telemetry
-        if tel.register_collector(_StoreCollector(self.store)):
+        if tel.register_collector(_StoreCollector(self.store, dict(tel.labels))):
             log.info("client metrics: clients push to %s; their series are re-exported on /metrics",
                      self.broker.grpc_addr)
         elif self.broker.telemetry_config.exporter_type is ExporterType.OTLP_GRPC:
@@ -99,7 +126,7 @@ class ClientMetricsProxy:
         self.store.ingest(points(request), peer)
         if self._forward is not None:
             try:
-                await self._forward.Export(request, timeout=5)
+                await self._forward.Export(with_identity(request, self.broker.telemetry.labels), timeout=5)
             except grpc.aio.AioRpcError as exc:
                 log.warning("client metrics: forwarding failed: %s", exc.code().name)
 

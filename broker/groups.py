@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,7 +54,21 @@ class GroupManager:
     def all(self) -> list[GroupConfig]:
         return [self.groups[n] for n in sorted(self.groups)]
 
+    on_created: Callable[[str, float, bool], None] | None = None
+    """Called with (group, elapsed ms, ok) after an attempt to create a group (the broker's metrics)."""
+
     def update(self, cfg: GroupConfig) -> GroupConfig:
+        if cfg.name in self.groups or self.on_created is None:
+            return self._update(cfg)
+        started, ok = time.perf_counter(), False
+        try:
+            out = self._update(cfg)
+            ok = True
+            return out
+        finally:
+            self.on_created(cfg.name, (time.perf_counter() - started) * 1000, ok)
+
+    def _update(self, cfg: GroupConfig) -> GroupConfig:
         problem = group_name_problem(cfg.name)
         if problem:
             raise ValueError(problem)

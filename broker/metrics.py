@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rocketscope.telemetry import Telemetry
+from rocketscope.topic_reader import PULL_GROUP
 
 from .pop import RETRY_PREFIX, Delivery, origin_topic, retry_topic
 from .store.message_store import PutResult, PutStatus
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 SNAPSHOT_INTERVAL_S = 2.0
 BIND_CACHE_MAX = 65536  # label sets kept bound; cleared when exceeded (topics churn; the cap is elsewhere)
 ROLE_VALUES = {"LEADER": 3, "FOLLOWER": 2, "CANDIDATE": 1, "PRE_CANDIDATE": 1}  # DLedger's numbering
+# rocketmq_ha_role uses the same numbering for every mode (telemetry/catalogue.py ROLE_DOC), so that one alert
+# rule, "max by (broker_group) < 3" = no master, holds for master/slave, controller and DLedger groups alike
+HA_MASTER, HA_SLAVE = 3, 2
+PROPOSED_MAX = 200_000  # DLedger entries whose propose time is kept until every peer acknowledged them
 Labels = dict[str, Any]
 
 _CONSUME_MODE = {pb.PUSH_CONSUMER: "push", pb.SIMPLE_CONSUMER: "pop", pb.PULL_CONSUMER: "pull"}
@@ -62,6 +67,20 @@ def snake(name: str) -> str:
 
 def is_system(name: str) -> bool:
     return is_system_topic(name) or name.upper().startswith("CID_RMQ_SYS_")
+
+
+def is_tool_group(group: str) -> bool:
+    """RocketScope's own reader (Spark, trace lookup) reads by offset: it is not a consumer, so it is left out
+    of messages_out and lag (it would double every consumed count and show a lag nobody has)."""
+    return group == PULL_GROUP
+
+
+def rocketmq_version(version: str) -> str:
+    """RocketMQ's form of a client version for the connection gauges: lower-cased MQVersion name, "v5_1_2"."""
+    v = (version or "").strip().lower()
+    if not v:
+        return "unknown"
+    return v.replace(".", "_").replace("-", "_") if v.startswith("v") else "v" + v.replace(".", "_").replace("-", "_")
 
 
 class BrokerMetrics:
@@ -82,6 +101,15 @@ class BrokerMetrics:
         self.rpc_latency = telemetry.histogram("rocketmq_rpc_latency")
         self.append_latency = telemetry.histogram("dledger_append_entry_latency")
         self.elections = telemetry.counter("dledger_election_total")
+        self.replicate_latency = telemetry.histogram("dledger_replicate_entry_latency")
+        self.topic_create = telemetry.histogram("rocketmq_topic_create_execution_time")
+        self.group_create = telemetry.histogram("rocketmq_consumer_group_create_execution_time")
+        self._proposed: dict[int, float] = {}  # DLedger index -> perf_counter() when the leader proposed it
+        self._acked: dict[str, int] = {}  # DLedger peer -> highest index it acknowledged (this term)
+        self._proposed_term = -1
+        for manager, hook in (("topics", self.on_topic_created), ("groups", self.on_group_created)):
+            if hasattr(broker, manager):  # bench/telemetry_bench.py passes a stand-in broker without them
+                getattr(broker, manager).on_created = hook
         self._snapshot: dict[str, tuple[tuple[float, Labels], ...]] = {}
         self._task: asyncio.Task[None] | None = None
         self._registrations: list[Any] = []
@@ -137,7 +165,7 @@ class BrokerMetrics:
             record_size(size)
 
     def on_delivered(self, group: str, deliveries: Iterable[Delivery]) -> None:
-        if not self.enabled:
+        if not self.enabled or is_tool_group(group):
             return
         for d in deliveries:
             is_retry = d.message.topic.startswith(RETRY_PREFIX)
@@ -146,7 +174,7 @@ class BrokerMetrics:
             bound[1].add(d.message.size)
 
     def on_pulled(self, group: str, messages: Iterable[StoredMessage]) -> None:
-        if not self.enabled:
+        if not self.enabled or is_tool_group(group):
             return
         for m in messages:
             topic = origin_topic(m)
@@ -171,6 +199,53 @@ class BrokerMetrics:
         d = self.broker.dledger
         if d is not None:
             self.append_latency.record(latency_ms, {"group": d.group, "self_id": d.self_id})
+
+    def on_dledger_proposed(self, first: int, count: int, started: float) -> None:
+        """The leader proposed entries ``first .. first+count-1`` at ``started`` (time.perf_counter())."""
+        d = self.broker.dledger
+        if not self.enabled or d is None:
+            return
+        if d.term != self._proposed_term:  # a new leadership: acks of an older term say nothing about these
+            self._proposed.clear()
+            self._acked.clear()
+            self._proposed_term = d.term
+        for i in range(first, first + count):
+            self._proposed[i] = started
+        while len(self._proposed) > PROPOSED_MAX:  # a peer that never acks: forget the oldest
+            del self._proposed[next(iter(self._proposed))]
+
+    def on_dledger_replica_ack(self, peer: str, index: int) -> None:
+        """``peer`` acknowledged the leader's log up to ``index``: record, for each entry of this leader that the
+        ack newly covers, the time from its proposal to this ack (dledger_replicate_entry_latency)."""
+        d = self.broker.dledger
+        if not self.enabled or d is None or not d.is_leader or not self._proposed or peer == d.self_id:
+            return
+        prev = self._acked.get(peer, -1)
+        if index <= prev:
+            return
+        self._acked[peer] = index
+        now = time.perf_counter()
+        record = self.replicate_latency.bind({"group": d.group, "self_id": d.self_id, "remote_id": peer}).record
+        proposed = self._proposed
+        lo = max(prev + 1, next(iter(proposed)))
+        for i in range(lo, index + 1):
+            started = proposed.get(i)
+            if started is not None:
+                record((now - started) * 1000)
+        if len(self._acked) >= len(d.peers) - 1:  # every peer has acked up to the minimum: forget those entries
+            low = min(self._acked.values())
+            while proposed:
+                first = next(iter(proposed))
+                if first > low:
+                    break
+                del proposed[first]
+
+    def on_topic_created(self, topic: str, system: bool, elapsed_ms: float, ok: bool) -> None:
+        self.topic_create.record(elapsed_ms, {"invocation_status": "success" if ok else "failure",
+                                              "is_system": system or is_system(topic)})
+
+    def on_group_created(self, group: str, elapsed_ms: float, ok: bool) -> None:
+        self.group_create.record(elapsed_ms, {"invocation_status": "success" if ok else "failure"})
 
     def on_dledger_election(self, result: str) -> None:
         d = self.broker.dledger
@@ -290,7 +365,7 @@ class BrokerMetrics:
         producers: dict[tuple[str, str], int] = {}
         consumers: dict[tuple[str, str, str, str], int] = {}
         for c in self.broker.clients.clients.values():
-            lang, ver = (c.language or "unknown").lower(), (c.version or "unknown").lower()
+            lang, ver = (c.language or "unknown").lower(), rocketmq_version(c.version)
             if c.client_type == pb.PRODUCER:
                 producers[(lang, ver)] = producers.get((lang, ver), 0) + 1
             elif c.client_type != pb.CLIENT_TYPE_UNSPECIFIED and c.group:
@@ -308,7 +383,7 @@ class BrokerMetrics:
         pairs = {(c.group, t) for c in b.clients.consumers() for t in c.topics if c.group}
         pairs |= {(g, t) for (g, t, _) in b.pop.states if not t.startswith(RETRY_PREFIX)}
         pairs |= {(g, t) for (g, t, _) in b.offsets.offsets if not is_retry_or_dlq(t)}
-        return {(g, t) for g, t in pairs if b.topics.get(t) is not None}
+        return {(g, t) for g, t in pairs if b.topics.get(t) is not None and not is_tool_group(g)}
 
     def _lag(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
         b = self.broker
@@ -359,6 +434,7 @@ class BrokerMetrics:
         """Replication gauges: who leads, how far each replica has acknowledged, how far behind it is."""
         b = self.broker
         group = {"broker_group": b.broker_name}
+        role = {**group, "broker_addr": b.internal_addr}  # broker_addr: the legacy exporter's brokerIP
         end = b.store.commit_log.max_offset
         d = b.dledger
         if d is not None:
@@ -366,7 +442,7 @@ class BrokerMetrics:
             snap["dledger_role"].append((ROLE_VALUES.get(str(d.role).upper(), 0), labels))
             snap["dledger_term"].append((d.term, labels))
             snap["dledger_commit_index"].append((d.commit_index, labels))
-            snap["rocketmq_ha_role"].append((1 if d.is_leader else 0, group))
+            snap["rocketmq_ha_role"].append((ROLE_VALUES.get(str(d.role).upper(), 0), role))
             if d.is_leader and d.node is not None and d.log is not None:
                 for peer, (match, _next, _state) in d.node.progress().items():
                     if peer == d.self_id:
@@ -378,7 +454,7 @@ class BrokerMetrics:
                     snap["rocketmq_ha_replica_ack_offset"].append((acked, replica))
                     snap["rocketmq_ha_replication_lag_bytes"].append((max(0, end - acked), replica))
             return
-        snap["rocketmq_ha_role"].append((1 if b.is_master else 0, group))
+        snap["rocketmq_ha_role"].append((HA_MASTER if b.is_master else HA_SLAVE, role))
         rm = b.replicas
         if rm is not None and rm.is_master:  # controller mode: the master states the group's set and epoch
             snap["rocketmq_ha_sync_state_set_size"].append((rm.sync_state_set_size, group))

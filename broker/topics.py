@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -87,7 +88,21 @@ class TopicManager:
     def all(self) -> list[TopicConfig]:
         return [self.topics[n] for n in sorted(self.topics)]
 
+    on_created: Callable[[str, bool, float, bool], None] | None = None
+    """Called with (topic, system, elapsed ms, ok) after an attempt to create a topic (the broker's metrics)."""
+
     def update(self, cfg: TopicConfig) -> TopicConfig:
+        if cfg.name in self.topics or self.on_created is None:
+            return self._update(cfg)
+        started, ok = time.perf_counter(), False
+        try:
+            out = self._update(cfg)
+            ok = True
+            return out
+        finally:
+            self.on_created(cfg.name, cfg.system, (time.perf_counter() - started) * 1000, ok)
+
+    def _update(self, cfg: TopicConfig) -> TopicConfig:
         problem = topic_name_problem(cfg.name)
         if problem:
             raise ValueError(problem)

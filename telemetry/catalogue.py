@@ -103,12 +103,17 @@ PROCESS_TIME_BUCKETS = (1.0, 5.0, 10.0, 100.0, 1000.0, 10000.0, 60000.0)
 
 C, U, H, G, OC = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.HISTOGRAM, Kind.OBSERVABLE_GAUGE, Kind.OBSERVABLE_COUNTER
 ROLE_DOC = "0 unknown, 1 candidate, 2 follower/slave, 3 leader/master"
+HA_ROLE_DOC = ("3 master (the DLedger leader, the controller-elected master or a master/slave pair's master), "
+               "2 slave (a follower), 1 candidate (a DLedger member in an election), 0 unknown; the same numbering "
+               "as dledger_role, so a broker group whose maximum is below 3 has no master")
 
 PER_QUEUE_LAG_KEY = "metricsPerQueueLag"
 
 CATALOGUE: tuple[Instrument, ...] = (
     # --- broker stats (RocketMQ 4.1)
-    Instrument("rocketmq_processor_watermark", G, "1", "Queued requests of each request processor.", ("processor",)),
+    Instrument("rocketmq_processor_watermark", G, "1", "RocketMQ: queue length of each request thread pool. Not "
+               "emitted: RocketScope serves requests on one asyncio loop, with no thread pool queues; "
+               "rocketmq_rpc_latency shows the waiting.", ("processor",)),
     Instrument("rocketmq_broker_permission", G, "1", "Broker permission bits (6 = read and write)."),
     Instrument("rocketmq_topic_number", G, "1", "Topics configured on this broker (sum across brokers double-counts)."),
     Instrument("rocketmq_consumer_group_number", G, "1", "Subscription groups configured on this broker."),
@@ -121,9 +126,12 @@ CATALOGUE: tuple[Instrument, ...] = (
                prom_name="rocketmq_throughput_out_total"),
     Instrument("rocketmq_message_size", H, "By", "Size of each stored message.", _IN, MESSAGE_SIZE_BUCKETS,
                prom_name="rocketmq_message_size"),
-    Instrument("rocketmq_topic_create_execution_time", H, "ms", "Time to create a topic.",
+    Instrument("rocketmq_topic_create_execution_time", H, "ms", "Time to create a topic on this broker (admin "
+               "updateTopic, auto-creation, or a slave copying the master's topics): validation and persisting "
+               "the topic table.",
                ("invocation_status", "is_system"), CREATE_TIME_BUCKETS),
-    Instrument("rocketmq_consumer_group_create_execution_time", H, "ms", "Time to create a subscription group.",
+    Instrument("rocketmq_consumer_group_create_execution_time", H, "ms", "Time to create a subscription group on "
+               "this broker (admin updateSubGroup, auto-creation on first receive or pull, a slave's copy).",
                ("invocation_status",), CREATE_TIME_BUCKETS),
     # --- connections (4.3)
     Instrument("rocketmq_producer_connections", G, "1", "Producer connections.",
@@ -179,7 +187,8 @@ CATALOGUE: tuple[Instrument, ...] = (
                ("topic", "client_id", "consumer_group", "invocation_status"), PROCESS_TIME_BUCKETS,
                group="client", emitted_by="client"),
     # --- master/slave and controller-mode HA (ours)
-    Instrument("rocketmq_ha_role", G, "1", f"Replication role of this broker: {ROLE_DOC}.", ("broker_group",),
+    Instrument("rocketmq_ha_role", G, "1", f"Replication role of this broker: {HA_ROLE_DOC}. broker_addr is "
+               "the broker's internal address (brokerIP1:listenPort).", ("broker_group", "broker_addr"),
                group="ha", origin="rocketscope"),
     Instrument("rocketmq_ha_replica_ack_offset", G, "By", "Commit-log offset acknowledged by each replica.",
                ("broker_group", "replica"), group="ha", origin="rocketscope"),
@@ -198,9 +207,11 @@ CATALOGUE: tuple[Instrument, ...] = (
                origin="rocketscope"),
     Instrument("dledger_peer_lag_entries", G, "1", "Leader's last index minus the peer's match index.",
                (*_DLEDGER, "remote_id"), group="dledger", origin="rocketscope"),
-    Instrument("dledger_append_entry_latency", H, "ms", "Leader: append to local log.", _DLEDGER,
+    Instrument("dledger_append_entry_latency", H, "ms", "Leader: from proposing an entry (the send) until it "
+               "is committed at a majority, the time a send waits for replication.", _DLEDGER,
                DLEDGER_LATENCY_BUCKETS, group="dledger", origin="rocketscope"),
-    Instrument("dledger_replicate_entry_latency", H, "ms", "Leader: append until the peer acknowledged it.",
+    Instrument("dledger_replicate_entry_latency", H, "ms", "Leader: from proposing an entry until "
+               "this peer's acknowledgement covering it reached the leader (one observation per entry and peer).",
                (*_DLEDGER, "remote_id"), DLEDGER_LATENCY_BUCKETS, group="dledger", origin="rocketscope"),
     Instrument("dledger_election_total", C, "1", "Elections this node started, by result (won, lost).",
                (*_DLEDGER, "election_result"), group="dledger", origin="rocketscope"),
@@ -220,7 +231,9 @@ CATALOGUE: tuple[Instrument, ...] = (
     Instrument("rocketmq_controller_sync_state_set_size", G, "1", "SyncStateSet members of each broker set.",
                ("broker_cluster", "broker_set"), group="controller", origin="rocketscope"),
     # --- name server (ours)
-    Instrument("rocketmq_namesrv_registered_brokers", G, "1", "Brokers currently registered.", ("broker_cluster",),
+    Instrument("rocketmq_namesrv_registered_brokers", G, "1", "Brokers currently registered, per broker "
+               "cluster (broker_cluster; filter on it, not on the name server's own cluster label).",
+               ("broker_cluster",),
                group="namesrv", origin="rocketscope"),
     Instrument("rocketmq_namesrv_registered_topics", G, "1", "Topics with a route.", group="namesrv",
                origin="rocketscope"),
@@ -279,6 +292,11 @@ def markdown(instruments: Iterable[Instrument] = CATALOGUE) -> str:
         "Units are OpenTelemetry units (`By` bytes, `ms`, `s`, `1` counts). The Prometheus column is the"
         " series name on `/metrics` (PROM mode and `rocketscope exporter`); histograms add `_bucket`, `_count`"
         " and `_sum`. Origin `rocketmq` means Apache RocketMQ's name and labels; `rocketscope` is ours.",
+        "`cluster` is the node's brokerClusterName. A name server can serve several clusters: its own"
+        " `cluster` label is the `brokerClusterName` of its config (default `DefaultCluster`, the cluster that"
+        " brokers with default settings join), and its per-cluster facts carry the broker cluster in"
+        " `broker_cluster`. Roles (`rocketmq_ha_role`, `dledger_role`, `rocketmq_controller_role`) share one"
+        " numbering: 3 master/leader, 2 slave/follower, 1 candidate, 0 unknown.",
         "A series past `metricsOtelCardinalityLimit` label sets of one instrument is folded into one"
         " series labelled `otel_metric_overflow=\"true\"` and counted in `rocketscope_metrics_overflow_total`.",
         "",

@@ -77,7 +77,9 @@ def test_prometheus_scrapes_namesrv_broker_and_exporter(metrics_cluster: dict[st
         assert labels["cluster"] == "DefaultCluster" and labels["node_type"] == "broker"
         assert labels["node_id"] == "broker-a-0" and labels["message_type"] == "normal"
         assert value("rocketmq_namesrv_registered_brokers") == 2
-        assert value('rocketmq_ha_role{node_id="broker-a-0",broker_group="broker-a"}') == 1
+        assert value('rocketmq_ha_role{node_id="broker-a-0",broker_group="broker-a"}') == 3  # 3 = master
+        ns = prom.query("rocketmq_namesrv_registered_brokers")[0]["metric"]
+        assert ns["cluster"] == "DefaultCluster" and ns["broker_cluster"] == "DefaultCluster"
         # broker-b pushes OTLP to the exporter, which Prometheus scrapes
         wait_until(lambda: value('rocketmq_topic_number{node_id="broker-b-0"}') is not None, timeout=30,
                    what="broker-b's series through the exporter")

@@ -56,6 +56,8 @@ def test_two_brokers_one_exporter(exporter: ExporterServer, caplog: pytest.LogCa
             node.gauge("rocketmq_consumer_committed_offset", lambda: [(990, {"consumer_group": "g1",
                                                                              "topic": "orders"})])
         a.gauge("rocketmq_consumer_queue_lag_messages", lambda: [(4, {**LAG, "queue_id": 3})])
+        # a's identity as a broker: brokerName and address, as rocketmq-exporter labels broker and brokerIP
+        a.gauge("rocketmq_ha_role", lambda: [(3, {"broker_group": "broker-a", "broker_addr": "127.0.0.1:10911"})])
         latency = a.histogram("rocketmq_rpc_latency")
         for value in (0.5, 2, 2, 6, 50, 5000):
             latency.record(value, RPC)
@@ -73,7 +75,7 @@ def test_two_brokers_one_exporter(exporter: ExporterServer, caplog: pytest.LogCa
         def rendered() -> str | None:
             text = exposition(exporter)
             b_total = find(text, "rocketmq_messages_in_total", node_id="broker-b-0", aggregation="delta")
-            ready = b_total and b_total[0][1] == 5 and find(text, "rocketmq_producer_tps", broker="broker-a-0")
+            ready = b_total and b_total[0][1] == 5 and find(text, "rocketmq_producer_tps", broker="broker-a")
             return text if ready else None
 
         text = wait_until(rendered, what="the second pushes rendered")
@@ -98,12 +100,15 @@ def test_two_brokers_one_exporter(exporter: ExporterServer, caplog: pytest.LogCa
     assert find(text, "rocketmq_rpc_latency_milliseconds_count", node_id="broker-b-0")[0][1] == 2
     assert find(text, "rocketmq_rpc_latency_milliseconds_sum", node_id="broker-b-0")[0][1] == 202
     # legacy rocketmq-exporter names
-    (lab, tps), = find(text, "rocketmq_producer_tps", broker="broker-a-0", topic="orders")
+    # broker = brokerName and brokerIP = address where the node states them (a's rocketmq_ha_role); b states
+    # neither and keeps its node id and an empty brokerIP
+    (lab, tps), = find(text, "rocketmq_producer_tps", broker="broker-a", topic="orders")
     assert tps > 0 and lab["cluster"] == "DefaultCluster"
-    assert find(text, "rocketmq_broker_tps", broker="broker-a-0")[0][1] == tps
-    assert {lab["broker"]: v for lab, v in find(text, "rocketmq_producer_offset")} == {"broker-a-0": 1000,
+    (lab, broker_tps), = find(text, "rocketmq_broker_tps", broker="broker-a")
+    assert broker_tps == tps and lab["brokerIP"] == "127.0.0.1:10911"
+    assert {lab["broker"]: v for lab, v in find(text, "rocketmq_producer_offset")} == {"broker-a": 1000,
                                                                                        "broker-b-0": 1000}
-    assert find(text, "rocketmq_consumer_offset", broker="broker-a-0", group="g1")[0][1] == 990
+    assert find(text, "rocketmq_consumer_offset", broker="broker-a", group="g1")[0][1] == 990
     (lab, diff), = find(text, "rocketmq_group_diff", group="g1", topic="orders")
     assert diff == 12 and lab["countOfOnlineConsumers"] == "3" and lab["msgModel"] == "CLUSTERING"
     assert "exporter: node appeared" in caplog.text and "broker-b-0" in caplog.text

@@ -195,6 +195,7 @@ class DLedgerNode:
         term = node.term
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
+        self.broker.metrics.on_dledger_proposed(first, len(datas), started)
         futures = []
         for i in range(len(datas)):
             fut: asyncio.Future[bool] = loop.create_future()
@@ -293,6 +294,7 @@ class DLedgerNode:
         kind = e.kind  # type: ignore[attr-defined]
         ha = self.broker.ha_events
         if kind == EventKind.REPLICA_ACK:
+            self.broker.metrics.on_dledger_replica_ack(e.peer, e.index)  # type: ignore[attr-defined]
             ha.emit(ev.REPLICA_ACK, term=self.term, replica=e.peer, offset=lg.end_offset(e.index))  # type: ignore
         elif kind == EventKind.COMMIT_ADVANCED:
             ha.emit(ev.COMMIT_ADVANCED, term=self.term, offset=lg.end_offset(e.index))  # type: ignore[attr-defined]

@@ -29,6 +29,8 @@ NAMESRV_KEYS: list[Key] = [
         check=positive),
     Key("brokerChannelExpiredTime", int, 120_000, "ms without registration after which a broker is removed",
         check=positive),
+    Key("brokerClusterName", str, "DefaultCluster", "the `cluster` label of this name server's metrics (a name "
+        "server may serve several clusters; per-cluster series also carry broker_cluster)"),
 ]
 
 
@@ -58,7 +60,8 @@ class NameServer:
         self.controller: Any = None  # ControllerRuntime when enableControllerInNamesrv
 
     async def start(self) -> None:
-        self.telemetry = Telemetry.start(self.telemetry_config, "namesrv", "", f"namesrv-{self.settings.listenPort}",
+        self.telemetry = Telemetry.start(self.telemetry_config, "namesrv", self.settings.brokerClusterName,
+                                         f"namesrv-{self.settings.listenPort}",
                                          serve=self.security.metrics_serve())
         self._register_gauges()
         self.server = grpc.aio.server(options=server_options())

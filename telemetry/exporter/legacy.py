@@ -4,8 +4,11 @@ Why: existing Grafana boards and alert rules query rocketmq-exporter's gauges (r
 section 5). We serve the key ones, computed from our own series, so those boards keep
 working during a migration. Each definition is in ``LEGACY_DOC`` (rendered into
 docs/METRICS.md). The ``*_tps`` values are per-second rates between a node's last two
-collections (rocketmq-exporter used the broker's per-minute stats); ``brokerIP`` is the
-``broker_ip`` attribute when a node sets it (for example ``metricsLabel=broker_ip:10.0.0.5``).
+collections (rocketmq-exporter used the broker's per-minute stats). As in rocketmq-exporter,
+``broker`` is the brokerName (the ``broker_group`` label of the node's ``rocketmq_ha_role``) and
+``brokerIP`` the broker's address (that series' ``broker_addr``, brokerIP1:listenPort), unless the
+node sets a ``broker_ip`` attribute (for example ``metricsLabel=broker_ip:10.0.0.5``). The members of
+one broker group report the same offsets (replicas), so offsets take the largest of them; rates add up.
 """
 
 from __future__ import annotations
@@ -19,15 +22,19 @@ from .store import NodeKey, Series
 
 LEGACY_DOC: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("rocketmq_broker_tps", ("cluster", "brokerIP", "broker"),
-     "per broker node: per-second increase of `rocketmq_messages_in_total` summed over all its series"),
+     "per broker node: per-second increase of `rocketmq_messages_in_total` summed over all its series;"
+     " broker is the brokerName, brokerIP the node's address (brokerIP1:listenPort), both from its"
+     " `rocketmq_ha_role` series"),
     ("rocketmq_producer_tps", ("cluster", "broker", "topic"),
      "per broker and topic: per-second increase of `rocketmq_messages_in_total`"),
     ("rocketmq_consumer_tps", ("cluster", "broker", "topic", "group"),
      "per broker, topic and consumer group: per-second increase of `rocketmq_messages_out_total`"),
     ("rocketmq_producer_offset", ("cluster", "broker", "topic"),
-     "`rocketmq_topic_max_offset` (sum of the topic's queue max offsets on the broker)"),
+     "`rocketmq_topic_max_offset` (sum of the topic's queue max offsets on the broker; the largest over the"
+     " members of the broker group)"),
     ("rocketmq_consumer_offset", ("cluster", "broker", "topic", "group"),
-     "`rocketmq_consumer_committed_offset` (sum of the group's committed offsets on the broker)"),
+     "`rocketmq_consumer_committed_offset` (sum of the group's committed offsets on the broker; the largest"
+     " over the members of the broker group)"),
     ("rocketmq_group_diff", ("group", "topic", "countOfOnlineConsumers", "msgModel"),
      "sum over brokers of `rocketmq_consumer_lag_messages{is_retry=false}`; countOfOnlineConsumers is the"
      " largest per-broker sum of `rocketmq_consumer_connections` of the group; msgModel is always CLUSTERING"
@@ -47,14 +54,25 @@ def families(snapshot: Iterable[tuple[NodeKey, Series]]) -> list[Metric]:
     lag: dict[tuple[str, str], float] = defaultdict(float)
     online: dict[tuple[str, NodeKey], float] = defaultdict(float)
     broker_ip: dict[NodeKey, str] = {}
-    for key, series in snapshot:
-        point = series.point
-        attrs = point.attributes
-        cluster, _, broker = key
+    broker_addr: dict[NodeKey, str] = {}
+    broker_name: dict[NodeKey, str] = {}
+    offsets: dict[str, dict[tuple[str, ...], dict[NodeKey, float]]] = {
+        "rocketmq_producer_offset": defaultdict(dict), "rocketmq_consumer_offset": defaultdict(dict)}
+    items = list(snapshot)
+    for key, series in items:  # the node's identity first: every later row is keyed by brokerName
+        attrs = series.point.attributes
         if "broker_ip" in attrs:
             broker_ip[key] = str(attrs["broker_ip"])
+        if series.point.name == "rocketmq_ha_role":
+            broker_name[key] = str(attrs.get("broker_group", "")) or key[2]
+            broker_addr[key] = str(attrs.get("broker_addr", ""))
+    for key, series in items:
+        point = series.point
+        attrs = point.attributes
         if not _broker(key):
             continue
+        cluster = key[0]
+        broker = broker_name.get(key, key[2])
         topic = str(attrs.get("topic", ""))
         group = str(attrs.get("consumer_group", ""))
         if point.name == "rocketmq_messages_in_total":
@@ -67,16 +85,20 @@ def families(snapshot: Iterable[tuple[NodeKey, Series]]) -> list[Metric]:
             if rate is not None:
                 sums["rocketmq_consumer_tps"][(cluster, broker, topic, group)] += rate
         elif point.name == "rocketmq_topic_max_offset":
-            sums["rocketmq_producer_offset"][(cluster, broker, topic)] += point.value
+            offsets["rocketmq_producer_offset"][(cluster, broker, topic)][key] = point.value
         elif point.name == "rocketmq_consumer_committed_offset":
-            sums["rocketmq_consumer_offset"][(cluster, broker, topic, group)] += point.value
+            offsets["rocketmq_consumer_offset"][(cluster, broker, topic, group)][key] = point.value
         elif point.name == "rocketmq_consumer_lag_messages" and attrs.get("is_retry") in (False, "false"):
             lag[(group, topic)] += point.value
         elif point.name == "rocketmq_consumer_connections":
             online[(group, key)] += point.value
     # broker tps: resolve the node key into (cluster, brokerIP, broker) now that broker_ip is known
     tps = sums["rocketmq_broker_tps"]
-    sums["rocketmq_broker_tps"] = {(c, broker_ip.get(k, ""), k[2]): v for (c, k), v in tps.items()}  # type: ignore[misc]
+    sums["rocketmq_broker_tps"] = {  # type: ignore[misc]
+        (c, broker_ip.get(k) or broker_addr.get(k, ""), broker_name.get(k, k[2])): v for (c, k), v in tps.items()}
+    for name, rows in offsets.items():
+        for labels, per_node in rows.items():
+            sums[name][labels] = max(per_node.values())
     consumers: dict[str, float] = defaultdict(float)
     for (group, _node), count in online.items():
         consumers[group] = max(consumers[group], count)
