@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha1sum | cut
 DEBS   := prometheus chromium
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint setup debs bench clean proto
+.PHONY: demo test lint setup debs bench clean proto peers
 
 $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,11 +32,15 @@ debs:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: setup lint
+test: setup lint peers
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/rocketscope demo
+
+# Apache RocketMQ 5.3.3, Apache's Java and Go clients, cached under ~/.cache/rocketscope/peers (docs/PEERS.md).
+peers:
+	bash peers/setup.sh
 
 bench: setup
 	$(BIN)/python bench/run.py

@@ -1,0 +1,93 @@
+import java.nio.charset.StandardCharsets;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+
+/**
+ * Apache's remoting client (org.apache.rocketmq:rocketmq-client) with its message-trace hook on,
+ * for peers/reference_cluster.py: the records it writes to RMQ_SYS_TRACE_TOPIC are what
+ * RocketScope's trace lookup must find on an Apache cluster.
+ *
+ * <pre>
+ * RemotingTool send    NAMESRV TOPIC GROUP COUNT   one JSON line per message: msgId, offsetMsgId, key
+ * RemotingTool consume NAMESRV TOPIC GROUP COUNT TIMEOUT_S
+ * </pre>
+ * Trace is always on (enableMsgTrace=true, default trace topic). The exit code is 1 when a send
+ * is not SEND_OK or fewer than COUNT messages arrive in time.
+ */
+public final class RemotingTool {
+    private RemotingTool() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length < 5) {
+            System.err.println("usage: RemotingTool send|consume NAMESRV TOPIC GROUP COUNT [TIMEOUT_S]");
+            System.exit(2);
+        }
+        String namesrv = args[1];
+        String topic = args[2];
+        String group = args[3];
+        int count = Integer.parseInt(args[4]);
+        if ("send".equals(args[0])) {
+            DefaultMQProducer producer = new DefaultMQProducer(group, true, null);
+            producer.setNamesrvAddr(namesrv);
+            producer.start();
+            try {
+                for (int i = 0; i < count; i++) {
+                    String key = group + "-key-" + i;
+                    Message msg = new Message(topic, "TagA", key, ("remoting-" + i).getBytes(StandardCharsets.UTF_8));
+                    SendResult res = producer.send(msg);
+                    if (res.getSendStatus() != SendStatus.SEND_OK) {
+                        System.err.println("send " + i + ": " + res.getSendStatus());
+                        System.exit(1);
+                    }
+                    System.out.println("{\"msgId\":\"" + res.getMsgId() + "\",\"offsetMsgId\":\"" + res.getOffsetMsgId()
+                        + "\",\"key\":\"" + key + "\"}");
+                }
+            } finally {
+                // shutdown flushes the trace dispatcher (AsyncTraceDispatcher) before the producer stops
+                producer.shutdown();
+            }
+        } else if ("consume".equals(args[0])) {
+            long timeoutS = args.length > 5 ? Long.parseLong(args[5]) : 60;
+            Set<String> seen = ConcurrentHashMap.newKeySet();
+            CountDownLatch done = new CountDownLatch(count);
+            DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group, true, null);
+            consumer.setNamesrvAddr(namesrv);
+            consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            consumer.subscribe(topic, "*");
+            consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                for (org.apache.rocketmq.common.message.MessageExt m : msgs) {
+                    if (seen.add(m.getMsgId())) {
+                        System.out.println("{\"msgId\":\"" + m.getMsgId() + "\",\"reconsumeTimes\":" + m.getReconsumeTimes() + "}");
+                        done.countDown();
+                    }
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            consumer.start();
+            boolean ok = done.await(timeoutS, TimeUnit.SECONDS);
+            // the SubAfter records are written after the listener returns: give the dispatcher its flush
+            Thread.sleep(500);
+            consumer.shutdown();
+            if (!ok) {
+                System.err.println("timed out with " + seen.size() + " of " + count + " messages");
+                System.exit(1);
+            }
+        } else {
+            System.err.println("unknown command " + args[0]);
+            System.exit(2);
+        }
+        System.exit(0);
+    }
+}
