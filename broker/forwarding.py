@@ -6,6 +6,25 @@ follower answers what it can answer itself (routes, assignments) and forwards th
 — sends, receives, acks, offsets, transactions, the Telemetry stream — to the leader
 with the client's metadata, so a client never waits for its 30-second route refresh to
 find the new leader.  A request already forwarded once is never forwarded again.
+
+A leader change must not be visible to the client (issue 15), so a request *waits for
+the new writer within its own deadline* instead of failing:
+
+- the leader comes from this node's Raft state (or the controller's answer), looked up
+  again on every attempt; the name server is asked only when that state names no
+  leader for longer than ``NAMESRV_AFTER_S`` (a member cut off from its peers);
+- forwarded calls use ``wait_for_ready`` and short reconnect back-off, and a channel
+  found in reconnect back-off (TRANSIENT_FAILURE) is replaced by a fresh one, which
+  dials at once: a restarted leader is reached as soon as it listens, not after the
+  back-off gRPC grew while it was down (up to 120 s by default);
+- a forwarded unary call is abandoned and retried at the new writer when the local
+  view of the writer moves while it is in flight (a paused leader never answers);
+- an answer meaning "the writer changed" (HA_NOT_AVAILABLE with one of
+  ``WRITER_CHANGED``, or a local writer that lost its role while serving) is retried
+  at the new writer, ``RETRY_PAUSE_S`` apart, until the deadline.
+
+Retrying a send can store it twice if the first attempt was committed after all
+(at-least-once, as the client's own retry).
 """
 
 from __future__ import annotations
@@ -33,10 +52,38 @@ log = logging.getLogger(__name__)
 FORWARDED_HEADER = "x-rocketscope-forwarded"
 LOCAL_METHODS = frozenset({"QueryRoute", "QueryAssignment"})
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
+RETRY_PAUSE_S = 0.025  # between two attempts while the writer changes
+NO_DEADLINE_S = 10.0  # wait budget of a request that carries no deadline
+REPLY_MARGIN_S = 0.05  # answer this long before the client's deadline, so it reads our error, not its own
+WATCH_S = 0.05  # how often an in-flight forwarded call checks whether the writer moved
+NAMESRV_AFTER_S = 1.0  # Raft state without a leader this long: ask the name server (isolated member)
+RETIRE_AFTER_S = 30.0  # a replaced channel is closed this much later (calls still on it may finish)
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                   ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                   ("grpc.initial_reconnect_backoff_ms", 50),
+                   ("grpc.min_reconnect_backoff_ms", 50),
+                   ("grpc.max_reconnect_backoff_ms", 500)]
+# HA_NOT_AVAILABLE answers that mean "not the writer (any more)": broker/dledger/node.py (propose),
+# broker/raft/core.py (LeaderTransferring), broker/controller/replicas.py (SERVICE_NOT_AVAILABLE of a
+# deposed master) and NoLeader below.
+WRITER_CHANGED = ("not the leader", "the leader may have changed", "transferring leadership", "not the master",
+                  "no leader yet", "no master yet", "stale forward")
 
 
 class NoLeader(Exception):
     pass
+
+
+class WriterMoved(Exception):
+    """The writer this call went to is no longer the writer in this node's view."""
+
+
+def writer_changed(resp: Any) -> bool:
+    """Whether an answer says the request reached a node that is not (or no longer) the writer."""
+    st = getattr(resp, "status", None)
+    if st is None or st.code != pb.HA_NOT_AVAILABLE:
+        return False
+    return st.message == "SERVICE_NOT_AVAILABLE" or any(m in st.message for m in WRITER_CHANGED)
 
 
 class LeaderForwarder:
@@ -45,6 +92,8 @@ class LeaderForwarder:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._ns_checked = 0.0
         self._ns_leader: str | None = None
+        self._leaderless_since: float | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
 
     async def target(self, method: str, context: grpc.aio.ServicerContext) -> str | None:
         """The leader's address when this request must go there, else None (serve locally)."""
@@ -67,13 +116,60 @@ class LeaderForwarder:
             return rm.master_grpc_addr
         d = self.broker.dledger
         if d is None or d.is_leader or method in LOCAL_METHODS:
+            self._leaderless_since = None
             return None
         if FORWARDED_HEADER in request_metadata(context):
             raise NoLeader(f"{d.self_id} is not the leader either (stale forward)")
-        addr = d.leader_grpc_addr() or await self._leader_from_namesrv()
+        addr = d.leader_grpc_addr()
+        if addr:
+            self._leaderless_since = None
+            return addr
+        now = time.monotonic()
+        if self._leaderless_since is None:
+            self._leaderless_since = now
+        if now - self._leaderless_since >= NAMESRV_AFTER_S:  # longer than an election: maybe cut off
+            addr = await self._leader_from_namesrv()
         if not addr:
             raise NoLeader(f"group {d.group} has no leader yet; retry")
         return addr
+
+    def writer_now(self) -> str | None:
+        """The writer's client address in this node's current view (no I/O); None: unknown or this node."""
+        rm = getattr(self.broker, "replicas", None)
+        if rm is not None:
+            if self.broker.is_master:
+                return None
+            return rm.master_grpc_addr or None
+        d = self.broker.dledger
+        if d is None or d.is_leader:
+            return None
+        return d.leader_grpc_addr()
+
+    def is_writer(self) -> bool:
+        return bool(self.broker.is_master)
+
+    def moved_from(self, addr: str) -> bool:
+        """True when this node's view names a writer other than ``addr`` (itself included)."""
+        if self.is_writer():
+            return True
+        now = self.writer_now()
+        return now is not None and now != addr
+
+    @staticmethod
+    def deadline(context: grpc.aio.ServicerContext) -> float:
+        remaining = context.time_remaining()
+        if remaining is None:
+            remaining = NO_DEADLINE_S
+        return time.monotonic() + max(0.0, remaining - REPLY_MARGIN_S)
+
+    @staticmethod
+    async def pause(deadline: float) -> bool:
+        """Sleep before the next attempt; False when the deadline leaves no room for one."""
+        left = deadline - time.monotonic()
+        if left <= RETRY_PAUSE_S:
+            return False
+        await asyncio.sleep(RETRY_PAUSE_S)
+        return True
 
     async def _leader_from_namesrv(self, newer_than_epoch: int | None = None) -> str | None:
         """A member cut off from its peers does not know the new leader; the name server does.
@@ -100,13 +196,41 @@ class LeaderForwarder:
         return None
 
     def _channel(self, addr: str) -> grpc.aio.Channel:
+        """The channel to ``addr``; a fresh one if the cached one sits in reconnect back-off."""
         ch = self._channels.get(addr)
+        if ch is not None and ch.get_state(try_to_connect=False) == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            self._retire(ch)
+            ch = None
         if ch is None:
-            options = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                       ("grpc.max_send_message_length", 64 * 1024 * 1024)]
-            ch = self.broker.security.client_tls.channel(addr, options=options)
+            ch = self.broker.security.client_tls.channel(addr, options=CHANNEL_OPTIONS)
             self._channels[addr] = ch
         return ch
+
+    def _retire(self, ch: grpc.aio.Channel) -> None:
+        async def later() -> None:
+            await asyncio.sleep(RETIRE_AFTER_S)
+            await ch.close()
+        task = asyncio.get_running_loop().create_task(later(), name="forwarding-retire-channel")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def call_unary(self, addr: str, path: str, request: Any, resp_type: type,
+                         context: grpc.aio.ServicerContext, deadline: float) -> Any:
+        """One forwarded unary call that waits for the channel, abandoned if the writer moves meanwhile."""
+        call = self._channel(addr).unary_unary(path, request_serializer=lambda m: m.SerializeToString(),
+                                               response_deserializer=resp_type.FromString)
+        task = asyncio.ensure_future(call(request, metadata=self.metadata(context), wait_for_ready=True,
+                                          timeout=max(0.001, deadline - time.monotonic())))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=WATCH_S)
+                if done:
+                    return task.result()
+                if self.moved_from(addr):
+                    raise WriterMoved(addr)
+        finally:
+            if not task.done():
+                task.cancel()
 
     def metadata(self, context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
         md = [(k, v) for k, v in (context.invocation_metadata() or ())
@@ -115,8 +239,14 @@ class LeaderForwarder:
         return md
 
     async def close(self) -> None:
+        for task in list(self._retiring):
+            task.cancel()
         for ch in self._channels.values():
             await ch.close()
+
+
+# failures of a forwarded call after which another attempt may reach a (new) writer
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
 
 def _response_type(method_name: str) -> type:
@@ -135,39 +265,69 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
     if kind == (False, False):
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             fwd = broker.forwarder
-            try:
-                addr = await fwd.target(method_name, context)
-            except NoLeader as exc:
-                return error(exc)
-            if addr is None:
-                return await handler(request, context)
-            call = fwd._channel(addr).unary_unary(path, request_serializer=lambda m: m.SerializeToString(),
-                                                  response_deserializer=resp_type.FromString)
-            try:
-                return await call(request, metadata=fwd.metadata(context), timeout=context.time_remaining())
-            except grpc.aio.AioRpcError as exc:
-                return error(NoLeader(f"forwarding {method_name} to the leader at {addr} failed: {exc.code().name}"))
+            deadline = fwd.deadline(context)
+            while True:
+                try:
+                    addr = await fwd.target(method_name, context)
+                except NoLeader as exc:
+                    if await fwd.pause(deadline):
+                        continue
+                    return error(exc)
+                if addr is None:
+                    resp = await handler(request, context)
+                    # a writer deposed (or handing over) while serving: wait for the new writer
+                    if (writer_changed(resp) and FORWARDED_HEADER not in request_metadata(context)
+                            and await fwd.pause(deadline)):
+                        continue
+                    return resp
+                try:
+                    resp = await fwd.call_unary(addr, path, request, resp_type, context, deadline)
+                except WriterMoved:
+                    continue
+                except grpc.aio.AioRpcError as exc:
+                    failure = NoLeader(f"forwarding {method_name} to the leader at {addr} failed: {exc.code().name}")
+                    if exc.code() in RETRYABLE and await fwd.pause(deadline):
+                        continue
+                    return error(failure)
+                if writer_changed(resp) and await fwd.pause(deadline):
+                    continue
+                return resp
         return unary
 
     if kind == (False, True):
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             fwd = broker.forwarder
-            try:
-                addr = await fwd.target(method_name, context)
-            except NoLeader as exc:
-                yield error(exc)
-                return
-            if addr is None:
-                async for item in handler(request, context):
-                    yield item
-                return
-            call = fwd._channel(addr).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
-                                                   response_deserializer=resp_type.FromString)
-            try:
-                async for item in call(request, metadata=fwd.metadata(context), timeout=context.time_remaining()):
-                    yield item
-            except grpc.aio.AioRpcError as exc:
-                yield error(NoLeader(f"forwarding {method_name} to {addr} failed: {exc.code().name}"))
+            deadline = fwd.deadline(context)
+            while True:
+                try:
+                    addr = await fwd.target(method_name, context)
+                except NoLeader as exc:
+                    if await fwd.pause(deadline):
+                        continue
+                    yield error(exc)
+                    return
+                if addr is None:
+                    async for item in handler(request, context):
+                        yield item
+                    return
+                call = fwd._channel(addr).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
+                                                       response_deserializer=resp_type.FromString)
+                sent = False
+                try:
+                    async for item in call(request, metadata=fwd.metadata(context), wait_for_ready=True,
+                                           timeout=max(0.001, deadline - time.monotonic())):
+                        if not sent and writer_changed(item) and await fwd.pause(deadline):
+                            break  # the first answer says "not the writer": try the new one
+                        sent = True
+                        yield item
+                    else:
+                        return
+                except grpc.aio.AioRpcError as exc:
+                    if not sent and exc.code() in RETRYABLE and await fwd.pause(deadline):
+                        continue
+                    if not sent:
+                        yield error(NoLeader(f"forwarding {method_name} to {addr} failed: {exc.code().name}"))
+                    return
         return unary_stream
 
     async def stream_stream(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext

@@ -9,6 +9,15 @@ a RecoverOrphanedTransactionCommand goes down the Telemetry stream of a producer
 publishes to the topic (the one that sent it when still connected), at most
 ``transactionCheckMax`` times, ``transactionCheckInterval`` ms apart; after that the
 message is discarded (rolled back) and logged, as RocketMQ does.
+
+After a leader change (DLedger) or a promotion (controller mode) the resolution of a
+half message may have been written by *another* writer: its op record reaches this node
+through the replicated log.  So the pending set is never trusted across a role change:
+``recover()`` rebuilds it from the two topics, every check pass first reads the op and
+half records that became visible since the last pass, and a new writer checks nothing
+back until its confirm offset covers the whole log it had when it took over (everything
+an earlier writer may have resolved).  Without this, a leader returning after a pause
+checked back, and committed a second time, a transaction its successor had committed.
 """
 
 from __future__ import annotations
@@ -66,31 +75,80 @@ class TransactionService:
         self._task: asyncio.Task[None] | None = None
         self.committed_total = 0
         self.rolled_back_total = 0
+        self._resolved: set[int] = set()  # queue offsets (in HALF_TOPIC) of resolved half messages
+        self._half_pos = 0  # next queue offset of HALF_TOPIC / OP_TOPIC that refresh() reads
+        self._op_pos = 0
+        self._ready_at = 0  # log end when this node last took over as writer (see writer_caught_up)
 
     # ---------------------------------------------------------------- recover
     def recover(self) -> None:
+        """Rebuild the pending half messages from the log (start-up and every role change).
+
+        Check-back counts of halves still pending are kept, so a role change does not
+        reset ``transactionCheckMax``.
+        """
         topics = self.broker.topics
         topics.create_if_absent(HALF_TOPIC, 1, system=True)
         topics.create_if_absent(OP_TOPIC, 1, system=True)
-        resolved: set[int] = set()
-        for msg in self._scan(OP_TOPIC):
-            if msg.properties.get(OP_OF, "").isdigit():
-                resolved.add(int(msg.properties[OP_OF]))
-        for msg in self._scan(HALF_TOPIC):
-            if msg.queue_offset not in resolved:
-                self.pending[msg.properties.get(TRANSACTION_ID, "")] = Half(
-                    msg.queue_offset, msg.msg_id, msg.properties.get(REAL_TOPIC, ""), msg.store_timestamp,
-                    msg.properties.get(PRODUCER_CLIENT, ""))
+        old = self.pending
+        self.pending = {}
+        self._resolved = set()
+        self._half_pos = self.store.min_offset(HALF_TOPIC, 0)
+        self._op_pos = self.store.min_offset(OP_TOPIC, 0)
+        self._ready_at = self.store.commit_log.max_offset
+        self.refresh()
+        for tx_id, half in self.pending.items():
+            prev = old.get(tx_id)
+            if prev is not None:
+                half.checks, half.last_check_ms = prev.checks, prev.last_check_ms
         if self.pending:
             log.info("transactions recovered: %d half messages unresolved", len(self.pending))
 
-    def _scan(self, topic: str) -> list[StoredMessage]:
+    def refresh(self) -> None:
+        """Read the op and half records that became visible since the last call (replicated ones too)."""
+        for msg in self._scan_from(OP_TOPIC, "_op_pos"):
+            if msg.properties.get(OP_OF, "").isdigit():
+                self._resolved.add(int(msg.properties[OP_OF]))
+        for msg in self._scan_from(HALF_TOPIC, "_half_pos"):
+            tx_id = msg.properties.get(TRANSACTION_ID, "")
+            if msg.queue_offset not in self._resolved and tx_id not in self.pending:
+                self.pending[tx_id] = Half(msg.queue_offset, msg.msg_id, msg.properties.get(REAL_TOPIC, ""),
+                                           msg.store_timestamp, msg.properties.get(PRODUCER_CLIENT, ""))
+        if self._resolved:
+            for tx_id, half in list(self.pending.items()):
+                if half.offset in self._resolved:
+                    del self.pending[tx_id]
+
+    def writer_caught_up(self) -> bool:
+        """True once this writer sees every record of the log it took over as confirmed (committed).
+
+        A new Raft leader confirms its predecessors' tail only when its own term's first
+        entry commits; until then an op record written by the predecessor may be invisible.
+        """
+        store = self.store
+        return store.confirm_offset >= min(self._ready_at, store.commit_log.max_offset)
+
+    def may_check_back(self) -> bool:
+        """Only a writer sure of its role, that sees what earlier writers resolved, checks back."""
+        b = self.broker
+        if not b.is_master:
+            return False
+        if b.dledger is not None and not b.dledger.lease_valid():
+            return False  # maybe a deposed leader that does not know it yet (resumed after a pause)
+        rm = getattr(b, "replicas", None)
+        if rm is not None and rm.lease_expired:
+            return False  # cut off from the controllers: another master may have been elected
+        return self.writer_caught_up()
+
+    def _scan_from(self, topic: str, attr: str) -> list[StoredMessage]:
         out: list[StoredMessage] = []
-        pos, end = self.store.min_offset(topic, 0), self.store.max_offset(topic, 0)
+        pos = max(getattr(self, attr), self.store.min_offset(topic, 0))
+        end = self.store.max_offset(topic, 0)
         while pos < end:
             got = self.store.get(topic, 0, pos, 256)
             out.extend(got.messages)
             pos = got.next_offset if got.next_offset > pos else pos + 1
+        setattr(self, attr, pos)
         return out
 
     def start(self) -> None:
@@ -127,6 +185,9 @@ class TransactionService:
     async def end(self, tx_id: str, msg_id: str, resolution: int, from_check: bool) -> str:
         half = self.pending.get(tx_id)
         if half is None:
+            self.refresh()  # a half message replicated from the previous writer may have become visible
+            half = self.pending.get(tx_id)
+        if half is None:
             raise TransactionError("INVALID_TRANSACTION_ID",
                                    f"transaction_id {tx_id} is unknown or already resolved")
         if msg_id and msg_id != half.msg_id:
@@ -148,6 +209,7 @@ class TransactionService:
             self.rolled_back_total += 1
             kind = "ROLLBACK_MESSAGE"
         await self._write_op(half.offset, kind)
+        self._resolved.add(half.offset)
         self.pending.pop(tx_id, None)
         self.broker.on_transaction_resolved(half.topic, kind == "COMMIT_MESSAGE",
                                             max(0.0, time.time() - half.stored_ms / 1000))
@@ -183,8 +245,9 @@ class TransactionService:
                 log.exception("transaction check pass failed; will retry")
 
     async def check_due(self) -> int:
-        if not self.broker.is_master:
+        if not self.may_check_back():
             return 0
+        self.refresh()
         s = self.broker.settings
         now = int(time.time() * 1000)
         sent = 0
@@ -196,6 +259,7 @@ class TransactionService:
                             half.checks)
                 self.rolled_back_total += 1
                 await self._write_op(half.offset, "ROLLBACK_MESSAGE")
+                self._resolved.add(half.offset)
                 self.pending.pop(tx_id, None)
                 self.broker.on_transaction_resolved(half.topic, False, max(0.0, (now - half.stored_ms) / 1000))
                 continue

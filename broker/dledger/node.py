@@ -83,6 +83,7 @@ class DLedgerNode:
         self._tasks: list[asyncio.Task[None]] = []
         self.elections = 0
         self.append_latencies: list[float] = []
+        self._heard: dict[str, float] = {}  # peer id -> monotonic time of its last batch
 
     @property
     def is_leader(self) -> bool:
@@ -91,6 +92,21 @@ class DLedgerNode:
     @property
     def broker_id(self) -> int:
         return 0 if self.is_leader else self.self_index + 1
+
+    def lease_valid(self) -> bool:
+        """Leader with a majority heard within the shortest election timeout, by the wall clock.
+
+        The Raft core counts ticks, and a paused process (SIGSTOP) loses no ticks: resumed,
+        it still believes it leads until the first message from its peers deposes it.  Side
+        effects that a deposed leader must not have (transaction check-backs) wait for this
+        lease, which a pause longer than an election timeout voids at once.
+        """
+        if not self.is_leader:
+            return False
+        window = self.config.election_ticks_min * self.tick_s
+        now = time.monotonic()
+        heard = sum(1 for pid in self.peers if pid != self.self_id and now - self._heard.get(pid, -1e9) <= window)
+        return heard + 1 >= self.config.quorum
 
     def leader_grpc_addr(self) -> str | None:
         if self.leader_id is None:
@@ -146,6 +162,7 @@ class DLedgerNode:
 
     # ------------------------------------------------------------------ input
     def on_batch(self, batch: dledger_pb2.RaftBatch) -> None:
+        self._heard[batch.sender] = time.monotonic()
         if batch.sender_grpc_addr:
             self.peer_addrs[batch.sender] = (batch.sender_grpc_addr, batch.sender_admin_addr)
         assert self.node is not None
