@@ -16,6 +16,8 @@ import grpc
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 
 from .groups import GroupConfig
+from .ha.event_relay import decode_forwarded, read_events
+from .ha.events import HaEventError
 from .store.record import StoredMessage
 from .topics import TopicConfig, is_retry_or_dlq
 
@@ -237,5 +239,24 @@ class BrokerAdminService(admin_pb2_grpc.BrokerAdminServicer):
 
     async def HaEvents(self, request: admin_pb2.HaEventsRequest, context: grpc.aio.ServicerContext
                        ) -> admin_pb2.HaEventsResponse:
-        events = self.broker.ha_events.latest(request.max or 100)
+        """From RMQ_SYS_HA_EVENTS in this node's store (every node's events, replicated), not from memory."""
+        events = read_events(self.broker, request.max or 100)
         return admin_pb2.HaEventsResponse(status=ok(), events=[e.to_json() for e in events])
+
+    async def AppendHaEvents(self, request: admin_pb2.AppendHaEventsRequest, context: grpc.aio.ServicerContext
+                             ) -> common_pb2.Status:
+        """A slave or follower of this group hands its replication events to the writer (broker/ha/event_relay.py)."""
+        b = self.broker
+        try:
+            events = decode_forwarded(list(request.events))
+        except HaEventError as exc:
+            return fail(BAD_ARGUMENT, f"appendHaEvents: {exc}")
+        foreign = [e for e in events if (e.cluster, e.group) != (b.cluster, b.ha_events.group)]
+        if foreign:
+            return fail(BAD_ARGUMENT, f"appendHaEvents: event of group {foreign[0].cluster}/{foreign[0].group} "
+                                      f"sent to {b.cluster}/{b.ha_events.group}")
+        if not b.is_master:
+            return fail(SYSTEM_ERROR, f"{b.node_id} is not the writer of {b.broker_name} ({b.role})")
+        if not await b.ha_events.accept(events):
+            return fail(SYSTEM_ERROR, f"{b.node_id} could not append the events (no longer the writer?)")
+        return ok()

@@ -37,6 +37,7 @@ from .grpc_options import server_options
 from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService, status
 from .ha.event_log import HaEventLog
+from .ha.event_relay import install as install_event_relay
 from .ha.events import ROLE_CHANGE, HaEvent
 from .ha.master import ReplicationMaster
 from .ha.slave import ReplicationSlave
@@ -45,7 +46,7 @@ from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
 from .pull import PullService
-from .security import AclInterceptor, SecurityConfig, bind_server
+from .security import AclInterceptor, SecurityConfig, bind_listener
 from .slave_read import SlaveReader
 from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
 from .store.record import StoredMessage
@@ -95,7 +96,10 @@ class Broker:
         self.grpc_addr = f"{s.brokerIP1}:{s.grpcServerPort}"
         self.internal_addr = f"{s.brokerIP1}:{s.listenPort}"
         self.ha_port = s.haListenPort or s.listenPort + 1
-        self.ha_addr = f"{s.brokerIP1}:{self.ha_port}"
+        self.ha_addr = f"{s.brokerIP2 or s.brokerIP1}:{self.ha_port}"
+        # listeners bind the advertised address unless bindAddress / haBindAddress say otherwise
+        self.bind_host = s.bindAddress or s.brokerIP1
+        self.ha_bind_host = s.haBindAddress or s.brokerIP2 or s.brokerIP1
         root = Path(s.storePathRootDir).expanduser()
         self.store = MessageStore(store_config(s, self.grpc_addr))
         self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
@@ -112,7 +116,8 @@ class Broker:
         self.metrics = BrokerMetrics(self, self.telemetry)
         self.client_metrics = ClientMetricsProxy(self)
         self.ha_events = HaEventLog(self.cluster, self.broker_name, self.node_id, self.grpc_addr,
-                                    self._append_ha_events, lambda: self.is_master, s.haEventAckIntervalMillis)
+                                    self._append_ha_events, lambda: self.is_master, s.haEventAckIntervalMillis,
+                                    commit_interval_ms=s.haEventCommitIntervalMillis)
         self.replication_master = ReplicationMaster(self)
         self.replication_slave = ReplicationSlave(self)
         self.store.replication_waiter = self._wait_replicated
@@ -224,23 +229,28 @@ class Broker:
                                                                     ("grpc.max_send_message_length", 64 << 20)))
         add_messaging_service(MessagingService(self), self.client_server, self)
         self.client_metrics.register(self.client_server)
-        self._listeners.append(bind_server(self.client_server, f"0.0.0.0:{s.grpcServerPort}", sec.server_tls))
+        self._listeners.append(bind_listener(self.client_server, "grpcServerPort", self.bind_host, s.grpcServerPort,
+                                             sec.server_tls))
         self.admin_server = grpc.aio.server(interceptors=interceptors, options=server_options())
         admin_pb2_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self), self.admin_server)
         if self.replicas is not None:
             self.replicas.register_services(self.admin_server)
         internal = sec.server_tls.for_internal()
-        self._listeners.append(bind_server(self.admin_server, f"0.0.0.0:{s.listenPort}", internal))
-        self.ha_server = grpc.aio.server(options=server_options(("grpc.max_send_message_length", 64 << 20)))
+        self._listeners.append(bind_listener(self.admin_server, "listenPort", self.bind_host, s.listenPort, internal))
+        self.ha_server = grpc.aio.server(interceptors=sec.peer_interceptors("HA"),
+                                         options=server_options(("grpc.max_send_message_length", 64 << 20)))
         ha_pb2_grpc.add_ReplicationServicer_to_server(self.replication_master, self.ha_server)
-        self._listeners.append(bind_server(self.ha_server, f"0.0.0.0:{self.ha_port}", internal))
+        self._listeners.append(bind_listener(self.ha_server, "haListenPort", self.ha_bind_host, self.ha_port,
+                                             internal))
         self._servers = [self.client_server, self.admin_server, self.ha_server]
         if self.dledger is not None:
-            self.peer_server = grpc.aio.server(options=server_options(("grpc.max_receive_message_length", 64 << 20)))
+            self.peer_server = grpc.aio.server(interceptors=sec.peer_interceptors("Raft"), options=server_options(
+                ("grpc.max_receive_message_length", 64 << 20)))
             dledger_pb2_grpc.add_DLedgerPeerServicer_to_server(
                 PeerServicer(self.dledger.group, self.dledger.on_batch), self.peer_server)
-            peer_port = int(self.dledger.peers[self.dledger.self_id].rpartition(":")[2])
-            self._listeners.append(bind_server(self.peer_server, f"0.0.0.0:{peer_port}", internal))
+            peer_host, _, peer_port = self.dledger.peers[self.dledger.self_id].rpartition(":")
+            self._listeners.append(bind_listener(self.peer_server, "dLegerPeers", s.haBindAddress or peer_host,
+                                                 int(peer_port), internal))
             self._servers.append(self.peer_server)
         for server in self._servers:
             await server.start()
@@ -258,6 +268,7 @@ class Broker:
             await self._start_trace_indexer()
         self.metrics.start()
         self.client_metrics.start()
+        install_event_relay(self)
         self.ha_events.start()
         self.ha_events.emit(ROLE_CHANGE, role=self.role)
         if self.dledger is not None:

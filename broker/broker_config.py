@@ -25,6 +25,11 @@ BROKER_KEYS: list[Key] = [
     Key("brokerRole", str, "ASYNC_MASTER", "ASYNC_MASTER, SYNC_MASTER or SLAVE", choices=ROLES),
     Key("namesrvAddr", str, "", "name servers, `host:port;host:port` (default: env NAMESRV_ADDR)"),
     Key("brokerIP1", str, "127.0.0.1", "address this broker advertises to clients and the name server"),
+    Key("brokerIP2", str, "", "address a master advertises for its HA port (RocketMQ's key; default: brokerIP1)"),
+    Key("bindAddress", str, "", "address the client (grpcServerPort) and admin (listenPort) listeners bind "
+        "(RocketMQ's key); default: brokerIP1 only, `0.0.0.0` for every interface"),
+    Key("haBindAddress", str, "", "address the HA and Raft listeners bind (RocketScope); default: brokerIP2 for the "
+        "HA port and this member's host in dLegerPeers for the Raft port, `0.0.0.0` for every interface"),
     Key("grpcServerPort", int, 8081, "client-facing RocketMQ 5 gRPC port (the proxy's key)", check=port),
     Key("listenPort", int, 10911, "internal gRPC port: admin and broker-to-broker traffic", check=port),
     Key("haListenPort", int, 0, "port of the replication service; 0 means listenPort + 1", check=port),
@@ -35,6 +40,9 @@ BROKER_KEYS: list[Key] = [
         check=positive),
     Key("haEventAckIntervalMillis", int, 100, "ms between replica-ack events of one replica (throttle)",
         check=positive),
+    Key("haEventCommitIntervalMillis", int, 100, "ms between commit_advanced events of one node (throttle: at most "
+        "1000/this a second; the newest of an interval is written when it ends, the others are counted in "
+        "rocketmq_ha_events_throttled_total)", check=positive),
     Key("enableDLegerCommitLog", bool, False, "replicate the commit log with Raft (DLedger mode)"),
     Key("dLegerGroup", str, "", "Raft group name (default: brokerName)"),
     Key("dLegerPeers", str, "", "members, `n0-host:port;n1-host:port;n2-host:port` (Raft ports)"),

@@ -23,14 +23,15 @@ from .broker import Broker
 from .broker_config import load_broker_config
 from .grpc_options import server_options
 from .security.config import TLS_KEYS, SecurityConfig
-from .security.listener import Listener, bind_server
+from .security.listener import Listener, bind_listener
 
 log = logging.getLogger(__name__)
 
 CONTAINER_KEYS: list[Key] = [
     Key("brokerConfigPaths", str, "", "broker config files to start, `:`-separated (empty: start with none)"),
     Key("namesrvAddr", str, "", "name servers, used by brokers whose config has none"),
-    Key("brokerContainerIP", str, "127.0.0.1", "address of the container's admin service"),
+    Key("brokerContainerIP", str, "127.0.0.1", "address the container's admin service binds and advertises "
+        "(`0.0.0.0`: every interface)"),
     Key("listenPort", int, 10811, "port of the container's admin service", check=port),
 ]
 
@@ -63,10 +64,24 @@ class BrokerContainer:
             if Path(other.settings.storePathRootDir).expanduser() == Path(settings.storePathRootDir).expanduser():
                 raise ConfigError(f"config key storePathRootDir has bad value {settings.storePathRootDir!r}: "
                                   f"broker {other.node_id} in this container already uses it")
-        await broker.start()
+        try:
+            await broker.start()
+        except BaseException as exc:
+            # a half-started broker holds ports, files and tasks nobody could remove later: undo it all
+            log.error("container: broker %s from %s failed to start (%s); cleaning up", broker.node_id, config_path,
+                      exc)
+            await self._clean_up(broker)
+            raise
         self.brokers[key] = (broker, config_path)
         log.info("container: added broker %s (%s) from %s", broker.node_id, broker.role, config_path)
         return broker
+
+    @staticmethod
+    async def _clean_up(broker: Broker) -> None:
+        try:
+            await asyncio.wait_for(broker.stop(), 30)
+        except Exception:
+            log.exception("container: cleaning up broker %s failed", broker.node_id)
 
     async def remove_broker(self, cluster: str, name: str, broker_id: int) -> bool:
         entry = self.brokers.pop((cluster, name, broker_id), None)
@@ -82,10 +97,8 @@ class BrokerContainer:
         # the container's admin port (addBroker/removeBroker) has TLS but no ACL: require client
         # certificates (tls.internal.need.client.auth=require) where untrusted hosts can reach it
         tls = SecurityConfig.from_properties(self.settings.raw).server_tls.for_internal()
-        try:
-            self._listener = bind_server(self.server, f"0.0.0.0:{self.settings.listenPort}", tls)
-        except OSError:
-            raise OSError(f"container cannot bind listenPort {self.settings.listenPort}") from None
+        self._listener = bind_listener(self.server, "listenPort", self.settings.brokerContainerIP,
+                                       self.settings.listenPort, tls)
         await self.server.start()
         await self._listener.start()
         self.port = self._listener.port
@@ -111,10 +124,21 @@ class ContainerAdminService(admin_pb2_grpc.ContainerAdminServicer):
 
     async def AddBroker(self, request: admin_pb2.AddBrokerRequest, context: grpc.aio.ServicerContext
                         ) -> common_pb2.Status:
+        """Start a broker; on any failure nothing of it stays and the gRPC status says why.
+
+        INVALID_ARGUMENT: the config is wrong; FAILED_PRECONDITION: the host refuses (a port in
+        use, a store that cannot be opened); INTERNAL: anything else.  The details name the cause.
+        """
+        where = f"addBroker {request.config_path}"
         try:
             await self.container.add_broker(request.config_path)
-        except (ConfigError, OSError, ValueError) as exc:
-            return common_pb2.Status(code=13, remark=f"addBroker {request.config_path}: {exc}")
+        except (ConfigError, ValueError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{where}: {exc}")
+        except OSError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{where}: {exc}")
+        except Exception as exc:
+            log.exception("%s failed", where)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{where}: {type(exc).__name__}: {exc}")
         return common_pb2.Status()
 
     async def RemoveBroker(self, request: admin_pb2.RemoveBrokerRequest, context: grpc.aio.ServicerContext

@@ -101,6 +101,7 @@ class BrokerMetrics:
         self.rpc_latency = telemetry.histogram("rocketmq_rpc_latency")
         self.append_latency = telemetry.histogram("dledger_append_entry_latency")
         self.elections = telemetry.counter("dledger_election_total")
+        self.ha_throttled = telemetry.counter("rocketmq_ha_events_throttled_total")
         self.replicate_latency = telemetry.histogram("dledger_replicate_entry_latency")
         self.topic_create = telemetry.histogram("rocketmq_topic_create_execution_time")
         self.group_create = telemetry.histogram("rocketmq_consumer_group_create_execution_time")
@@ -246,6 +247,10 @@ class BrokerMetrics:
 
     def on_group_created(self, group: str, elapsed_ms: float, ok: bool) -> None:
         self.group_create.record(elapsed_ms, {"invocation_status": "success" if ok else "failure"})
+
+    def on_ha_event_throttled(self, event_type: str, n: int) -> None:
+        """Replication events a newer one replaced inside its throttle interval (broker/ha/event_log.py)."""
+        self.ha_throttled.add(n, {"broker_group": self.broker.broker_name, "event_type": event_type})
 
     def on_dledger_election(self, result: str) -> None:
         d = self.broker.dledger

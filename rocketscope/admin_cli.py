@@ -382,18 +382,24 @@ def ha_status(namesrv: str | None, broker: str | None) -> None:
 @namesrv_opt
 @click.option("-b", "--brokerAddr", "broker", help="internal address; default: every broker")
 @click.option("--max", "max_events", type=int, default=50, show_default=True,
-              help="newest events per broker; the changes it remembers (roles, elections, sets, truncations) "
-                   "are listed as well")
+              help="newest events per broker; older changes (roles, elections, sets, truncations) are listed "
+                   "as well")
 @json_opt
 def ha_events(namesrv: str | None, broker: str | None, max_events: int, as_json: bool) -> None:
-    """Recent replication events (role changes, elections, acks, commits, truncations) of brokers."""
+    """Replication events (role changes, elections, acks, commits, truncations) from RMQ_SYS_HA_EVENTS.
+
+    Every node's events, followers' included, are in that replicated topic, so the history
+    survives restarts; each broker answers from its own copy and duplicates are merged.
+    """
     async def go(c: AdminClient) -> int:
         addrs = [broker] if broker else [b.addr for b in await c.cluster()]
-        events = []
+        texts: list[str] = []
         for addr in addrs:
             resp = await c.broker_call(addr, "HaEvents", admin_pb2.HaEventsRequest(max=max_events))
-            events += [json.loads(e) for e in resp.events]  # type: ignore[attr-defined]
-        events.sort(key=lambda e: e["ts"])
+            texts += list(resp.events)  # type: ignore[attr-defined]
+        from rocketscope.broker.ha.event_relay import dedupe
+
+        events = dedupe(texts)  # every replica of a group answers from the same replicated topic
         rows = [(ms(e["ts"]), e["group"], e["node"], e["type"],
                  e.get("role") or e.get("leader") or e.get("replica", ""),
                  e["term"] if e["term"] >= 0 else e["epoch"], e["offset"]) for e in events]
@@ -410,7 +416,9 @@ async def _container_call(addr: str, method: str, request: object) -> object:
             return await getattr(admin_pb2_grpc.ContainerAdminStub(ch), method)(request, timeout=30,
                                                                              metadata=CONNECTION.metadata())
         except grpc.aio.AioRpcError as exc:
-            raise AdminError(f"container {addr} did not answer {method}: {exc.code().name}") from None
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise AdminError(f"container {addr} did not answer {method}: {exc.code().name}") from None
+            raise AdminError(f"{exc.details()} ({exc.code().name})") from None
 
 
 @admin.command("addBroker")

@@ -200,6 +200,10 @@ CATALOGUE: tuple[Instrument, ...] = (
     Instrument("rocketmq_ha_master_epoch", G, "1", "Current master epoch of the broker group; controller mode, "
                "written by the master.", ("broker_group",),
                group="ha", origin="rocketscope"),
+    Instrument("rocketmq_ha_events_throttled_total", C, "1", "Replication events (replica_ack, commit_advanced) "
+               "not written because a newer one of the same throttle interval replaced them "
+               "(haEventAckIntervalMillis, haEventCommitIntervalMillis).", ("broker_group", "event_type"),
+               group="ha", origin="rocketscope"),
     # --- DLedger (ours; names of the DLedger library, values in the declared unit)
     Instrument("dledger_role", G, "1", f"Raft role: {ROLE_DOC}.", _DLEDGER, group="dledger", origin="rocketscope"),
     Instrument("dledger_term", G, "1", "Current Raft term.", _DLEDGER, group="dledger", origin="rocketscope"),

@@ -507,7 +507,7 @@ class ControllerRuntime:
 
         from ..dledger.transport import PeerServicer
         from ..grpc_options import server_options
-        from ..security import bind_server
+        from ..security import bind_listener, bind_server
 
         s, opts = self.settings, self.options
         self.node.open()
@@ -517,11 +517,14 @@ class ControllerRuntime:
             self.add_client_service(self.client_server)
             self._servers.append(self.client_server)
             self._listeners.append(bind_server(self.client_server, f"{s.listenHost}:{s.listenPort}", internal))
-        peer_server = grpc.aio.server(options=server_options(("grpc.max_receive_message_length", 64 << 20)))
+        peer_server = grpc.aio.server(interceptors=self.security.peer_interceptors("controller Raft"),
+                                      options=server_options(("grpc.max_receive_message_length", 64 << 20)))
         dledger_pb2_grpc.add_DLedgerPeerServicer_to_server(PeerServicer(opts.group, self.node.on_batch), peer_server)
         self._servers.append(peer_server)
-        self._listeners.append(bind_server(peer_server, f"0.0.0.0:{opts.peers[opts.self_id].rpartition(':')[2]}",
-                                           internal))
+        # the Raft port binds the address the other controllers reach it at (controllerDLegerPeers)
+        peer_host, _, peer_port = opts.peers[opts.self_id].rpartition(":")
+        self._listeners.append(bind_listener(peer_server, "controllerDLegerPeers", peer_host, int(peer_port),
+                                             internal))
         for server in self._servers:
             await server.start()
         for listener in self._listeners:

@@ -1,74 +1,118 @@
-"""Emit replication events: to the RMQ_SYS_HA_EVENTS topic when this node may write it.
+"""Emit replication events into the replicated RMQ_SYS_HA_EVENTS topic, from every node.
 
-Only a node whose commit log is authoritative (a master, a Raft leader) may append to
-its own log, so a slave or follower keeps its events in a bounded buffer and writes them
-when it becomes writable (a bounded buffer: a process crash loses what was buffered, and
-overflow drops the oldest events, counted in ``dropped``).  Replica-ack events are
-throttled per replica (``haEventAckIntervalMillis``), because every acked batch would
-otherwise produce one.
+Only a node whose commit log is authoritative (a master, a Raft leader) may append to its
+own log.  Every other node (slave, follower, candidate) *forwards* its events to the
+current writer (``forward``, the writer's admin ``AppendHaEvents``), which appends them
+unchanged, so the topic holds every node's events, a follower's truncations included, and
+is replicated like any other topic.  Until an event is in the topic (written here or
+accepted by the writer) it waits in ``pending`` and in a spool file next to the store
+(``spool``), so a restart re-sends what was not delivered; overflow of the bounded buffer
+drops the oldest events, counted in ``dropped``.  The writer may receive an event twice
+(an answer lost after the append): readers deduplicate identical events.
+
+Two event types would flood the topic and are throttled (docs/STORAGE.md, "Replication
+events"): ``replica_ack`` at most one per replica every ``haEventAckIntervalMillis`` and
+``commit_advanced`` at most one every ``haEventCommitIntervalMillis``.  A throttled event
+is not lost silently: the newest one of an interval is emitted when the interval ends
+(so the last offset is always recorded) and every event it replaced is counted in
+``throttled`` (the metric ``rocketmq_ha_events_throttled_total``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from .events import COMMIT_ADVANCED, HA_EVENTS_TOPIC, REPLICA_ACK, HaEvent
+from .events import COMMIT_ADVANCED, HA_EVENTS_TOPIC, REPLICA_ACK, HaEvent, HaEventError
 
 log = logging.getLogger(__name__)
 
 Append = Callable[[list[HaEvent]], Awaitable[bool]]
+THROTTLED_TYPES = (REPLICA_ACK, COMMIT_ADVANCED)
 
 
 class HaEventLog:
     def __init__(self, cluster: str, group: str, node: str, address: str, append: Append,
-                 writable: Callable[[], bool], ack_interval_ms: int = 100, capacity: int = 100_000) -> None:
+                 writable: Callable[[], bool], ack_interval_ms: int = 100, capacity: int = 100_000,
+                 commit_interval_ms: int = 100) -> None:
         self.cluster, self.group, self.node, self.address = cluster, group, node, address
         self._append = append
         self._writable = writable
         self.ack_interval_ms = ack_interval_ms
+        self.commit_interval_ms = commit_interval_ms
         self.pending: deque[HaEvent] = deque(maxlen=capacity)
         self.dropped = 0
         self.written = 0
-        self.recent: deque[HaEvent] = deque(maxlen=1000)  # for admin haEvents and status pages
-        # role changes, elections, set changes and truncations: rare, and a busy minute of acks and commits
-        # would push them out of ``recent``
+        self.forwarded = 0
+        self.throttled: dict[str, int] = {REPLICA_ACK: 0, COMMIT_ADVANCED: 0}
+        self.recent: deque[HaEvent] = deque(maxlen=1000)  # status pages; admin haEvents reads the topic
         self.recent_changes: deque[HaEvent] = deque(maxlen=1000)
-        self._last_ack: dict[str, int] = {}
+        self._last_emit: dict[str, int] = {}
         self._last_offset: dict[str, int] = {}
+        self._deferred: dict[str, dict[str, Any]] = {}  # newest throttled event per key, emitted at interval end
         self.data_end = 0  # end of the newest record that is not itself a replication event
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.listeners: list[Callable[[HaEvent], None]] = []
+        # set by broker/ha/event_relay.py: who writes when this node cannot, and where pending events survive
+        self.forward: Append | None = None
+        self.context: Callable[[], dict[str, int]] = dict  # term/epoch for events that name none
+        self.on_throttled: Callable[[str, int], None] = lambda type_, n: None
+        self.spool: Path | None = None
 
     def note_data(self, end_offset: int) -> None:
         """A record other than a replication event now ends at ``end_offset``."""
         self.data_end = max(self.data_end, end_offset)
 
+    # ------------------------------------------------------------------ emit
+    def _interval_ms(self, type_: str) -> int:
+        return self.ack_interval_ms if type_ == REPLICA_ACK else self.commit_interval_ms
+
     def emit(self, type_: str, **fields: Any) -> HaEvent | None:
         now = int(time.time() * 1000)
-        if type_ in (REPLICA_ACK, COMMIT_ADVANCED):
+        if type_ in THROTTLED_TYPES:
             # events are records too: an ack or commit that only covers event records says nothing new
             # (and would feed back: its own event record would be acked again)
             key = f"{type_}:{fields.get('replica', '')}"
             offset = int(fields.get("offset", -1))
             if self.data_end <= self._last_offset.get(key, -1) or offset <= self._last_offset.get(key, -1):
                 return None
-            if type_ == REPLICA_ACK and now - self._last_ack.get(key, 0) < self.ack_interval_ms:
+            if now - self._last_emit.get(key, 0) < self._interval_ms(type_):
+                if key in self._deferred:  # the deferred one is superseded: it will never be written
+                    self._count_throttled(type_)
+                self._deferred[key] = {"type_": type_, **fields}
+                self._wake.set()
                 return None
-            self._last_ack[key] = now
+            if self._deferred.pop(key, None) is not None:
+                self._count_throttled(type_)
+            self._last_emit[key] = now
             self._last_offset[key] = offset
+        return self._record(type_, now, fields)
+
+    def _count_throttled(self, type_: str) -> None:
+        self.throttled[type_] = self.throttled.get(type_, 0) + 1
+        self.on_throttled(type_, 1)
+
+    def _record(self, type_: str, now: int, fields: dict[str, Any]) -> HaEvent:
+        ctx = self.context()
+        for name in ("term", "epoch"):
+            if int(fields.get(name, -1)) < 0 and int(ctx.get(name, -1)) >= 0:
+                fields[name] = ctx[name]
         event = HaEvent(type=type_, cluster=self.cluster, group=self.group, node=self.node, ts=now,
                         address=self.address, **fields)
         if len(self.pending) == self.pending.maxlen:
             self.dropped += 1
         self.pending.append(event)
+        self._spool_append([event])
         self.recent.append(event)
-        if type_ not in (REPLICA_ACK, COMMIT_ADVANCED):
+        if type_ not in THROTTLED_TYPES:
             self.recent_changes.append(event)
             log.info("ha event %s: %s", type_, {k: v for k, v in fields.items() if v not in ("", -1, ())})
         for listener in self.listeners:
@@ -76,42 +120,130 @@ class HaEventLog:
         self._wake.set()
         return event
 
+    def _emit_due_deferred(self) -> float:
+        """Emit throttled events whose interval ended; return seconds until the next one is due."""
+        now = int(time.time() * 1000)
+        wait = 0.5
+        for key, fields in list(self._deferred.items()):
+            type_ = fields["type_"]
+            due = self._last_emit.get(key, 0) + self._interval_ms(type_)
+            if now >= due:
+                del self._deferred[key]
+                rest = {k: v for k, v in fields.items() if k != "type_"}
+                self._last_emit[key] = now
+                self._last_offset[key] = int(rest.get("offset", -1))
+                self._record(type_, now, rest)
+            else:
+                wait = min(wait, (due - now) / 1000)
+        return max(wait, 0.005)
+
     def latest(self, limit: int) -> list[HaEvent]:
-        """The newest ``limit`` events, plus every remembered change older than those, oldest first."""
+        """This process's newest ``limit`` events plus older remembered changes, oldest first (status pages)."""
         tail = list(self.recent)[-limit:] if limit > 0 else []
         shown = {id(e) for e in tail}
         return sorted([e for e in self.recent_changes if id(e) not in shown] + tail, key=lambda e: e.ts)
 
+    # ----------------------------------------------------------------- spool
+    def load_spool(self, path: Path) -> int:
+        """Use ``path`` as the spool; queue the events a previous run left undelivered."""
+        self.spool = path
+        loaded = 0
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                self.pending.append(HaEvent.from_json(line))
+                loaded += 1
+            except HaEventError:
+                continue  # a torn last line after a crash
+        if loaded:
+            log.info("%d replication events from the previous run are queued for %s", loaded, HA_EVENTS_TOPIC)
+        self._rewrite_spool()
+        return loaded
+
+    def _spool_append(self, events: list[HaEvent]) -> None:
+        if self.spool is None:
+            return
+        try:
+            with open(self.spool, "a") as fh:
+                fh.write("".join(e.to_json() + "\n" for e in events))
+        except OSError as exc:
+            log.warning("replication event spool %s: %s", self.spool, exc)
+
+    def _rewrite_spool(self) -> None:
+        if self.spool is None:
+            return
+        tmp = self.spool.with_suffix(".tmp")
+        try:
+            with open(tmp, "w") as fh:
+                fh.write("".join(e.to_json() + "\n" for e in self.pending))
+            os.replace(tmp, self.spool)
+        except OSError as exc:
+            log.warning("replication event spool %s: %s", self.spool, exc)
+
+    # -------------------------------------------------------------- delivery
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-events")
 
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
-        if self.pending and self._writable():
-            await self.flush()
+        if self.pending:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.flush(), 2.0)
+        self._rewrite_spool()
 
     async def _run(self) -> None:
+        wait = 0.5
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), 0.5)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
-            if self.pending and self._writable():
+            wait = self._emit_due_deferred() if self._deferred else 0.5
+            if self.pending:
                 try:
                     await self.flush()
-                except Exception:
-                    log.exception("writing replication events to %s failed; keeping them", HA_EVENTS_TOPIC)
+                except Exception as exc:
+                    log.warning("delivering replication events to %s failed (%s); keeping them", HA_EVENTS_TOPIC,
+                                exc)
+                    wait = min(wait, 0.5)
 
     async def flush(self) -> None:
-        while self.pending and self._writable():
-            batch = [self.pending.popleft() for _ in range(min(len(self.pending), 256))]
-            if not await self._append(batch):
-                self.pending.extendleft(reversed(batch))
-                return
-            self.written += len(batch)
+        """Write pending events (writer) or hand them to the writer (everyone else), oldest first."""
+        delivered = False
+        try:
+            while self.pending:
+                writable = self._writable()
+                deliver = self._append if writable else self.forward
+                if deliver is None:
+                    return
+                batch = [self.pending.popleft() for _ in range(min(len(self.pending), 256))]
+                try:
+                    ok = await deliver(batch)
+                except BaseException:
+                    self.pending.extendleft(reversed(batch))
+                    raise
+                if not ok:
+                    self.pending.extendleft(reversed(batch))
+                    return
+                delivered = True
+                if writable:
+                    self.written += len(batch)
+                else:
+                    self.forwarded += len(batch)
+        finally:
+            if delivered:
+                self._rewrite_spool()
+
+    async def accept(self, events: list[HaEvent]) -> bool:
+        """Events another node forwarded: append them as they are (only the writer may)."""
+        if not self._writable():
+            return False
+        ok = await self._append(events)
+        if ok:
+            self.written += len(events)
+        return ok

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 NAMESRV_KEYS: list[Key] = [
     Key("listenPort", int, 9876, "port of the name server's gRPC service", check=port),
-    Key("listenHost", str, "0.0.0.0", "address to bind"),
+    Key("listenHost", str, "127.0.0.1", "address to bind (`0.0.0.0`: every interface)"),
     Key("scanNotActiveBrokerInterval", int, 5000, "ms between scans for brokers that stopped registering",
         check=positive),
     Key("brokerChannelExpiredTime", int, 120_000, "ms without registration after which a broker is removed",

@@ -271,6 +271,12 @@ class HaEventsResponse(_message.Message):
     events: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., events: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class AppendHaEventsRequest(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, events: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class AddBrokerRequest(_message.Message):
     __slots__ = ("config_path",)
     CONFIG_PATH_FIELD_NUMBER: _ClassVar[int]

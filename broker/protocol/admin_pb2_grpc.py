@@ -110,6 +110,11 @@ class BrokerAdminStub:
                 request_serializer=admin__pb2.HaEventsRequest.SerializeToString,
                 response_deserializer=admin__pb2.HaEventsResponse.FromString,
                 _registered_method=True)
+        self.AppendHaEvents = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/AppendHaEvents',
+                request_serializer=admin__pb2.AppendHaEventsRequest.SerializeToString,
+                response_deserializer=common__pb2.Status.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -205,6 +210,12 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendHaEvents(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -282,6 +293,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.HaEvents,
                     request_deserializer=admin__pb2.HaEventsRequest.FromString,
                     response_serializer=admin__pb2.HaEventsResponse.SerializeToString,
+            ),
+            'AppendHaEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendHaEvents,
+                    request_deserializer=admin__pb2.AppendHaEventsRequest.FromString,
+                    response_serializer=common__pb2.Status.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -689,6 +705,33 @@ class BrokerAdmin:
             '/rocketscope.internal.BrokerAdmin/HaEvents',
             admin__pb2.HaEventsRequest.SerializeToString,
             admin__pb2.HaEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendHaEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/AppendHaEvents',
+            admin__pb2.AppendHaEventsRequest.SerializeToString,
+            common__pb2.Status.FromString,
             options,
             channel_credentials,
             insecure,

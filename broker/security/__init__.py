@@ -5,7 +5,7 @@ What the broker wires (docs/SECURITY.md has the full contract)::
     sec = SecurityConfig.from_properties(settings.raw)           # ConfigError on bad keys/files
     guard = sec.guard(s.msgTraceTopicName, telemetry.counter("rocketmq_acl_denied_total"))
     server = grpc.aio.server(interceptors=[AclInterceptor(guard)] if guard else [])
-    listener = bind_server(server, "0.0.0.0:8081", sec.server_tls)   # internal ports: sec.server_tls.for_internal()
+    listener = bind_listener(server, "grpcServerPort", "127.0.0.1", 8081, sec.server_tls)  # internal: .for_internal()
     await server.start(); await listener.start()
     sec.watcher(guard).start()
     channel = sec.client_tls.channel("10.0.0.2:10911")            # outbound
@@ -17,7 +17,7 @@ from .acl import AclConfig, AclError, Perm, load_acl, parse_acl
 from .config import SECURITY_KEY_NAMES, SECURITY_KEYS, SecurityConfig
 from .guard import AclGuard, Decision
 from .interceptor import AclInterceptor
-from .listener import Listener, bind_server, real_peer
+from .listener import Listener, bind_listener, bind_server, host_port, real_peer
 from .signature import client_metadata
 from .tls import ClientAuth, TlsClientConfig, TlsMode, TlsServerConfig, start_metrics_server
 from .watcher import FileWatcher
@@ -25,6 +25,6 @@ from .watcher import FileWatcher
 __all__ = [
     "SECURITY_KEYS", "SECURITY_KEY_NAMES", "AclConfig", "AclError", "AclGuard", "AclInterceptor", "ClientAuth",
     "Decision", "FileWatcher", "Listener", "Perm", "SecurityConfig", "TlsClientConfig", "TlsMode",
-    "TlsServerConfig", "bind_server", "client_metadata", "load_acl", "parse_acl", "real_peer",
-    "start_metrics_server",
+    "TlsServerConfig", "bind_listener", "bind_server", "client_metadata", "host_port", "load_acl", "parse_acl",
+    "real_peer", "start_metrics_server",
 ]

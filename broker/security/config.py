@@ -8,11 +8,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
+
 from rocketscope.config import ConfigError, Key, non_negative, positive
 
 from . import signature as sig
 from .acl import AclError
 from .guard import AclGuard, Counter
+from .peer_auth import server_interceptors
 from .tls import TlsClientConfig, TlsServerConfig, client_config, server_config, start_metrics_server
 from .watcher import FileWatcher
 
@@ -46,12 +49,15 @@ SECURITY_KEYS: list[Key] = [
         "broker's clock; 0 disables the bound (RocketScope)", check=non_negative),
     Key("aclFileWatchIntervalMillis", int, 1000, "how often the ACL file is checked for changes (RocketScope)",
         check=positive),
+    Key("internalPeerSecret", str, "", "shared secret every broker and controller of the cluster presents on the HA "
+        "and Raft ports (and accepts only from peers that present it); empty: no secret check, use mutual TLS "
+        "(tls.internal.need.client.auth=require) instead (RocketScope)"),
     Key("innerClientAuthenticationCredentials", str, "", 'JSON {"accessKey":..., "secretKey":...} the broker '
         "signs its own admin calls with (slave and follower metadata sync)"),
 ]
 SECURITY_KEY_NAMES = frozenset(k.name for k in SECURITY_KEYS)
 # the keys a process without ACL (name server, controller) accepts: TLS on its listener and /metrics
-TLS_KEYS: list[Key] = [k for k in SECURITY_KEYS if k.name.startswith("tls.")]
+TLS_KEYS: list[Key] = [k for k in SECURITY_KEYS if k.name.startswith("tls.") or k.name == "internalPeerSecret"]
 
 
 def _bool(raw: Mapping[str, str], key: str, default: bool) -> bool:
@@ -133,6 +139,10 @@ class SecurityConfig:
         if not tls.metrics_https:
             return None
         return lambda port, host, registry: start_metrics_server(port, host, registry, tls)
+
+    def peer_interceptors(self, port_name: str) -> list[grpc.aio.ServerInterceptor]:
+        """Server interceptors of a replication port (HA, Raft): the internalPeerSecret check, if set."""
+        return server_interceptors(self.client_tls.peer_secret, port_name)
 
     def inner_metadata(self) -> list[tuple[str, str]]:
         """Signed metadata for the broker's own admin calls (fresh date each call); [] without credentials."""

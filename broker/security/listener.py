@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -132,13 +133,13 @@ def bind_server(server: grpc.aio.Server, address: str, tls: TlsServerConfig) -> 
     """
     mode = tls.mode
     if mode is TlsMode.DISABLED:
-        port = server.add_insecure_port(address)
+        port = _add_port(lambda: server.add_insecure_port(address))
         if not port:
             raise OSError(f"cannot bind {address}")
         return Listener(address, mode, port)
     creds = tls.server_credentials()
     if mode is TlsMode.ENFORCING:
-        port = server.add_secure_port(address, creds)
+        port = _add_port(lambda: server.add_secure_port(address, creds))
         if not port:
             raise OSError(f"cannot bind {address} (TLS)")
         return Listener(address, mode, port)
@@ -147,3 +148,39 @@ def bind_server(server: grpc.aio.Server, address: str, tls: TlsServerConfig) -> 
     if not tls_port or not plain_port:
         raise OSError(f"cannot bind the internal loopback ports for permissive TLS on {address}")
     return Listener(address, mode, int(address.rpartition(":")[2]), tls_port, plain_port)
+
+
+def _add_port(add: Callable[[], int]) -> int:
+    """grpc reports a failed bind as RuntimeError (newer releases) or as port 0: both become 0."""
+    try:
+        return add()
+    except RuntimeError:
+        return 0
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 literal in brackets."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def bind_listener(server: grpc.aio.Server, key: str, host: str, port: int, tls: TlsServerConfig) -> Listener:
+    """``bind_server`` on ``host:port``; a failure is an OSError naming the config key, address and likely cause."""
+    address = host_port(host, port)
+    try:
+        return bind_server(server, address, tls)
+    except OSError:
+        pass
+    cause = "the port is in use" if _in_use(host, port) else "the address is not local or the port is in use"
+    raise OSError(f"config key {key}: cannot listen on {address}: {cause}") from None
+
+
+def _in_use(host: str, port: int) -> bool:
+    import socket
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            return exc.errno == 98  # EADDRINUSE
+    return False

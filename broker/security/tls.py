@@ -33,6 +33,8 @@ from cryptography.x509 import load_pem_x509_certificates
 
 from rocketscope.config import ConfigError
 
+from .peer_auth import client_interceptors
+
 log = logging.getLogger(__name__)
 
 
@@ -201,8 +203,9 @@ class TlsClientConfig:
     key_password: str = ""
     trust_cert_path: str = ""
     server_name_override: str = ""
+    peer_secret: str = ""  # internalPeerSecret: sent on every outbound call (broker/security/peer_auth.py)
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # never print the key password or the peer secret
         return (f"TlsClientConfig(enabled={self.enabled}, cert_path={self.cert_path!r}, key_path={self.key_path!r}, "
                 f"trust_cert_path={self.trust_cert_path!r}, server_name_override={self.server_name_override!r})")
 
@@ -224,11 +227,12 @@ class TlsClientConfig:
     def channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
         """A grpc.aio channel to ``target``: TLS when ``tls.enable`` is on, else plaintext."""
         opts = list(options)
+        interceptors = client_interceptors(self.peer_secret) or None
         if not self.enabled:
-            return grpc.aio.insecure_channel(target, options=opts)
+            return grpc.aio.insecure_channel(target, options=opts, interceptors=interceptors)
         if self.server_name_override:
             opts.append(("grpc.ssl_target_name_override", self.server_name_override))
-        return grpc.aio.secure_channel(target, self.credentials(), options=opts)
+        return grpc.aio.secure_channel(target, self.credentials(), options=opts, interceptors=interceptors)
 
     def sync_channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
         opts = list(options)
@@ -262,7 +266,8 @@ def client_config(raw: Mapping[str, str], server: TlsServerConfig | None = None)
         key_path=(raw.get("tls.client.keyPath") or "").strip(),
         key_password=raw.get("tls.client.keyPassword") or "",
         trust_cert_path=(raw.get("tls.client.trustCertPath") or "").strip(),
-        server_name_override=(raw.get("tls.client.serverNameOverride") or "").strip())
+        server_name_override=(raw.get("tls.client.serverNameOverride") or "").strip(),
+        peer_secret=(raw.get("internalPeerSecret") or "").strip())
 
 
 def start_metrics_server(port: int, addr: str, registry: Any, tls: TlsServerConfig) -> tuple[Any, threading.Thread]:

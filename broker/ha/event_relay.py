@@ -1,0 +1,139 @@
+"""Wiring of the replication-event log into a broker: forward, spool, context, and reading back.
+
+* **Forwarding.** A node that cannot write its own log (slave, follower, candidate) sends its
+  events to the writer of its group through the writer's admin ``AppendHaEvents``: the Raft
+  leader in DLedger mode, the master in Master/Slave and controller mode.  The writer appends
+  them as they are, so ``RMQ_SYS_HA_EVENTS`` holds every node's events and is replicated
+  with the rest of the log.
+* **Spool.** Undelivered events live in ``<storePathRootDir>/ha_events.spool`` (JSON lines)
+  until the topic holds them, so a restart re-sends them.
+* **Context.** An event that names no term (epoch) gets the node's current one: the first
+  role change after a restart carries the term loaded from the Raft hard state.
+* **Reading back.** ``admin haEvents`` answers from the topic in the node's own store (the
+  committed, dispatched prefix, identical on every replica), newest ``limit`` events plus
+  every older change event the index finds, merged with this node's undelivered events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+
+from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc
+
+from .events import (
+    COMMIT_ADVANCED,
+    EVENT_TYPES,
+    HA_EVENTS_TOPIC,
+    REPLICA_ACK,
+    HaEvent,
+    HaEventError,
+)
+
+if TYPE_CHECKING:
+    from rocketscope.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+SPOOL_NAME = "ha_events.spool"
+CHANGE_TYPES = sorted(EVENT_TYPES - {REPLICA_ACK, COMMIT_ADVANCED})
+CHANGES_PER_TYPE = 1000  # older change events read back per type (the index lookup's bound)
+
+
+def writer_admin_addr(broker: Broker) -> str:
+    """The admin address of the node that appends to this group's log, '' if unknown or this node."""
+    if broker.dledger is not None:
+        return broker.dledger.leader_admin_addr() or ""
+    if broker.replicas is not None:
+        addr = broker.replicas.master_addr
+        return "" if addr == broker.internal_addr else addr
+    slave = broker.replication_slave
+    return slave.master_admin_addr or slave._master_addresses()[1]
+
+
+def install(broker: Broker) -> None:
+    """Give ``broker.ha_events`` its forward path, spool, term/epoch context and throttle counter."""
+    events = broker.ha_events
+
+    def context() -> dict[str, int]:
+        out: dict[str, int] = {}
+        if broker.dledger is not None:
+            out["term"] = broker.dledger.term
+        if broker.replicas is not None:
+            out["epoch"] = broker.replicas.master_epoch
+        return out
+
+    async def forward(batch: list[HaEvent]) -> bool:
+        addr = writer_admin_addr(broker)
+        if not addr:
+            return False
+        request = admin_pb2.AppendHaEventsRequest(events=[e.to_json() for e in batch])
+        try:
+            async with broker.security.client_tls.channel(addr) as channel:
+                status = await admin_pb2_grpc.BrokerAdminStub(channel).AppendHaEvents(
+                    request, timeout=5, metadata=broker.security.inner_metadata())
+        except grpc.aio.AioRpcError as exc:
+            log.debug("forwarding %d replication events to %s failed: %s", len(batch), addr, exc.code().name)
+            return False
+        if status.code:
+            log.debug("writer %s refused %d replication events: %s", addr, len(batch), status.remark)
+        return status.code == 0
+
+    events.node = broker.node_id  # the HA mode is known now (DLedger names nodes by dLegerSelfId)
+    events.forward = forward
+    events.context = context
+    events.on_throttled = lambda type_, n: broker.metrics.on_ha_event_throttled(type_, n)
+    events.load_spool(broker.store.root / SPOOL_NAME)
+
+
+def decode_forwarded(texts: list[str]) -> list[HaEvent]:
+    """The events of an AppendHaEvents request; HaEventError names the bad one."""
+    out = []
+    for i, text in enumerate(texts):
+        try:
+            out.append(HaEvent.from_json(text))
+        except HaEventError as exc:
+            raise HaEventError(f"events[{i}]: {exc}") from None
+    return out
+
+
+def read_events(broker: Broker, limit: int) -> list[HaEvent]:
+    """Events of this group from the topic (newest ``limit`` + older changes) and undelivered local ones."""
+    store = broker.store
+    found: dict[str, HaEvent] = {}
+
+    def add(body: bytes) -> None:
+        try:
+            e = HaEvent.from_json(body)
+        except HaEventError:
+            return
+        found.setdefault(e.to_json(), e)
+
+    hi = store.max_offset(HA_EVENTS_TOPIC, 0)
+    lo = max(store.min_offset(HA_EVENTS_TOPIC, 0), hi - max(limit, 0))
+    pos = lo
+    while pos < hi:
+        got = store.get(HA_EVENTS_TOPIC, 0, pos, min(hi - pos, 256))
+        if not got.messages:
+            break
+        for m in got.messages:
+            add(m.body)
+        pos = got.next_offset
+    group = broker.ha_events.group
+    for type_ in CHANGE_TYPES:
+        for m in store.lookup(HA_EVENTS_TOPIC, f"{group}#{type_}", CHANGES_PER_TYPE):
+            add(m.body)
+    for e in list(broker.ha_events.pending):
+        found.setdefault(e.to_json(), e)
+    return sorted(found.values(), key=lambda e: (e.ts, e.node, e.type))
+
+
+def dedupe(texts: list[str]) -> list[dict[str, object]]:
+    """Parsed events without duplicates (several replicas answer the same topic), oldest first."""
+    seen: dict[str, dict[str, object]] = {}
+    for t in texts:
+        d = json.loads(t)
+        seen.setdefault(json.dumps(d, sort_keys=True), d)
+    return sorted(seen.values(), key=lambda d: (d["ts"], d["node"], d["type"]))  # type: ignore[return-value]
