@@ -1,0 +1,170 @@
+"""The checker: reads the whole history once the run is over and says what went wrong.
+
+Invariants (``violations``; a run passes only when they are all empty):
+
+* ``lost``: a message the producer saw acknowledged (or a transaction committed: ``commit()``
+  returned, or the check-back answered COMMIT) that some consumer group never received;
+* ``fifo_stalled``: the undelivered tail of a FIFO message group (nothing after it was
+  delivered either) when the drain ended: the group stopped moving (a liveness failure;
+  a hole before a delivered message counts as ``lost``);
+* ``phantom``: a delivery of a key that was never sent, or of a transaction decided rollback
+  (the check-back answers from the same decision, so no such message may ever appear);
+* ``tx_duplicates``: a committed transactional message delivered again to a SimpleConsumer
+  group although every earlier delivery to that group had been acknowledged successfully
+  (a redelivery after a failed, skipped or late ack is allowed: at-least-once);
+* ``fifo``: within one message group, a consumer group received a message for the first
+  time after a later message of that group;
+* ``early``: a delayed message delivered before its delivery time;
+* ``logs``: the replicas' commit logs differ below the committed point (checked by the harness).
+
+Figures (``faults`` and ``totals``): for each fault, from its start to the next fault's start
+(or the end of the load), the longest window with no successful send, client-visible send
+failures (a send that raised after the client's own retries), redeliveries (deliveries beyond
+the first per group and key) and duplicates (redeliveries not explained by a missing ack; the
+PushConsumer acks inside the client, so its repeats count as redeliveries only).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Any
+
+from chaos.harness import GROUPS
+
+PUSH_GROUP = GROUPS[2]
+
+
+def _max_gap(oks: list[float], start: float, end: float) -> float:
+    points = [start, *(t for t in oks if start < t < end), end]
+    return max(b - a for a, b in itertools.pairwise(points)) if end > start else 0.0
+
+
+def _fifo_tails(missing: set[str], got: set[str], invoked: dict[str, dict[str, Any]]) -> set[str]:
+    """The missing FIFO keys that come after every delivered key of their message group.
+
+    A message group whose head is blocked delivers nothing more until it is unblocked: its
+    undelivered tail is a stall (liveness) as long as the drain lasted, not a hole (safety).
+    """
+    last: dict[str, int] = {}
+    for k in got:
+        inv = invoked.get(k)
+        if inv is not None and inv["kind"] == "fifo":
+            last[inv["group"]] = max(last.get(inv["group"], -1), inv["idx"])
+    return {k for k in missing
+            if invoked[k]["kind"] == "fifo" and invoked[k]["idx"] > last.get(invoked[k]["group"], -1)}
+
+
+def must_keys(events: list[dict[str, Any]]) -> tuple[set[str], set[str], dict[str, dict[str, Any]]]:
+    """(keys every group must receive, keys no group may receive, the invoke of each key)."""
+    invoked = {e["key"]: e for e in events if e["f"] == "send" and e["type"] == "invoke"}
+    acked = {e["key"] for e in events if e["f"] == "send" and e["type"] == "ok"}
+    committed = {e["key"] for e in events if e["f"] == "commit" and e["type"] == "ok"}
+    must, forbidden = set(), set()
+    for key, inv in invoked.items():
+        if inv["kind"] != "tx":
+            if key in acked:
+                must.add(key)
+        elif inv["decision"] == "rollback":
+            forbidden.add(key)
+        elif key in acked and (inv["plan"] == "unknown-commit" or key in committed):
+            must.add(key)
+    return must, forbidden, invoked
+
+
+def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end: float,
+          logs: tuple[bool, str] | None = None, groups: tuple[str, ...] = GROUPS) -> dict[str, Any]:
+    """The verdict over ``events`` (History.events); ``windows`` are the nemesis' runs (Nemesis.run)."""
+    must, forbidden, invoked = must_keys(events)
+    deliveries: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    acks: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for e in events:
+        if e["f"] == "deliver":
+            deliveries[e["group"]].append(e)
+        elif e["f"] == "ack" and e["type"] == "ok":
+            acks[(e["group"], e["key"])].append(e["t"])
+    violations: dict[str, Any] = {name: {} for name in ("lost", "fifo_stalled", "phantom", "tx_duplicates", "fifo",
+                                                         "early")}
+    redelivered: list[tuple[float, str]] = []
+    duplicated: list[tuple[float, str]] = []
+    for g in groups:
+        ds = sorted(deliveries.get(g, []), key=lambda e: e["t"])
+        got = {d["key"] for d in ds}
+        missing = must - got
+        stalled = _fifo_tails(missing, got, invoked)
+        if lost := sorted(missing - stalled):
+            violations["lost"][g] = lost
+        if stalled:
+            violations["fifo_stalled"][g] = sorted(stalled)
+        if phantom := sorted(k for k in got if k not in invoked or k in forbidden):
+            violations["phantom"][g] = phantom
+        count: dict[str, int] = defaultdict(int)
+        fifo_max: dict[str, int] = {}
+        fifo_bad: list[str] = []
+        early: list[str] = []
+        for d in ds:
+            key = d["key"]
+            count[key] += 1
+            inv = invoked.get(key)
+            if count[key] > 1:
+                redelivered.append((d["t"], g))
+                acked_before = sum(1 for t in acks.get((g, key), ()) if t < d["t"])
+                if g != PUSH_GROUP and acked_before >= count[key] - 1:  # every earlier delivery was acked
+                    duplicated.append((d["t"], g))
+                    if inv is not None and inv["kind"] == "tx":
+                        violations["tx_duplicates"].setdefault(g, []).append(key)
+                continue
+            if inv is None:
+                continue
+            if inv["kind"] == "fifo":
+                mg, idx = inv["group"], inv["idx"]
+                if idx < fifo_max.get(mg, -1):
+                    fifo_bad.append(f"{key} after {mg}-{fifo_max[mg]}")
+                fifo_max[mg] = max(idx, fifo_max.get(mg, -1))
+            elif inv["kind"] == "delay" and d["wall"] < inv["due"]:
+                early.append(f"{key} {inv['due'] - d['wall']:.2f}s early")
+        if fifo_bad:
+            violations["fifo"][g] = fifo_bad
+        if early:
+            violations["early"][g] = early
+    if logs is not None and not logs[0]:
+        violations["logs"] = logs[1]
+    violations = {k: v for k, v in violations.items() if v}
+
+    send_ok = sorted(e["t"] for e in events if e["f"] == "send" and e["type"] == "ok")
+    send_fail = sorted(e["t"] for e in events if e["f"] == "send" and e["type"] == "info")
+    faults = []
+    starts = [w["start"] for w in windows] + [load_end]
+    for w, end in zip(windows, starts[1:], strict=False):
+        inv = next(e for e in events if e["f"] == "nemesis" and e["type"] == "invoke" and e["n"] == w["n"])
+        fail_in = [t for t in send_fail if w["start"] <= t < end]
+        faults.append({
+            "n": w["n"], "fault": inv["fault"], "node": inv["node"], "writer_before": inv["writer"],
+            "start": w["start"], "healed": w["healed"], "settled": w["settled"], "end": end,
+            "max_no_send_s": round(_max_gap(send_ok, w["start"], end), 3),
+            "send_failures": len(fail_in),
+            "redeliveries": sum(1 for t, _ in redelivered if w["start"] <= t < end),
+            "duplicates": sum(1 for t, _ in duplicated if w["start"] <= t < end)})
+    first = windows[0]["start"] if windows else load_end
+    totals = {
+        "sends_invoked": len(invoked), "sends_acked": len(send_ok), "send_failures": len(send_fail),
+        "must_deliver": len(must), "rolled_back": len(forbidden),
+        "deliveries": {g: len(deliveries.get(g, [])) for g in groups},
+        "redeliveries": len(redelivered), "duplicates": len(duplicated),
+        "checkbacks": sum(1 for e in events if e["f"] == "checkback"),
+        "deliberately_unacked": sum(1 for e in events if e["f"] == "noack"),
+        "baseline_max_no_send_s": round(_max_gap(send_ok, min(send_ok, default=0.0), first), 3) if send_ok else None,
+    }
+    return {"valid": not violations, "violations": violations, "faults": faults, "totals": totals}
+
+
+def summarize(violations: dict[str, Any], limit: int = 5) -> str:
+    """A short text of the violations (the first ``limit`` keys of each)."""
+    parts = []
+    for name, v in violations.items():
+        if isinstance(v, dict):
+            for g, keys in v.items():
+                parts.append(f"{name}[{g}]: {len(keys)} e.g. {keys[:limit]}")
+        else:
+            parts.append(f"{name}: {v}")
+    return "; ".join(parts) or "none"
