@@ -43,6 +43,7 @@ from .ha.master import ReplicationMaster
 from .ha.slave import ReplicationSlave
 from .metrics import BrokerMetrics
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
+from .offset_log import OffsetLog
 from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
 from .pull import PullService
@@ -221,6 +222,10 @@ class Broker:
         self.pop.start()
         self.timer.start()
         self.transactions.start()
+        if self.dledger is not None or self.replicas is not None:  # offsets through the replicated log
+            task = OffsetLog(self).start()
+            if task is not None:
+                self._tasks.append(task)
         sec = self.security
         self.acl_guard = sec.guard(s.msgTraceTopicName, self.telemetry.counter("rocketmq_acl_denied_total"))
         interceptors = [AclInterceptor(self.acl_guard)] if self.acl_guard else []

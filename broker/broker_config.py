@@ -87,6 +87,9 @@ BROKER_KEYS: list[Key] = [
     Key("grpcClientConsumerMaxLongPollingTimeoutMillis", int, 20000, "cap on a receive's long polling, ms",
         check=positive),
     Key("consumerOffsetFlushInterval", int, 1000, "ms between consumer-offset persistence", check=positive),
+    Key("consumerOffsetReplicateInterval", int, 100, "ms between records of changed consumer offsets in the "
+        "replicated log (DLedger and controller mode), so a new leader or master redelivers little; 0: off, "
+        "replicas then copy offsets every few seconds (RocketScope; broker/offset_log.py)", check=non_negative),
     Key("transactionTimeOut", int, 6000, "ms a half message waits before its first check-back", check=positive),
     Key("transactionCheckMax", int, 15, "check-backs before an unresolved half message is discarded",
         check=positive),

@@ -172,12 +172,21 @@ def test_preferred_leader_return_is_invisible_to_senders(cluster: LocalCluster) 
         end = time.monotonic()
     finally:
         sender.close()
-    failures = sender.log.failures_between(returned, end)
-    print(f"preferred leader return: {len(failures)} failed sends, longest gap "
+    failures = sender.log.failures_between(killed, end)  # the kill's failover and the return alike
+    print(f"preferred leader return: {len(sender.log.failures_between(returned, end))} failed sends, longest gap "
           f"{sender.log.longest_gap(returned, end):.3f} s (leadership back after {back - returned:.1f} s); "
           f"kill: {len(sender.log.failures_between(killed, returned))} failed, longest gap "
           f"{sender.log.longest_gap(killed, returned):.3f} s")
-    assert not failures, f"{len(failures)} sends failed after the preferred leader returned: {failures[:3]}"
+    assert not failures, f"{len(failures)} sends failed after the kill or the return: {failures[:3]}"
+    # default Raft timing (no timing key set above): a follower starts an election at most one
+    # longest election timeout after the leader's last heartbeat; a split vote costs one more
+    from rocketscope.broker.broker_config import BROKER_KEYS
+
+    tick_s = default_ms(BROKER_KEYS, "dLegerTickMillis") / 1000
+    election_s = default_ms(BROKER_KEYS, "dLegerElectionTicksMax") * tick_s
+    assert election_s <= DETECTION_TARGET_S, "default Raft timing detects a dead leader too late"
+    kill_gap = sender.log.longest_gap(killed, returned)
+    assert kill_gap <= 2 * election_s + SCHEDULING_ALLOWANCE_S, f"no successful send for {kill_gap:.2f} s after kill"
     seen = consume_all(nodes[0].endpoint, "GroupFo", set(sender.log.acked))
     missing = set(sender.log.acked) - set(seen)
     assert not missing, f"{len(missing)} acknowledged messages lost"
@@ -253,3 +262,169 @@ def test_committed_transaction_is_not_checked_back_after_leader_returns(cluster:
     assert not twice, f"committed transactional messages delivered more than once: {twice}; checked back: " \
                       f"{checker.checked}"
     assert not set(checker.checked) & ids, f"resolved transactions checked back: {checker.checked}"
+
+
+def default_ms(keys: list[Any], name: str) -> int:
+    """The documented default of a timing key (docs/CONFIG.md is generated from the same list)."""
+    return int(next(k.default for k in keys if k.name == name))
+
+
+# A loaded two-core test machine schedules a process late by a few hundred ms at worst; the
+# bounds below add this to what the configured timings allow, no more.
+SCHEDULING_ALLOWANCE_S = 0.6
+# The issue's target for default settings on a healthy network: a dead writer replaced within a second.
+DETECTION_TARGET_S = 1.0
+
+
+def start_default_controllers(c: LocalCluster, n: int = 3) -> list[Any]:
+    """Three controllers with no timing key set (only identity, peers, ports and store)."""
+    from cluster import BIN, Proc, _port_open
+    from conftest import free_port
+
+    raft_ports = [free_port() for _ in range(n)]
+    client_ports = [free_port() for _ in range(n)]
+    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(raft_ports))
+    procs = []
+    for i in range(n):
+        conf = c.root / f"controller-n{i}.conf"
+        values = {"controllerDLegerGroup": "ctl", "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}",
+                  "controllerStorePath": c.root / f"controller-n{i}", "listenPort": client_ports[i]}
+        conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+        procs.append(Proc(f"controller-n{i}", [str(BIN), "controller", "-c", str(conf)],
+                          c.root / f"controller-n{i}.log").start())
+    for p in client_ports:
+        wait_until(lambda p=p: _port_open(p), what=f"controller on {p}")
+    c.controller_procs = procs  # type: ignore[attr-defined]
+    c.controller_ports = client_ports  # type: ignore[attr-defined]
+    return procs
+
+
+@pytest.mark.timeout(300)
+def test_controller_mode_default_timing_fails_over_within_a_second(cluster: LocalCluster) -> None:
+    """Issue 15: with no timing key set, kill -9 of the master; the longest window without a
+    successful send stays within what the default timings allow, and those detect a dead
+    master within a second (RocketMQ's 10 s heartbeat timeout gave an ~11 s outage)."""
+    from rocketscope.broker.controller.config import BROKER_CONTROLLER_KEYS, CONTROLLER_KEYS
+
+    c = cluster
+    procs = start_default_controllers(c)
+    try:
+        addrs = ";".join(f"127.0.0.1:{p}" for p in c.controller_ports)  # type: ignore[attr-defined]
+        nodes = [c.start_broker(f"c{i}", brokerName="broker-c", enableControllerMode="true", controllerAddr=addrs,
+                                allAckInSyncStateSet="true", flushDiskType="SYNC_FLUSH") for i in range(3)]
+        (m,) = wait_until(lambda: leader_index(c, nodes, "MASTER"), timeout=60, what="a master")
+        wait_until(lambda: len(ha_status(c, nodes[m])["syncStateSet"]) == 3, timeout=60,
+                   what="all brokers in the SyncStateSet")
+        c.admin("updateTopic", "-b", nodes[m].admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
+        sender = Sender(";".join(n.endpoint for n in nodes))
+        try:
+            wait_until(lambda: sender.log.count() >= 50, timeout=60, what="sends flowing")
+            nodes[m].proc.kill9()
+            killed = time.monotonic()
+            wait_until(lambda: leader_index(c, nodes, "MASTER") is not None, timeout=60, what="a new master")
+            n = sender.log.count()
+            wait_until(lambda: sender.log.count() >= n + 100, timeout=60, what="sends through the new master")
+            end = time.monotonic()
+        finally:
+            sender.close()
+        gap = sender.log.longest_gap(killed, end)
+        failures = sender.log.failures_between(killed, end)
+        print(f"controller mode, default timing, kill -9 of the master: longest window without a successful send "
+              f"{gap:.3f} s, {len(failures)} failed sends")
+        timeout_s = default_ms(BROKER_CONTROLLER_KEYS, "controllerHeartBeatTimeoutMills") / 1000
+        scan_s = min(default_ms(CONTROLLER_KEYS, "scanNotActiveBrokerInterval"),
+                     default_ms(CONTROLLER_KEYS, "scanInactiveMasterInterval")) / 1000
+        heartbeat_s = default_ms(BROKER_CONTROLLER_KEYS, "brokerHeartbeatInterval") / 1000
+        # the controller deems the master dead `timeout` after its last heartbeat (at most at the kill),
+        # sees it at its next scan, elects at once, and the new master learns its role from the
+        # notification or at worst its next heartbeat answer
+        assert timeout_s + scan_s <= DETECTION_TARGET_S, "default timing detects a dead master too late"
+        bound = timeout_s + scan_s + heartbeat_s + SCHEDULING_ALLOWANCE_S
+        assert gap <= bound, f"no successful send for {gap:.2f} s after kill -9 (bound {bound:.2f} s)"
+        assert not failures, f"{len(failures)} sends failed: {failures[:3]}"
+    finally:
+        for p in procs:
+            p.stop()
+
+
+RECEIVE_BATCH = 32  # messages one receive hands out (in flight until acked)
+
+
+class Consumer:
+    """A thread receiving and acking through the official SimpleConsumer; deliveries per message ID."""
+
+    def __init__(self, endpoint: str, group: str, invisible_s: int = 60) -> None:
+        self.seen: Counter[str] = Counter()
+        self.acked_at: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.endpoint, self.group, self.invisible_s = endpoint, group, invisible_s
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with simple_consumer(self.endpoint, self.group, TOPIC, await_s=1) as consumer:
+            while not self.stop.is_set():
+                try:
+                    msgs = consumer.receive(RECEIVE_BATCH, self.invisible_s)
+                except Exception:
+                    continue  # a receive during the failover: the client's next one goes on
+                for msg in msgs:
+                    with self.lock:
+                        self.seen[msg.message_id] += 1
+                    try:
+                        consumer.ack(msg)
+                    except Exception:
+                        continue
+                    with self.lock:
+                        self.acked_at.setdefault(msg.message_id, time.monotonic())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+
+@pytest.mark.timeout(300)
+def test_redeliveries_after_leader_kill_are_few(cluster: LocalCluster) -> None:
+    """Issue 15: receive/ack state survives a leader change, so a failover redelivers little.
+
+    The invisible duration (60 s) outlasts the test: any second delivery of a message the
+    consumer acked is caused by the failover.  Reported: redeliveries of acked messages.
+    """
+    c = cluster
+    nodes = start_dledger_group(c, "broker-rd", flushDiskType="SYNC_FLUSH")
+    (lead,) = wait_until(lambda: leader_index(c, nodes), timeout=60, what="a leader")
+    c.admin("updateTopic", "-b", nodes[lead].admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
+    endpoint = ";".join(n.endpoint for n in nodes)
+    sender = Sender(endpoint)
+    consumer = Consumer(endpoint, "GroupRd")
+    try:
+        wait_until(lambda: len(consumer.acked_at) >= 200, timeout=60, what="consumption flowing")
+        nodes[lead].proc.kill9()
+        killed = time.monotonic()
+        wait_until(lambda: leader_index(c, nodes) is not None, timeout=30, what="a new leader")
+        elected = time.monotonic()
+        n = len(consumer.acked_at)
+        wait_until(lambda: len(consumer.acked_at) >= n + 200, timeout=60, what="consumption after the failover")
+        resumed = time.monotonic()
+        sender.close()
+        wait_until(lambda: set(sender.log.acked) <= set(consumer.seen), timeout=60, what="everything consumed")
+        print(f"phases: elected {elected - killed:.1f} s, 200 more consumed {resumed - elected:.1f} s, "
+              f"drained {time.monotonic() - resumed:.1f} s")
+    finally:
+        sender.close()
+        consumer.close()
+    with consumer.lock:
+        redelivered = {m: k - 1 for m, k in consumer.seen.items() if k > 1}
+        acked_before_kill = sum(1 for t in consumer.acked_at.values() if t < killed)
+    print(f"leader kill -9: {sum(redelivered.values())} redeliveries of {len(consumer.seen)} messages "
+          f"({acked_before_kill} acked before the kill)")
+    # ground truth from this run: what the consumer acked within one replication interval (plus the
+    # commit's latency) before the kill may be lost with the leader, and so may one receive batch in flight
+    from rocketscope.broker.broker_config import BROKER_KEYS
+
+    window = default_ms(BROKER_KEYS, "consumerOffsetReplicateInterval") / 1000 + SCHEDULING_ALLOWANCE_S
+    with consumer.lock:
+        recent = sum(1 for t in consumer.acked_at.values() if killed - window <= t < killed)
+    bound = recent + RECEIVE_BATCH
+    assert sum(redelivered.values()) <= bound, f"{sum(redelivered.values())} redeliveries (bound {bound})"

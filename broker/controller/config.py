@@ -1,8 +1,14 @@
 """Controller-mode keys: the controller process's (ControllerConfig) and the broker's.
 
-Names and defaults are RocketMQ's (reference §3.1, §3.2) except the Raft timing keys,
-which are RocketScope's: the controller group runs on the shared Raft core with a tick,
-like DLedger mode, and defaults to a sub-second controller-leader failover.
+Names are RocketMQ's (reference §3.1, §3.2); so are the defaults except the timing keys.
+The Raft timing keys are RocketScope's: the controller group runs on the shared Raft core
+with a tick, like DLedger mode, and defaults to a sub-second controller-leader failover.
+The broker-liveness keys default to a sub-second master failover too (issue 15: with
+RocketMQ's 1 s heartbeats, 10 s timeout and 5 s scans a killed master was replaced after
+~11 s): heartbeats every 200 ms, dead after 800 ms (four missed heartbeats, the same
+margin as Raft's election timeout over its heartbeat), scans every 100 ms, so a dead
+master is seen within 0.9 s.  docs/CONTROLLER.md ("Timing") gives RocketMQ's values for a
+WAN or a slow, overloaded host.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from collections.abc import Mapping
 
 from rocketscope.config import ConfigError, Key, Settings, load_settings, non_negative, port, positive
 
+SCAN_MS = 100  # scanNotActiveBrokerInterval and scanInactiveMasterInterval (the embedded controller too)
+
 CONTROLLER_KEYS: list[Key] = [
     Key("listenPort", int, 9878, "port of the controller's client gRPC service (brokers' controllerAddr)",
         check=port),
@@ -18,6 +26,8 @@ CONTROLLER_KEYS: list[Key] = [
     Key("controllerType", str, "DLedger", "Raft implementation; only DLedger (the shared Raft core) is built in",
         choices=("DLEDGER",)),
     Key("controllerDLegerGroup", str, "", "name of the controller Raft group"),
+    Key("brokerClusterName", str, "DefaultCluster", "the `cluster` label of this controller's metrics (a controller "
+        "may serve several clusters; per-cluster series also carry broker_cluster)"),
     Key("controllerDLegerPeers", str, "", "members, `n0-host:port;n1-host:port;n2-host:port` (Raft ports)"),
     Key("controllerDLegerSelfId", str, "", "this controller's id in controllerDLegerPeers"),
     Key("controllerStorePath", str, "~/DLedgerController", "directory of the controller's Raft log and state "
@@ -26,10 +36,10 @@ CONTROLLER_KEYS: list[Key] = [
         "(default: 127.0.0.1:listenPort; RocketScope)"),
     Key("mappedFileSize", int, 1 << 30, "accepted for compatibility; the controller log is one small file",
         check=positive),
-    Key("scanNotActiveBrokerInterval", int, 5000, "ms between scans for brokers whose heartbeat timed out",
-        check=positive),
-    Key("scanInactiveMasterInterval", int, 5000, "ms between the leader's scans for sets with a dead master",
-        check=positive),
+    Key("scanNotActiveBrokerInterval", int, SCAN_MS, "ms between scans for brokers whose heartbeat timed out "
+        "(RocketMQ: 5000)", check=positive),
+    Key("scanInactiveMasterInterval", int, SCAN_MS, "ms between the leader's scans for sets with a dead master "
+        "(RocketMQ: 5000)", check=positive),
     Key("electMasterMaxRetryCount", int, 3, "attempts of one controller-triggered election", check=positive),
     Key("enableElectUncleanMaster", bool, False, "elect a broker outside the SyncStateSet when no member is "
         "alive (may lose acknowledged messages)"),
@@ -59,18 +69,19 @@ BROKER_CONTROLLER_KEYS: list[Key] = [
     Key("controllerAddr", str, "", "controllers' client addresses, `host:port;host:port`"),
     Key("fetchControllerAddrByDnsLookup", bool, False, "accepted for compatibility; not supported",
         check=lambda v: "DNS lookup of controllers is not supported" if v else None),
-    Key("syncBrokerMetadataPeriod", int, 5000, "ms between GetReplicaInfo polls", check=positive),
-    Key("checkSyncStateSetPeriod", int, 5000, "ms between the master's SyncStateSet shrink/expand checks",
-        check=positive),
+    Key("syncBrokerMetadataPeriod", int, 1000, "ms between GetReplicaInfo polls (RocketMQ: 5000)", check=positive),
+    Key("checkSyncStateSetPeriod", int, 500, "ms between the master's SyncStateSet shrink/expand checks "
+        "(RocketMQ: 5000)", check=positive),
     Key("syncControllerMetadataPeriod", int, 10000, "ms between looks for the controller leader", check=positive),
-    Key("controllerHeartBeatTimeoutMills", int, 10000, "ms without a heartbeat after which the controller "
-        "treats this broker as dead", check=positive),
-    Key("brokerHeartbeatInterval", int, 1000, "ms between heartbeats to every controller", check=positive),
-    Key("sendHeartbeatTimeoutMillis", int, 1000, "heartbeat RPC timeout, ms", check=positive),
+    Key("controllerHeartBeatTimeoutMills", int, 800, "ms without a heartbeat after which the controller "
+        "treats this broker as dead (RocketMQ: 10000; keep it >= 3x brokerHeartbeatInterval)", check=positive),
+    Key("brokerHeartbeatInterval", int, 200, "ms between heartbeats to every controller (RocketMQ: 1000)",
+        check=positive),
+    Key("sendHeartbeatTimeoutMillis", int, 300, "heartbeat RPC timeout, ms (RocketMQ: 1000)", check=positive),
     Key("brokerElectionPriority", int, 2**31 - 1, "lower is preferred when epoch and offset tie",
         check=non_negative),
-    Key("haMaxTimeSlaveNotCatchup", int, 15000, "ms a SyncStateSet member may stay behind before the master "
-        "removes it", check=positive),
+    Key("haMaxTimeSlaveNotCatchup", int, 3000, "ms a SyncStateSet member may stay behind before the master "
+        "removes it (RocketMQ: 15000)", check=positive),
     Key("allAckInSyncStateSet", bool, False, "a send needs every SyncStateSet member's ack (inSyncReplicas is "
         "then ignored)"),
     Key("minInSyncReplicas", int, 1, "fewer SyncStateSet members than this: sends fail at once "

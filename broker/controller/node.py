@@ -53,22 +53,22 @@ class ControllerOptions:
     heartbeat_ticks: int = 2
     election_ticks_min: int = 6
     election_ticks_max: int = 12
-    scan_interval_ms: int = 5000
-    scan_master_interval_ms: int = 5000
+    scan_interval_ms: int = 100  # config.SCAN_MS
+    scan_master_interval_ms: int = 100
     elect_retries: int = 3
     unclean: bool = False
     notify: bool = True
 
     @classmethod
     def from_settings(cls, s: Any, client_addr: str) -> ControllerOptions:
-        from .config import parse_peers
+        from .config import SCAN_MS, parse_peers
 
         return cls(group=s.controllerDLegerGroup or "DefaultControllerGroup", self_id=s.controllerDLegerSelfId,
                    peers=parse_peers(s.controllerDLegerPeers),
                    store_path=Path(s.controllerStorePath).expanduser(), client_addr=client_addr,
                    tick_ms=s.controllerTickMillis, heartbeat_ticks=s.controllerHeartbeatTicks,
                    election_ticks_min=s.controllerElectionTicksMin, election_ticks_max=s.controllerElectionTicksMax,
-                   scan_interval_ms=s.get("scanNotActiveBrokerInterval", 5000),
+                   scan_interval_ms=s.get("scanNotActiveBrokerInterval", SCAN_MS),
                    scan_master_interval_ms=s.scanInactiveMasterInterval, elect_retries=s.electMasterMaxRetryCount,
                    unclean=s.enableElectUncleanMaster, notify=s.notifyBrokerRoleChanged)
 
@@ -551,8 +551,9 @@ async def run_controller(settings: Any) -> None:
 
     s = settings
     client_addr = s.controllerAdvertisedAddr or f"127.0.0.1:{s.listenPort}"
-    group = s.controllerDLegerGroup or "DefaultControllerGroup"
-    telemetry = Telemetry.start(TelemetryConfig.from_properties(s.raw), "controller", group,
+    # its cluster label is the cluster it serves (brokerClusterName), as for the name server, so that a Grafana
+    # cluster filter keeps the controller panels (the Raft group name used to be the label: no cluster has it)
+    telemetry = Telemetry.start(TelemetryConfig.from_properties(s.raw), "controller", s.brokerClusterName,
                                 f"controller-{s.controllerDLegerSelfId}",
                                 serve=SecurityConfig.from_properties(s.raw).metrics_serve())
     runtime = ControllerRuntime(s, client_addr, telemetry)
