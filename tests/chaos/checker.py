@@ -7,6 +7,10 @@ Invariants (``violations``; a run passes only when they are all empty):
 * ``fifo_stalled``: the undelivered tail of a FIFO message group (nothing after it was
   delivered either) when the drain ended: the group stopped moving (a liveness failure;
   a hole before a delivered message counts as ``lost``);
+* ``tx_unchecked``: an open transaction (left for the check-back, decided commit) that no
+  group received and that the broker never checked back: it is neither committed nor
+  rolled back when the drain ended (reported apart from ``lost``, where the commit was
+  accepted and the message still never arrived);
 * ``phantom``: a delivery of a key that was never sent, or of a transaction decided rollback
   (the check-back answers from the same decision, so no such message may ever appear);
 * ``tx_duplicates``: a committed transactional message delivered again to a SimpleConsumer
@@ -76,6 +80,7 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
           logs: tuple[bool, str] | None = None, groups: tuple[str, ...] = GROUPS) -> dict[str, Any]:
     """The verdict over ``events`` (History.events); ``windows`` are the nemesis' runs (Nemesis.run)."""
     must, forbidden, invoked = must_keys(events)
+    checked = {e["key"] for e in events if e["f"] == "checkback"}
     deliveries: dict[str, list[dict[str, Any]]] = defaultdict(list)
     acks: dict[tuple[str, str], list[float]] = defaultdict(list)
     for e in events:
@@ -83,8 +88,8 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
             deliveries[e["group"]].append(e)
         elif e["f"] == "ack" and e["type"] == "ok":
             acks[(e["group"], e["key"])].append(e["t"])
-    violations: dict[str, Any] = {name: {} for name in ("lost", "fifo_stalled", "phantom", "tx_duplicates", "fifo",
-                                                         "early")}
+    violations: dict[str, Any] = {name: {} for name in ("lost", "fifo_stalled", "tx_unchecked", "phantom",
+                                                         "tx_duplicates", "fifo", "early")}
     redelivered: list[tuple[float, str]] = []
     duplicated: list[tuple[float, str]] = []
     for g in groups:
@@ -92,7 +97,11 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
         got = {d["key"] for d in ds}
         missing = must - got
         stalled = _fifo_tails(missing, got, invoked)
-        if lost := sorted(missing - stalled):
+        unchecked = {k for k in missing if invoked[k]["kind"] == "tx" and invoked[k]["plan"] == "unknown-commit"
+                     and k not in checked}
+        if unchecked:
+            violations["tx_unchecked"][g] = sorted(unchecked)
+        if lost := sorted(missing - stalled - unchecked):
             violations["lost"][g] = lost
         if stalled:
             violations["fifo_stalled"][g] = sorted(stalled)

@@ -58,8 +58,11 @@ def test_lost_phantom_and_rolled_back_deliveries_are_violations() -> None:
     h.deliver("A", "t-0")
     h.deliver("A", "t-1")
     h.deliver("B", "never-sent")
+    h.add("info", "checkback", key="t-1", decision="commit")
+    h.send("t-2", kind="tx", plan="unknown-commit", decision="commit")  # never checked back: still open
     v = verdict(h)["violations"]
     assert v["lost"] == {"B": ["n-0", "t-1"]}
+    assert v["tx_unchecked"] == {"A": ["t-2"], "B": ["t-2"]}
     assert v["phantom"] == {"A": ["t-0"], "B": ["never-sent"]}
 
 
