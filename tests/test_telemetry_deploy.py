@@ -44,6 +44,18 @@ def test_alert_rules_behave_as_their_unit_tests_say() -> None:
     promtool("test", "rules", "alerts_test.yml")
 
 
+def test_every_alert_rule_has_promtool_cases_that_fire_and_that_do_not() -> None:
+    """alerts_test.yml covers each rule's threshold: for every alert one evaluation expects it to fire and
+    one (below the threshold or before its `for`) expects nothing."""
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    tests = yaml.safe_load((DEPLOY / "prometheus" / "alerts_test.yml").read_text())["tests"]
+    fires = {c["alertname"] for t in tests for c in t.get("alert_rule_test", []) if c["exp_alerts"]}
+    silent = {c["alertname"] for t in tests for c in t.get("alert_rule_test", []) if not c["exp_alerts"]}
+    assert names <= fires, names - fires
+    assert names <= silent, names - silent
+
+
 def test_alerts_cover_the_operational_cases_with_our_names() -> None:
     rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
     exprs = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
