@@ -260,7 +260,11 @@ class Broker:
         for server in self._servers:
             await server.start()
         for listener in self._listeners:
-            await listener.start()
+            try:
+                await listener.start()
+            except OSError as exc:  # a front end (permissive TLS, remoting) binds only now
+                where = getattr(listener, "address", "")
+                raise OSError(f"cannot listen on {where}: {exc.strerror or exc}") from None
         if self.acl_guard is not None:
             self._acl_watcher = sec.watcher(self.acl_guard)
             self._acl_watcher.start()

@@ -75,8 +75,7 @@ def server_interceptors(secret: str, port_name: str) -> list[grpc.aio.ServerInte
     return [PeerSecretInterceptor(secret, port_name)] if secret else []
 
 
-class _AddSecret(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
-                 grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
+class _AddSecret:
     def __init__(self, secret: str) -> None:
         self._pair = (PEER_SECRET_HEADER, secret)
 
@@ -85,19 +84,30 @@ class _AddSecret(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClien
         metadata.add(*self._pair)
         return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
 
+
+# grpc.aio files each interceptor under the first call kind it implements: one class per kind
+class _UnaryUnary(_AddSecret, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
+
+class _UnaryStream(_AddSecret, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
+
+class _StreamUnary(_AddSecret, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
         return await continuation(self._details(details), request_iterator)
 
+
+class _StreamStream(_AddSecret, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
         return await continuation(self._details(details), request_iterator)
 
 
 def client_interceptors(secret: str) -> list[grpc.aio.ClientInterceptor]:
     """Interceptors that add the peer secret to every call of an outbound channel (none without a secret)."""
-    return [_AddSecret(secret)] if secret else []
+    if not secret:
+        return []
+    return [_UnaryUnary(secret), _UnaryStream(secret), _StreamUnary(secret), _StreamStream(secret)]
