@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha1sum | cut
 DEBS   := prometheus chromium
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint setup debs bench clean proto peers
+.PHONY: demo test lint setup debs bench clean proto peers go-clients otelcol prometheus3
 
 $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(STAMP):
 	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-setup: $(STAMP) debs
+setup: $(STAMP) debs otelcol
 
 # Debian packages for the end-to-end tests; installed only when we are root and they are missing.
 debs:
@@ -29,14 +29,29 @@ debs:
 	  else echo "not root: Debian packages$$missing are missing; the tests that need them will say so"; fi; \
 	fi
 
+# Go-built peers of the Push-mode tests (tests/test_otel_collector_e2e.py, docs/PUSH.md): an
+# OpenTelemetry Collector and Prometheus 3, cached under ~/.cache/rocketscope (a second run only
+# checks the binary). Without go, a non-root run skips them and the tests that need them say so.
+otelcol:
+	@if command -v go >/dev/null 2>&1 || [ "$$(id -u)" = "0" ]; then bash peers/otelcol/build.sh >/dev/null; \
+	else echo "go is not installed: no OpenTelemetry Collector build; the tests that need it will say so"; fi
+
+prometheus3:
+	@if command -v go >/dev/null 2>&1 || [ "$$(id -u)" = "0" ]; then bash peers/prometheus3/build.sh >/dev/null; \
+	else echo "go is not installed: no Prometheus 3 build; the tests that need it will say so"; fi
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: setup lint peers
+test: setup lint peers go-clients
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/rocketscope demo
+
+# Apache's Go client v2 driving the remoting tests (tests/clients/go), built once into ~/.cache/rocketscope.
+go-clients:
+	@bash tests/clients/go/build.sh >/dev/null || echo "the Go remoting client is not built: its tests will say why"
 
 # Apache RocketMQ 5.3.3, Apache's Java and Go clients, cached under ~/.cache/rocketscope/peers (docs/PEERS.md).
 peers:
