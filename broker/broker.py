@@ -47,6 +47,7 @@ from .offset_log import OffsetLog
 from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
 from .pull import PullService
+from .remoting.broker_handlers import bind_broker_port
 from .security import AclInterceptor, SecurityConfig, bind_listener
 from .slave_read import SlaveReader
 from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
@@ -241,7 +242,8 @@ class Broker:
         if self.replicas is not None:
             self.replicas.register_services(self.admin_server)
         internal = sec.server_tls.for_internal()
-        self._listeners.append(bind_listener(self.admin_server, "listenPort", self.bind_host, s.listenPort, internal))
+        # listenPort: internal gRPC and RocketMQ's remoting protocol on one port (docs/REMOTING.md)
+        self._listeners.append(bind_broker_port(self, self.admin_server, self.bind_host, s.listenPort, internal))
         self.ha_server = grpc.aio.server(interceptors=sec.peer_interceptors("HA"),
                                          options=server_options(("grpc.max_send_message_length", 64 << 20)))
         ha_pb2_grpc.add_ReplicationServicer_to_server(self.replication_master, self.ha_server)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from rocketscope.config import Key, Settings, load_settings, non_negative, port, positive
 
 from .controller.config import BROKER_CONTROLLER_KEYS
+from .remoting.config import BROKER_REMOTING_KEYS, REMOTING_KEYS
 from .security.config import SECURITY_KEYS
 
 GiB = 1 << 30
@@ -112,6 +113,7 @@ BROKER_KEYS: list[Key] = [
 
 BROKER_KEYS += SECURITY_KEYS
 BROKER_KEYS += BROKER_CONTROLLER_KEYS
+BROKER_KEYS += REMOTING_KEYS + BROKER_REMOTING_KEYS
 
 
 def _telemetry_key_names() -> tuple[str, ...]:
@@ -140,7 +142,8 @@ def _check_distinct_ports(settings: Settings) -> None:
     from rocketscope.config import ConfigError
 
     ports = {"grpcServerPort": settings.grpcServerPort, "listenPort": settings.listenPort,
-             "haListenPort": settings.haListenPort or settings.listenPort + 1}
+             "haListenPort": settings.haListenPort or settings.listenPort + 1,
+             "remotingListenPort": settings.remotingListenPort}
     seen: dict[int, str] = {}
     for key, value in ports.items():
         if value and value in seen:

@@ -15,6 +15,7 @@ from rocketscope.config import Key, Settings, load_settings, port, positive
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
 from ..grpc_options import server_options
+from ..remoting.config import REMOTING_KEYS
 from ..security.config import TLS_KEYS, SecurityConfig
 from ..security.listener import Listener, bind_server
 from .route_info import RouteInfo
@@ -32,6 +33,7 @@ NAMESRV_KEYS: list[Key] = [
     Key("brokerClusterName", str, "DefaultCluster", "the `cluster` label of this name server's metrics (a name "
         "server may serve several clusters; per-cluster series also carry broker_cluster)"),
 ]
+NAMESRV_KEYS += REMOTING_KEYS
 
 
 def load_namesrv_config(raw: Mapping[str, str]) -> Settings:
@@ -76,7 +78,7 @@ class NameServer:
             self.controller.add_client_service(self.server)
         address = f"{self.settings.listenHost}:{self.settings.listenPort}"
         try:
-            self._listener = bind_server(self.server, address, self.security.server_tls.for_internal())
+            self._listener = self._bind(address)
         except OSError as exc:
             raise OSError(f"name server cannot bind {address}: {exc}") from None
         await self.server.start()
@@ -87,6 +89,22 @@ class NameServer:
         log.info("name server listening on %s:%d", self.settings.listenHost, self.port)
         if self.controller is not None:
             await self.controller.start()
+
+    def _bind(self, address: str) -> Listener:
+        """gRPC on ``address``, and RocketMQ's remoting protocol beside it (docs/REMOTING.md)."""
+        tls = self.security.server_tls.for_internal()
+        if not self.settings.enableRemoting:
+            return bind_server(self.server, address, tls)
+        from ..remoting.namesrv_handlers import namesrv_handlers
+        from ..remoting.server import RemotingServer, bind_with_remoting
+
+        queries = self.telemetry.counter("rocketmq_namesrv_route_queries_total")
+        handlers = namesrv_handlers(self.routes, lambda found: queries.add(1, {"result": "found" if found
+                                                                               else "not_found"}))
+        self.remoting = RemotingServer("name server", handlers, max_frame=self.settings.remotingFrameMaxLength,
+                                       idle_s=self.settings.serverChannelMaxIdleTimeSeconds)
+        return bind_with_remoting(self.server, address, tls, self.remoting,  # type: ignore[no-any-return]
+                                  self.settings.remotingListenPort)
 
     def _register_gauges(self) -> None:
         """Gauges read plain dicts the event loop replaces whole, so the reader thread never sees them change."""

@@ -1,0 +1,726 @@
+"""Broker request codes over remoting: the second front door onto the same broker core.
+
+Sends go through ``Broker.topic_for_send``/``select_queue``/``put_messages`` (auto-create,
+master check, timer and transaction wrapping, metrics), reads through the store and the
+POP engine's committed offsets, redelivery through the POP engine's retry/DLQ copies and
+the timer, so a message sent here is received over gRPC and the other way round.  What
+only remoting has lives here: client connections and their heartbeat subscriptions,
+PULL_MESSAGE's offset semantics and long polling, queue locks of orderly consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from ..groups import group_name_problem
+from ..pop import retry_topic
+from ..store.message_store import PutStatus
+from ..store.record import StoredMessage
+from ..topics import RETRY_PREFIX, topic_name_problem
+from ..validation import RequestError
+from .codec import (
+    BatchEntry,
+    FrameError,
+    Header,
+    HeaderError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    WireMessage,
+    decode_batch,
+    encode_message,
+    json_body,
+    offset_msg_id,
+    parse_json_body,
+    string_to_properties,
+)
+from .config import parse_delay_levels
+from .server import Connection, Handler, RemotingServer
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger(__name__)
+RC = ResponseCode
+Code = pb.Code
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_TRANSACTION_MASK = 0xC
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+COMPRESSION_TYPE_MASK = 0x700
+PULL_COMMIT_OFFSET, PULL_SUSPEND, PULL_SUBSCRIPTION = 0x1, 0x2, 0x4
+MAX_PULL_MESSAGES = 32  # Java's maxTransferCountOnMessageInMemory
+MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory: a pull answer stays far below a client's frame limit
+CLIENT_EXPIRY_S = 120.0
+LOCK_EXPIRY_S = 60.0
+TIMER_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+# v2 codes the broker core raises -> remoting response codes
+CORE_CODES = {
+    Code.TOPIC_NOT_FOUND: RC.TOPIC_NOT_EXIST,
+    Code.FORBIDDEN: RC.NO_PERMISSION,
+    Code.BAD_REQUEST: RC.INVALID_PARAMETER,
+    Code.CONSUMER_GROUP_NOT_FOUND: RC.SUBSCRIPTION_GROUP_NOT_EXIST,
+}
+PUT_CODES = {
+    PutStatus.PUT_OK: RC.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: RC.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: RC.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SERVICE_NOT_AVAILABLE: RC.SERVICE_NOT_AVAILABLE,
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: RC.SLAVE_NOT_AVAILABLE,
+    PutStatus.MESSAGE_ILLEGAL: RC.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: RC.MESSAGE_ILLEGAL,
+    PutStatus.OS_PAGE_CACHE_BUSY: RC.SYSTEM_BUSY,
+}
+# SendMessageRequestHeaderV2's short names -> the V1 header's names
+V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+            "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+            "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
+CODE_TO_METHOD = {
+    RequestCode.SEND_MESSAGE: "send_message", RequestCode.SEND_MESSAGE_V2: "send_message_v2",
+    RequestCode.SEND_BATCH_MESSAGE: "send_batch_message", RequestCode.PULL_MESSAGE: "pull_message",
+    RequestCode.LITE_PULL_MESSAGE: "lite_pull_message", RequestCode.HEART_BEAT: "heart_beat",
+}
+
+
+@dataclass
+class Subscription:
+    topic: str
+    sub_string: str
+    tags: set[str] | None
+    expression_type: str = "TAG"
+    sub_version: int = 0
+
+
+@dataclass
+class RemoteClient:
+    client_id: str
+    conn: Connection
+    language: str = ""
+    version: int = 0
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+def parse_tags(sub_string: str) -> set[str] | None:
+    """``*`` or empty -> every tag; ``a || b`` -> {a, b}."""
+    text = (sub_string or "").strip()
+    if text in ("", "*"):
+        return None
+    return {t.strip() for t in text.split("||") if t.strip()} or None
+
+
+class TransactionCheckOutbox:
+    """Stands in for a gRPC client's Telemetry outbox: a check-back becomes CHECK_TRANSACTION_STATE."""
+
+    def __init__(self, front: RemotingBroker, conn: Connection, group: str) -> None:
+        self.front = front
+        self.conn = conn
+        self.group = group
+
+    async def put(self, cmd: Any) -> None:
+        if not cmd.HasField("recover_orphaned_transaction_command"):
+            return
+        rec = cmd.recover_orphaned_transaction_command
+        msg_id = rec.message.system_properties.message_id
+        half = next((m for m in self.front.b.store.lookup("RMQ_SYS_TRANS_HALF_TOPIC", msg_id, 4)), None)
+        if half is None:
+            return
+        wire = self.front.wire(half)
+        wire.topic = half.properties.get("REAL_TOPIC", half.topic)
+        wire.properties.setdefault("PGROUP", self.group)
+        wire.properties["TRANSACTION_ID"] = rec.transaction_id
+        ext = {"tranStateTableOffset": str(half.queue_offset), "commitLogOffset": str(half.physical_offset),
+               "msgId": msg_id, "transactionId": rec.transaction_id,
+               "offsetMsgId": offset_msg_id(self.front.store_addr, half.physical_offset), "topic": wire.topic}
+        self.conn.notify(RequestCode.CHECK_TRANSACTION_STATE, ext, encode_message(wire))
+
+
+class RemotingBroker:
+    """The broker's remoting handlers and the client state only remoting needs."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+        s = broker.settings
+        port = s.remotingListenPort or s.listenPort
+        self.store_addr = f"{s.brokerIP1}:{port}"
+        self.delay_levels_ms = parse_delay_levels(s.messageDelayLevel)
+        self.consumers: dict[str, dict[str, RemoteClient]] = {}
+        self.producers: dict[str, dict[str, RemoteClient]] = {}
+        self.locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}
+        self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self._watched: set[int] = set()
+        broker.store.dispatch_listeners.append(self._on_dispatch)
+        self.server = RemotingServer("broker", self.handlers(), max_frame=s.remotingFrameMaxLength,
+                                     idle_s=s.serverChannelMaxIdleTimeSeconds, recorder=self._record)
+        self._latency: Any = None
+
+    # ------------------------------------------------------------ plumbing
+    def handlers(self) -> dict[int, Handler]:
+        R = RequestCode
+        return {
+            R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send,
+            R.PULL_MESSAGE: self.pull, R.LITE_PULL_MESSAGE: self.pull,
+            R.QUERY_CONSUMER_OFFSET: self.query_consumer_offset, R.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            R.GET_MAX_OFFSET: self.get_max_offset, R.GET_MIN_OFFSET: self.get_min_offset,
+            R.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            R.GET_EARLIEST_MSG_STORETIME: self.earliest_store_time,
+            R.HEART_BEAT: self.heart_beat, R.UNREGISTER_CLIENT: self.unregister_client,
+            R.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, R.CONSUMER_SEND_MSG_BACK: self.send_back,
+            R.LOCK_BATCH_MQ: self.lock_batch, R.UNLOCK_BATCH_MQ: self.unlock_batch,
+            R.QUERY_MESSAGE: self.query_message, R.VIEW_MESSAGE_BY_ID: self.view_message,
+            R.END_TRANSACTION: self.end_transaction,
+        }
+
+    def _record(self, code: int, response_code: int, seconds: float) -> None:
+        """rocketmq_rpc_latency with protocol_type=remoting, on the broker's own instrument."""
+        metrics = self.b.metrics
+        if not getattr(metrics, "enabled", False):
+            return
+        from .codec import CODE_NAMES, RESPONSE_NAMES
+
+        ok = response_code in (RC.SUCCESS, RC.PULL_NOT_FOUND, RC.QUERY_NOT_FOUND)
+        metrics.rpc_latency.record(seconds * 1000, {
+            "protocol_type": "remoting", "request_code": CODE_NAMES.get(code, str(code)).lower(),
+            "response_code": RESPONSE_NAMES.get(response_code, str(response_code)).lower(),
+            "is_long_polling": code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE),
+            "result": "success" if ok else "process_request_failed"})
+
+    def wire(self, m: StoredMessage) -> WireMessage:
+        return WireMessage(topic=m.topic, queue_id=m.queue_id, body=m.body, properties=dict(m.properties), flag=m.flag,
+                           queue_offset=max(m.queue_offset, 0), physical_offset=max(m.physical_offset, 0),
+                           sys_flag=m.sys_flag & SYSFLAG_TRANSACTION_MASK, born_timestamp=m.born_timestamp,
+                           born_host=m.born_host or "127.0.0.1:0", store_timestamp=m.store_timestamp,
+                           store_host=self.store_addr, reconsume_times=m.reconsume_times,
+                           prepared_tx_offset=m.prepared_tx_offset)
+
+    def _topic(self, name: str, *, read: bool = False) -> Any:
+        problem = topic_name_problem(name)
+        if problem:
+            raise HeaderError(f"topic[{name[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
+        cfg = self.b.topics.get(name)
+        if cfg is None:
+            raise HeaderError(f"topic[{name}] not exist, apply first please!", RC.TOPIC_NOT_EXIST)
+        if read and not cfg.readable:
+            raise HeaderError(f"the topic[{name}] pulling message is forbidden", RC.NO_PERMISSION)
+        return cfg
+
+    def _queue_id(self, cfg: Any, queue_id: int) -> int:
+        if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+            raise HeaderError(f"queueId[{queue_id}] is illegal, topic:[{cfg.name}] topicConfig.readQueueNums:"
+                              f"[{cfg.read_queue_nums}]", RC.INVALID_PARAMETER)
+        return queue_id
+
+    def _group(self, name: str) -> None:
+        problem = group_name_problem(name)
+        if problem:
+            raise HeaderError(f"consumer group {name[:200]!r} is not valid: {problem}", RC.INVALID_PARAMETER)
+        if self.b.groups.get(name) is None:
+            if not self.b.settings.autoCreateSubscriptionGroup:
+                raise HeaderError(f"subscription group [{name}] does not exist", RC.SUBSCRIPTION_GROUP_NOT_EXIST)
+            self.b.groups.create_if_absent(name)
+
+    def _client_id(self, conn: Connection) -> str:
+        for table in (self.producers, self.consumers):
+            for clients in table.values():
+                for cid, c in clients.items():
+                    if c.conn is conn:
+                        return cid
+        return ""
+
+    def _deliver_ms(self, props: dict[str, str], now_ms: int) -> int | None:
+        """The delivery time a DELAY level or a 5.x timer property asks for (None: deliver now)."""
+        level = props.get("DELAY", "")
+        if level.lstrip("-").isdigit() and int(level) > 0:
+            return now_ms + self.delay_levels_ms[min(int(level), len(self.delay_levels_ms)) - 1]
+        for name, scale in (("TIMER_DELIVER_MS", 0), ("TIMER_DELAY_SEC", 1000), ("TIMER_DELAY_MS", 1)):
+            raw = props.get(name, "")
+            if raw:
+                if not raw.isdigit():
+                    raise HeaderError(f"timer property {name} is not a number: {raw[:32]!r}", RC.MESSAGE_ILLEGAL)
+                return int(raw) if scale == 0 else now_ms + int(raw) * scale
+        return None
+
+    # --------------------------------------------------------------- send
+    async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        if cmd.code != RequestCode.SEND_MESSAGE and "b" in cmd.fields:
+            h.ext = {V2_NAMES.get(k, k): v for k, v in cmd.fields.items()}
+        h.str("producerGroup")
+        topic = h.str("topic")
+        queue_id = h.int("queueId")
+        sys_flag = h.int("sysFlag")
+        born = h.int("bornTimestamp")
+        flag = h.int("flag")
+        reconsume = h.int("reconsumeTimes", default=0)
+        batch = h.bool("batch") or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        header_props = string_to_properties(h.str("properties", default=""))
+        b = self.b
+        if topic.startswith(RETRY_PREFIX):
+            if batch:
+                raise HeaderError("batch request does not support retry group", RC.MESSAGE_ILLEGAL)
+            if topic_name_problem(topic):
+                raise HeaderError(f"topic[{topic[:200]}] is not valid", RC.INVALID_PARAMETER)
+            self._group(topic[len(RETRY_PREFIX):])
+            cfg = b.topics.create_if_absent(topic, 1, system=True)
+        else:
+            problem = topic_name_problem(topic)
+            if problem:
+                raise HeaderError(f"topic[{topic[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
+            try:
+                cfg = await b.topic_for_send(topic)
+            except RequestError as exc:
+                raise HeaderError(exc.message, CORE_CODES.get(exc.code, RC.SYSTEM_ERROR)) from None
+        if queue_id >= max(cfg.read_queue_nums, cfg.write_queue_nums):
+            raise HeaderError(f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums:"
+                              f"[{cfg.write_queue_nums}]", RC.INVALID_PARAMETER)
+        if not 0 <= queue_id < cfg.write_queue_nums:
+            queue_id = b.select_queue(cfg, "")
+        if batch:
+            try:
+                entries = decode_batch(cmd.body)
+            except FrameError as exc:
+                raise HeaderError(f"batch body: {exc}", RC.MESSAGE_ILLEGAL) from None
+            if not entries:
+                raise HeaderError("batch body holds no message", RC.MESSAGE_ILLEGAL)
+        else:
+            entries = [BatchEntry(cmd.body, flag, header_props)]
+        body_flag = sys_flag
+        now_ms = int(time.time() * 1000)
+        stored: list[StoredMessage] = []
+        originals: list[pb.Message] = []
+        for i, e in enumerate(entries):
+            body = e.body
+            if body_flag & SYSFLAG_COMPRESSED and not batch:
+                ctype = (body_flag & COMPRESSION_TYPE_MASK) >> 8
+                if ctype not in (0, 3):
+                    raise HeaderError(f"compression type {ctype} (LZ4 1, ZSTD 2) is not supported; send zlib (3)",
+                                      RC.MESSAGE_ILLEGAL)
+                try:
+                    body = zlib.decompress(body)
+                except zlib.error as exc:
+                    raise HeaderError(f"body flagged compressed does not inflate: {exc}", RC.MESSAGE_ILLEGAL) from None
+            if len(body) > b.settings.maxMessageSize:
+                raise HeaderError(f"message body of {len(body)} bytes exceeds maxMessageSize "
+                                  f"{b.settings.maxMessageSize}", RC.MESSAGE_ILLEGAL)
+            props = dict(e.properties)
+            if not props.get("UNIQ_KEY"):
+                props["UNIQ_KEY"] = uuid.uuid4().hex.upper()
+            orig = pb.Message()
+            deliver_ms = self._deliver_ms(props, now_ms)
+            if deliver_ms is not None:
+                if batch:
+                    raise HeaderError(f"batch message {i} asks for a delay; batches cannot be delayed",
+                                      RC.MESSAGE_ILLEGAL)
+                if deliver_ms - now_ms > b.settings.timerMaxDelaySec * 1000:
+                    raise HeaderError(f"delay of {deliver_ms - now_ms} ms exceeds timerMaxDelaySec "
+                                      f"({b.settings.timerMaxDelaySec} s)", RC.MESSAGE_ILLEGAL)
+                for name in TIMER_PROPERTIES:
+                    props.pop(name, None)
+                orig.system_properties.delivery_timestamp.FromMilliseconds(deliver_ms)
+            if props.get("TRAN_MSG") == "true" or (sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_PREPARED:
+                if batch:
+                    raise HeaderError("batch messages cannot be transactional", RC.MESSAGE_ILLEGAL)
+                orig.system_properties.message_type = pb.TRANSACTION
+            stored.append(StoredMessage(topic=cfg.name, queue_id=queue_id, body=body, properties=props,
+                                        flag=e.flag if batch else flag, born_timestamp=born, born_host=conn.peer,
+                                        reconsume_times=reconsume))
+            originals.append(orig)
+        cid = self._client_id(conn)
+        started = time.perf_counter()
+        results = await b.put_messages(stored, originals, cid)
+        cost_ms = int((time.perf_counter() - started) * 1000)
+        codes = []
+        ids = []
+        first = None
+        for res in results:
+            codes.append(PUT_CODES.get(res.status, RC.SYSTEM_ERROR))
+            if res.message is not None:
+                b.trace_hooks.on_stored(res.message, client_id=cid, client_traced=False, cost_ms=cost_ms,
+                                        status=res.status.value)
+                ids.append(offset_msg_id(self.store_addr, res.message.physical_offset))
+                first = first or res.message
+        code = next((c for c in codes if c != RC.SUCCESS), RC.SUCCESS)
+        if first is None:
+            reason = next((r.reason for r in results if r.reason), results[0].status.value if results else "")
+            return cmd.response(code if code != RC.SUCCESS else RC.SYSTEM_ERROR, reason or "message not stored")
+        ext = {"msgId": ",".join(ids), "queueId": str(queue_id), "queueOffset": str(first.queue_offset),
+               "MSG_REGION": b.settings.regionId, "TRACE_ON": "true" if b.settings.traceOn else "false"}
+        props = first.properties
+        ext["transactionId"] = props.get("TRANSACTION_ID") or props.get("UNIQ_KEY", "")
+        if first.topic != cfg.name:  # wrapped by the timer or as a half message: the queue the client named
+            ext["queueOffset"] = str(max(first.queue_offset, 0))
+        return cmd.response(code, None if code == RC.SUCCESS else results[0].status.value, ext)
+
+    # --------------------------------------------------------------- pull
+    def _on_dispatch(self, msg: StoredMessage) -> None:
+        if self._waiters:
+            for fut in self._waiters.pop((msg.topic, msg.queue_id), ()):
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        store = self.b.store
+        while store.max_offset(topic, queue_id) <= offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.setdefault((topic, queue_id), set()).add(fut)
+            try:
+                await asyncio.wait_for(fut, min(remaining, 5.0))  # RocketMQ re-checks held pulls every 5 s too
+            except TimeoutError:
+                pass
+            finally:
+                waiters = self._waiters.get((topic, queue_id))
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        self._waiters.pop((topic, queue_id), None)
+
+    def _subscription(self, h: Header, group: str, topic: str, sys_flag: int) -> Subscription:
+        if sys_flag & PULL_SUBSCRIPTION:
+            expr = h.str("subscription", default="*")
+            return Subscription(topic, expr, parse_tags(expr), h.str("expressionType", default="TAG"),
+                                h.int("subVersion", default=0))
+        for client in self.consumers.get(group, {}).values():
+            sub = client.subscriptions.get(topic)
+            if sub is not None:
+                return sub
+        raise HeaderError(f"the consumer's subscription not exist, group: {group} topic: {topic}",
+                          RC.SUBSCRIPTION_NOT_EXIST)
+
+    async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        group = h.str("consumerGroup")
+        topic = h.str("topic")
+        queue_id = h.int("queueId")
+        offset = h.int("queueOffset")
+        max_nums = h.int("maxMsgNums")
+        sys_flag = h.int("sysFlag")
+        commit_offset = h.int("commitOffset", default=-1)
+        suspend_ms = h.int("suspendTimeoutMillis", default=0)
+        self._group(group)
+        cfg = self._topic(topic, read=True)
+        self._queue_id(cfg, queue_id)
+        sub = self._subscription(h, group, topic, sys_flag)
+        if sub.expression_type.upper() not in ("TAG", ""):
+            raise HeaderError(f"expression type {sub.expression_type} is not supported over remoting (TAG only)",
+                              RC.SUBSCRIPTION_PARSE_FAILED)
+        if sys_flag & PULL_COMMIT_OFFSET and commit_offset >= 0:
+            self._commit(group, topic, queue_id, commit_offset)
+        resp = self._pull_once(cmd, group, cfg.name, queue_id, offset, max_nums, sub.tags)
+        if resp.code == RC.PULL_NOT_FOUND and sys_flag & PULL_SUSPEND and suspend_ms > 0 and not conn.closed:
+            me = asyncio.current_task()
+            if me is not None:
+                conn.holding.add(me)
+            try:
+                await self._wait_for_message(cfg.name, queue_id, offset, suspend_ms / 1000)
+            finally:
+                if me is not None:
+                    conn.holding.discard(me)
+            resp = self._pull_once(cmd, group, cfg.name, queue_id, offset, max_nums, sub.tags)
+        return resp
+
+    def _pull_once(self, cmd: RemotingCommand, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                   tags: set[str] | None) -> RemotingCommand:
+        store = self.b.store
+        lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+
+        def answer(code: int, remark: str, next_offset: int, body: bytes = b"") -> RemotingCommand:
+            return cmd.response(code, remark, {"suggestWhichBrokerId": "0", "nextBeginOffset": str(next_offset),
+                                               "minOffset": str(lo), "maxOffset": str(hi)}, body)
+
+        if offset < lo:
+            return answer(RC.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", lo)
+        if offset > hi:
+            return answer(RC.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", hi if hi else 0)
+        if offset == hi:
+            return answer(RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE" if hi else "NO_MESSAGE_IN_QUEUE", offset)
+        got = store.get(topic, queue_id, offset, max(1, min(max_nums, MAX_PULL_MESSAGES)), tags,
+                        max_bytes=MAX_PULL_BYTES)
+        if not got.messages:
+            if got.next_offset > offset:  # entries there, none matching the filter: skip past them
+                return answer(RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", got.next_offset)
+            return answer(RC.PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE", offset)
+        self.b.metrics.on_pulled(group, got.messages)
+        body = b"".join(encode_message(self.wire(m)) for m in got.messages)
+        return answer(RC.SUCCESS, "FOUND", got.next_offset, body)
+
+    # ------------------------------------------------------------ offsets
+    def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        pop = self.b.pop
+        if pop.committed(group, topic, queue_id) != offset:
+            pop.reset_offset(group, topic, queue_id, offset)
+
+    async def query_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        group, topic, queue_id = h.str("consumerGroup"), h.str("topic"), h.int("queueId")
+        committed = self.b.pop.committed(group, topic, queue_id)
+        if committed is None:
+            # RocketMQ answers 0 for a queue that was never trimmed, so a new group starts at its beginning
+            if self.b.store.min_offset(topic, queue_id) == 0 and h.bool("setZeroIfNotFound", default=True):
+                committed = 0
+            else:
+                return cmd.response(RC.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot "
+                                                        "first")
+        return cmd.response(ext_fields={"offset": str(committed)})
+
+    async def update_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        group, topic = h.str("consumerGroup"), h.str("topic")
+        queue_id, offset = h.int("queueId"), h.int("commitOffset")
+        self._group(group)
+        cfg = self._topic(topic)
+        self._queue_id(cfg, queue_id)
+        if offset < 0:
+            raise HeaderError(f"commitOffset {offset} is negative", RC.INVALID_PARAMETER)
+        self._commit(group, topic, queue_id, offset)
+        return cmd.response()
+
+    async def get_max_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        return cmd.response(ext_fields={"offset": str(self.b.store.max_offset(h.str("topic"), h.int("queueId")))})
+
+    async def get_min_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        return cmd.response(ext_fields={"offset": str(self.b.store.min_offset(h.str("topic"), h.int("queueId")))})
+
+    async def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        offset = self.b.store.offset_by_time(h.str("topic"), h.int("queueId"), h.int("timestamp"))
+        return cmd.response(ext_fields={"offset": str(offset)})
+
+    async def earliest_store_time(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        topic, queue_id = h.str("topic"), h.int("queueId")
+        ts = self.b.store.store_time(topic, queue_id, self.b.store.min_offset(topic, queue_id))
+        return cmd.response(ext_fields={"timestamp": str(ts or 0)})
+
+    # ------------------------------------------------------------ clients
+    def _forget_connection(self, conn: Connection) -> None:
+        for table in (self.consumers, self.producers):
+            for group, clients in list(table.items()):
+                gone = [cid for cid, c in clients.items() if c.conn is conn]
+                for cid in gone:
+                    del clients[cid]
+                    self.b.clients.remove(cid, "remoting connection closed")
+                if gone and table is self.consumers:
+                    self._notify_changed(group)
+                if not clients:
+                    del table[group]
+
+    def _notify_changed(self, group: str) -> None:
+        for client in self.consumers.get(group, {}).values():
+            client.conn.notify(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+
+    def _watch(self, conn: Connection) -> None:
+        if conn.id not in self._watched:
+            self._watched.add(conn.id)
+            conn.on_close.append(lambda c: (self._watched.discard(c.id), self._forget_connection(c)))
+
+    async def heart_beat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        data = parse_json_body(cmd.body, "HeartbeatData")
+        if not isinstance(data, dict) or not isinstance(data.get("clientID"), str) or not data["clientID"]:
+            raise HeaderError("HeartbeatData has no clientID", RC.SYSTEM_ERROR)
+        cid = data["clientID"]
+        self._watch(conn)
+        b = self.b
+        for pd in data.get("producerDataSet") or []:
+            group = pd.get("groupName", "") if isinstance(pd, dict) else ""
+            if not group or group_name_problem(group):
+                continue
+            self.producers.setdefault(group, {})[cid] = RemoteClient(cid, conn, cmd.language, cmd.version)
+            info = b.clients.touch(cid, client_type=pb.PRODUCER, group=group, language=cmd.language,
+                                   version=str(cmd.version), address=conn.peer)
+            if info.outbox is None or isinstance(info.outbox, TransactionCheckOutbox):
+                info.outbox = TransactionCheckOutbox(self, conn, group)  # type: ignore[assignment]
+        changed_sub = False
+        for cd in data.get("consumerDataSet") or []:
+            if not isinstance(cd, dict):
+                continue
+            group = cd.get("groupName", "")
+            if not group or group_name_problem(group):
+                continue
+            try:
+                self._group(group)
+            except HeaderError:
+                continue  # RocketMQ skips a group it does not know
+            rtopic = retry_topic(group)
+            if b.topics.get(rtopic) is None:
+                b.topics.create_if_absent(rtopic, 1, system=True)
+                b.topics_on_change()
+            subs: dict[str, Subscription] = {}
+            for sd in cd.get("subscriptionDataSet") or []:
+                if isinstance(sd, dict) and isinstance(sd.get("topic"), str):
+                    sub_string = str(sd.get("subString") or "*")
+                    subs[sd["topic"]] = Subscription(sd["topic"], sub_string, parse_tags(sub_string),
+                                                     str(sd.get("expressionType") or "TAG"),
+                                                     int(sd.get("subVersion") or 0))
+            members = self.consumers.setdefault(group, {})
+            old = members.get(cid)
+            if old is not None and old.conn is conn:
+                changed_sub = changed_sub or {k: v.sub_string for k, v in old.subscriptions.items()} != {
+                    k: v.sub_string for k, v in subs.items()}
+                old.subscriptions, old.last_seen = subs, time.monotonic()
+            else:
+                members[cid] = RemoteClient(cid, conn, cmd.language, cmd.version, subs)
+                self._notify_changed(group)
+            kind = pb.PUSH_CONSUMER if cd.get("consumeType") == "CONSUME_PASSIVELY" else pb.SIMPLE_CONSUMER
+            b.clients.touch(cid, client_type=kind, group=group, language=cmd.language, version=str(cmd.version),
+                            address=conn.peer, topics=set(subs))
+        return cmd.response(ext_fields={"IS_SUPPORT_HEART_BEAT_V2": "false",
+                                        "IS_SUB_CHANGE": "true" if changed_sub else "false"})
+
+    async def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        cid = h.str("clientID")
+        for table, name in ((self.producers, "producerGroup"), (self.consumers, "consumerGroup")):
+            group = h.str(name, default="")
+            if group and table.get(group, {}).pop(cid, None) is not None and table is self.consumers:
+                self._notify_changed(group)
+        if not any(cid in clients for t in (self.producers, self.consumers) for clients in t.values()):
+            self.b.clients.remove(cid, "client unregistered")
+        return cmd.response()
+
+    async def consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = Header(cmd).str("consumerGroup")
+        now = time.monotonic()
+        ids = sorted(cid for cid, c in self.consumers.get(group, {}).items()
+                     if not c.conn.closed and now - c.last_seen < CLIENT_EXPIRY_S)
+        if not ids:
+            return cmd.response(RC.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return cmd.response(body=json_body({"consumerIdList": ids}))
+
+    # -------------------------------------------------------------- retry
+    async def send_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        offset, group = h.int("offset"), h.str("group")
+        delay_level = h.int("delayLevel", default=0)
+        self._group(group)
+        b = self.b
+        msg = b.store.read_physical(offset) if offset >= 0 else None
+        if msg is None:
+            return cmd.response(RC.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        gcfg = b.groups.get(group)
+        max_times = h.int("maxReconsumeTimes", default=-1) if cmd.version >= 121 else -1
+        if max_times < 0:
+            max_times = gcfg.retry_max_times if gcfg is not None else 16
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            if not await b.pop._to_dlq(group, msg):
+                return cmd.response(RC.SYSTEM_ERROR, "could not store the message in the dead-letter queue")
+            return cmd.response()
+        level = delay_level or 3 + msg.reconsume_times
+        rtopic = retry_topic(group)
+        b.topics.create_if_absent(rtopic, 1, system=True)
+        copy = b.pop._copy(msg, rtopic, msg.reconsume_times + 1)
+        origin_id = h.str("originMsgId", default="")
+        if origin_id:
+            copy.properties.setdefault("ORIGIN_MESSAGE_ID", origin_id)
+        copy.properties.pop("DELAY", None)
+        orig = pb.Message()
+        orig.system_properties.delivery_timestamp.FromMilliseconds(
+            int(time.time() * 1000) + self.delay_levels_ms[min(level, len(self.delay_levels_ms)) - 1])
+        (res,) = await b.put_messages([copy], [orig])
+        if res.message is None:
+            return cmd.response(PUT_CODES.get(res.status, RC.SYSTEM_ERROR), res.reason or res.status.value)
+        return cmd.response()
+
+    # -------------------------------------------------------------- locks
+    def _mq_set(self, cmd: RemotingCommand) -> tuple[str, str, list[dict[str, Any]]]:
+        body = parse_json_body(cmd.body, "LockBatchRequestBody")
+        if not isinstance(body, dict):
+            raise HeaderError("LockBatchRequestBody is not an object")
+        group, cid = str(body.get("consumerGroup") or ""), str(body.get("clientId") or "")
+        mqs = [mq for mq in body.get("mqSet") or [] if isinstance(mq, dict)]
+        if not group or not cid:
+            raise HeaderError("LockBatchRequestBody needs consumerGroup and clientId")
+        return group, cid, mqs
+
+    async def lock_batch(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group, cid, mqs = self._mq_set(cmd)
+        now = time.monotonic()
+        ok = []
+        for mq in mqs:
+            key = (group, str(mq.get("topic")), str(mq.get("brokerName")), int(mq.get("queueId") or 0))
+            holder = self.locks.get(key)
+            if holder is None or holder[0] == cid or now > holder[1]:
+                self.locks[key] = (cid, now + LOCK_EXPIRY_S)
+                ok.append(mq)
+        return cmd.response(body=json_body({"lockOKMQSet": ok}))
+
+    async def unlock_batch(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group, cid, mqs = self._mq_set(cmd)
+        for mq in mqs:
+            key = (group, str(mq.get("topic")), str(mq.get("brokerName")), int(mq.get("queueId") or 0))
+            if self.locks.get(key, ("",))[0] == cid:
+                del self.locks[key]
+        return cmd.response()
+
+    # ------------------------------------------------------------ queries
+    async def query_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = Header(cmd)
+        topic, key = h.str("topic"), h.str("key")
+        max_num = h.int("maxNum")
+        if h.bool("_UNIQUE_KEY_QUERY"):
+            max_num = 32
+        begin, end = h.int("beginTimestamp"), h.int("endTimestamp")
+        found = self.b.store.lookup(topic, key, max(1, min(max_num, 64)), begin, end)
+        ext = {"indexLastUpdateTimestamp": str(int(time.time() * 1000)),
+               "indexLastUpdatePhyoffset": str(self.b.store.dispatched)}
+        if not found:
+            return cmd.response(RC.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext)
+        return cmd.response(ext_fields=ext, body=b"".join(encode_message(self.wire(m)) for m in found))
+
+    async def view_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        offset = Header(cmd).int("offset")
+        msg = self.b.store.read_physical(offset) if 0 <= offset < self.b.store.dispatched else None
+        if msg is None:
+            return cmd.response(RC.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        return cmd.response(body=encode_message(self.wire(msg)))
+
+    # -------------------------------------------------------- transactions
+    async def end_transaction(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        from ..transaction import TransactionError
+
+        h = Header(cmd)
+        h.str("producerGroup")
+        kind = h.int("commitOrRollback")
+        tx_id = h.str("transactionId", default="")
+        msg_id = h.str("msgId", default="")
+        resolution = {8: pb.COMMIT, 12: pb.ROLLBACK}.get(kind, pb.TRANSACTION_RESOLUTION_UNSPECIFIED)
+        if not self.b.is_master:
+            return cmd.response(RC.SLAVE_NOT_AVAILABLE, "the broker is a slave: END_TRANSACTION goes to the master")
+        if not tx_id:
+            raise HeaderError("the custom field <transactionId> is null: END_TRANSACTION needs it")
+        try:
+            await self.b.transactions.end(tx_id, msg_id, resolution, h.bool("fromTransactionCheck"))
+        except TransactionError as exc:
+            return cmd.response(RC.SYSTEM_ERROR, str(exc))
+        return cmd.response()
+
+
+def bind_broker_port(broker: Broker, server: Any, host: str, port: int, tls: Any) -> Any:
+    """The broker's listenPort: internal gRPC, plus remoting when enableRemoting (docs/REMOTING.md)."""
+    from ..security import bind_listener
+    from .server import bind_with_remoting
+
+    s = broker.settings
+    if not s.enableRemoting:
+        return bind_listener(server, "listenPort", host, port, tls)
+    broker.remoting = RemotingBroker(broker)  # type: ignore[attr-defined]
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        return bind_with_remoting(server, address, tls, broker.remoting.server,  # type: ignore[attr-defined]
+                                  s.remotingListenPort)
+    except OSError as exc:
+        raise OSError(f"config key listenPort: cannot listen on {address}: {exc}") from None

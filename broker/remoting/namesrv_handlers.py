@@ -1,0 +1,96 @@
+"""Name-server request codes over remoting, answered from the same ``RouteInfo`` the gRPC service reads.
+
+Brokers register over gRPC (RocketScope's brokers only); remoting serves the client side:
+routes, cluster info and topic lists, in the JSON Apache's Java and Go clients parse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..namesrv.route_info import RouteInfo
+from ..protocol import namesrv_pb2
+from .codec import Header, RemotingCommand, RequestCode, ResponseCode, json_body
+from .server import Connection, Handler
+
+TBW102 = "TBW102"  # the template topic Java producers fall back to when a topic has no route
+
+
+def route_json(route: namesrv_pb2.TopicRouteData) -> dict[str, Any]:
+    """TopicRouteData in the standard-JSON form (quoted brokerId keys), which Go and Java both parse."""
+    return {
+        "brokerDatas": [
+            {"brokerAddrs": {str(bid): addr for bid, addr in sorted(bd.broker_addrs.items())},
+             "brokerName": bd.broker_name, "cluster": bd.cluster, "enableActingMaster": False}
+            for bd in route.broker_datas],
+        "filterServerTable": {},
+        "queueDatas": [
+            {"brokerName": q.broker_name, "perm": q.perm, "readQueueNums": q.read_queue_nums,
+             "topicSysFlag": q.topic_sys_flag, "writeQueueNums": q.write_queue_nums}
+            for q in route.queue_datas],
+    }
+
+
+def template_route(routes: RouteInfo) -> namesrv_pb2.TopicRouteData | None:
+    """A TBW102 route over every live master: Java producers send new topics there and the broker creates them."""
+    route = namesrv_pb2.TopicRouteData()
+    masters = sorted((reg for reg, _ in routes.cluster_info() if reg.broker_id == 0), key=lambda r: r.broker_name)
+    for reg in masters:
+        route.queue_datas.add(broker_name=reg.broker_name, read_queue_nums=8, write_queue_nums=8, perm=7)
+        bd = route.broker_datas.add(broker_name=reg.broker_name, cluster=reg.cluster_name)
+        bd.broker_addrs[0] = reg.broker_addr
+    return route if masters else None
+
+
+def cluster_info_json(routes: RouteInfo) -> dict[str, Any]:
+    brokers: dict[str, dict[str, Any]] = {}
+    clusters: dict[str, list[str]] = {}
+    for reg, _ in routes.cluster_info():
+        bd = brokers.setdefault(reg.broker_name, {"brokerAddrs": {}, "brokerName": reg.broker_name,
+                                                  "cluster": reg.cluster_name, "enableActingMaster": False})
+        bd["brokerAddrs"][str(reg.broker_id)] = reg.broker_addr
+        names = clusters.setdefault(reg.cluster_name, [])
+        if reg.broker_name not in names:
+            names.append(reg.broker_name)
+    return {"brokerAddrTable": brokers, "clusterAddrTable": {c: sorted(n) for c, n in clusters.items()}}
+
+
+def namesrv_handlers(routes: RouteInfo, on_route_query: Any = None) -> dict[int, Handler]:
+    async def get_route(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic = Header(cmd).str("topic")
+        route = routes.route(topic)
+        if route is None and topic == TBW102:
+            route = template_route(routes)
+        if on_route_query is not None:
+            on_route_query(route is not None)
+        if route is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: "
+                                                              f"{topic}")
+        return cmd.response(body=json_body(route_json(route)))
+
+    async def cluster_info(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return cmd.response(body=json_body(cluster_info_json(routes)))
+
+    async def all_topics(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return cmd.response(body=json_body({"topicList": routes.topics()}))
+
+    async def topics_by_cluster(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        cluster = Header(cmd).str("cluster")
+        names = {reg.broker_name for reg, _ in routes.cluster_info() if reg.cluster_name == cluster}
+        topics = [t for t in routes.topics() if names & set(routes.topic_queues.get(t, {}))]
+        return cmd.response(body=json_body({"topicList": topics}))
+
+    async def kv_not_found(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        # no KV store on RocketScope's name server: clients treat this as "no order-topic config"
+        h = Header(cmd)
+        return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.str('namespace', default='')}"
+                                                          f" Key: {h.str('key', default='')}")
+
+    return {
+        RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,
+        RequestCode.GET_BROKER_CLUSTER_INFO: cluster_info,
+        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: all_topics,
+        RequestCode.GET_TOPICS_BY_CLUSTER: topics_by_cluster,
+        RequestCode.GET_KV_CONFIG: kv_not_found,
+        RequestCode.GET_KVLIST_BY_NAMESPACE: kv_not_found,
+    }

@@ -1,0 +1,367 @@
+"""The asyncio remoting server, and the listener that serves remoting and gRPC on one port.
+
+One task reads each connection's frames; every request runs in its own task, so a
+suspended PULL_MESSAGE (long polling) never holds up the heartbeats and sends that share
+its connection, as with Netty's processor pools.  A frame that cannot be decoded gets a
+SYSTEM_ERROR answer naming the problem (with the request's opaque when it could be read)
+and the connection is closed, like Netty's decoder does (it closes without an answer);
+an unknown code gets REQUEST_CODE_NOT_SUPPORTED; a handler that fails gets SYSTEM_ERROR
+with the exception text.  A connection idle for ``idle_s`` (or stalled inside a frame
+that long) is closed, so a lying length never leaves a connection hanging.
+
+``SharedPortListener`` owns the public port when remoting and gRPC share it (the name
+server's 9876, the broker's listenPort): it reads the first byte of each connection.  A
+remoting frame starts with its length's high byte, 0x00 or 0x01 (frames are below
+32 MiB); anything else (gRPC's "PRI * HTTP/2.0" preface, 'P') is spliced to the gRPC
+server, which then listens on a loopback port only.  See docs/REMOTING.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..security.listener import _PEERS, TLS_RECORD_HANDSHAKE, _peer_string, _pipe
+from .codec import (
+    DEFAULT_MAX_FRAME,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    FrameError,
+    HeaderError,
+    RemotingCommand,
+    ResponseCode,
+    check_length,
+    decode,
+    encode,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+Recorder = Callable[[int, int, float], None]
+MAX_INFLIGHT_PER_CONNECTION = 4096
+_I32 = struct.Struct(">i")
+
+
+class Connection:
+    """One client connection: its peer, a writer, and requests the server sends to the client."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.id = next(self._ids)
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
+        self.closed = False
+        self.on_close: list[Callable[[Connection], None]] = []
+        self._opaque = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # requests parked without work to do (long-polling pulls): cancelled when the connection closes,
+        # while every other request already read still runs to the end, as Netty's processors do
+        self.holding: set[asyncio.Task[Any]] = set()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if self.closed or self.writer.is_closing():
+            return
+        try:
+            data = encode(cmd)
+        except FrameError as exc:  # e.g. a code that does not fit the binary header: answer in JSON
+            log.warning("cannot encode answer in type %d (%s); answering in JSON", cmd.serialize_type, exc)
+            cmd.serialize_type = 0
+            data = encode(cmd)
+        self.writer.write(data)
+
+    async def drain(self) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.writer.drain()
+
+    def notify(self, code: int, ext_fields: dict[str, str] | None = None, body: bytes = b"") -> None:
+        """A oneway request from the server to the client (NOTIFY_CONSUMER_IDS_CHANGED, ...)."""
+        self.send(RemotingCommand(code=code, ext_fields=ext_fields, body=body, opaque=next(self._opaque),
+                                  flag=FLAG_ONEWAY))
+
+    async def invoke(self, code: int, ext_fields: dict[str, str] | None, body: bytes, timeout_s: float
+                     ) -> RemotingCommand:
+        """A request from the server to the client that waits for the client's answer."""
+        opaque = next(self._opaque)
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[opaque] = fut
+        try:
+            self.send(RemotingCommand(code=code, ext_fields=ext_fields, body=body, opaque=opaque))
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._pending.pop(opaque, None)
+
+    def _on_response(self, cmd: RemotingCommand) -> None:
+        fut = self._pending.get(cmd.opaque)
+        if fut is not None and not fut.done():
+            fut.set_result(cmd)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(Exception):
+                self.writer.close()
+
+
+class RemotingServer:
+    """Frames in, handlers, frames out; ``serve`` runs one connection."""
+
+    def __init__(self, name: str, handlers: dict[int, Handler], *, max_frame: int = DEFAULT_MAX_FRAME,
+                 idle_s: float = 120.0, recorder: Recorder | None = None) -> None:
+        self.name = name
+        self.handlers = handlers
+        self.max_frame = max_frame
+        self.idle_s = idle_s
+        self.recorder = recorder
+        self.connections: dict[int, Connection] = {}
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on a port of its own (when remoting does not share the gRPC port)."""
+        self._server = await asyncio.start_server(self.serve, host or None, port, reuse_address=True,
+                                                  limit=1 << 20)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        log.info("%s remoting server listening on %s:%d", self.name, host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections.values()):
+            conn.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prefix: bytes = b"") -> None:
+        conn = Connection(reader, writer)
+        self.connections[conn.id] = conn
+        me = asyncio.current_task()
+        if me is not None:
+            self._tasks.add(me)
+        inflight: set[asyncio.Task[None]] = set()
+        try:
+            while not conn.closed:
+                try:
+                    head = prefix + await asyncio.wait_for(reader.readexactly(4 - len(prefix)), self.idle_s)
+                    prefix = head  # until the frame is read: what _salvage must put back in front
+                    (length,) = _I32.unpack(head)
+                    check_length(length, self.max_frame)
+                    frame = await asyncio.wait_for(reader.readexactly(length), self.idle_s)
+                    prefix = b""
+                    cmd = decode(frame)
+                except FrameError as exc:
+                    log.warning("%s remoting: bad frame from %s: %s; closing the connection", self.name, conn.peer,
+                                exc)
+                    conn.send(RemotingCommand(code=ResponseCode.SYSTEM_ERROR, remark=f"bad frame: {exc}",
+                                              opaque=exc.opaque or 0, flag=FLAG_RESPONSE))
+                    await conn.drain()
+                    return
+                if cmd.is_response:
+                    conn._on_response(cmd)
+                    continue
+                if len(inflight) >= MAX_INFLIGHT_PER_CONNECTION:
+                    if not cmd.is_oneway:
+                        conn.send(cmd.response(ResponseCode.SYSTEM_BUSY,
+                                               f"[OVERLOAD]system busy, {len(inflight)} requests in flight on this "
+                                               "connection"))
+                    continue
+                task = asyncio.get_running_loop().create_task(self._dispatch(cmd, conn))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+        except (ConnectionError, OSError):  # reset or broken pipe: run what the client had already sent
+            self._salvage(reader, conn, prefix)
+        except (asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for task in list(conn.holding):
+                task.cancel()
+            conn.close()
+            self.connections.pop(conn.id, None)
+            for cb in conn.on_close:
+                try:
+                    cb(conn)
+                except Exception:
+                    log.exception("remoting close callback failed")
+            if me is not None:
+                self._tasks.discard(me)
+
+    def _salvage(self, reader: asyncio.StreamReader, conn: Connection, prefix: bytes) -> None:
+        """Run the whole requests a reset connection left unread.
+
+        A client that closes with our answers unread in its socket (Go's client: its oneway
+        requests carry no ONEWAY flag, so they are answered) makes the kernel send a reset
+        (or our next write fail with a broken pipe), and StreamReader then raises instead of
+        handing out what it had already received, such as the UPDATE_CONSUMER_OFFSETs a Go
+        consumer sends right before it closes: without this, its last offsets were lost.
+        """
+        buf = prefix + bytes(getattr(reader, "_buffer", b""))
+        pos = 0
+        while len(buf) - pos >= 4:
+            (length,) = _I32.unpack_from(buf, pos)
+            if length < 4 or length + 4 > self.max_frame or len(buf) - pos - 4 < length:
+                break
+            try:
+                cmd = decode(buf[pos + 4:pos + 4 + length])
+            except FrameError:
+                break
+            pos += 4 + length
+            if not cmd.is_response:
+                asyncio.get_running_loop().create_task(self._dispatch(cmd, conn))
+
+    async def _dispatch(self, cmd: RemotingCommand, conn: Connection) -> None:
+        started = time.perf_counter()
+        handler = self.handlers.get(cmd.code)
+        resp: RemotingCommand | None
+        if handler is None:
+            resp = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        else:
+            try:
+                resp = await handler(cmd, conn)
+            except HeaderError as exc:
+                resp = cmd.response(exc.code, str(exc))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("%s remoting: request code %d from %s failed", self.name, cmd.code, conn.peer)
+                resp = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if self.recorder is not None:
+            with contextlib.suppress(Exception):
+                self.recorder(cmd.code, resp.code if resp is not None else 0, time.perf_counter() - started)
+        if resp is None or cmd.is_oneway:
+            return
+        resp.opaque = cmd.opaque
+        resp.flag |= FLAG_RESPONSE
+        conn.send(resp)
+        await conn.drain()
+
+
+class SharedPortListener:
+    """One public port, two protocols: remoting frames served here, everything else spliced to gRPC.
+
+    Same interface as ``security.listener.Listener`` (``start``, ``stop``, ``port``).
+    """
+
+    def __init__(self, address: str, remoting: RemotingServer, grpc_port: int, grpc_tls_port: int = 0) -> None:
+        self.address = address
+        self.remoting = remoting
+        self.grpc_port = grpc_port
+        self.grpc_tls_port = grpc_tls_port
+        host, _, port = address.rpartition(":")
+        self.host = host.strip("[]")
+        self.port = int(port)
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        self._server = await asyncio.start_server(self._accept, self.host or None, self.port, reuse_address=True,
+                                                  limit=1 << 20)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        self.remoting.port = self.port
+        log.info("%s: remoting and gRPC share %s (gRPC -> 127.0.0.1:%d)", self.remoting.name, self.address,
+                 self.grpc_port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self.remoting.stop()
+            for t in list(self._tasks):
+                t.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        local_port = 0
+        try:
+            first = await asyncio.wait_for(reader.read(1), self.remoting.idle_s)
+            if not first:
+                return
+            if first[0] <= 0x01:
+                await self.remoting.serve(reader, writer, first)
+                return
+            target = self.grpc_tls_port if first[0] == TLS_RECORD_HANDSHAKE else self.grpc_port
+            if not target:
+                return
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
+            local_port = int(up_writer.get_extra_info("sockname")[1])
+            _PEERS[local_port] = _peer_string(writer.get_extra_info("peername"))
+            up_writer.write(first)
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, asyncio.CancelledError):
+            pass
+        finally:
+            if local_port:
+                _PEERS.pop(local_port, None)
+            with contextlib.suppress(Exception):
+                writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+
+def bind_with_remoting(server: Any, address: str, tls: Any, remoting: RemotingServer | None,
+                       remoting_port: int = 0) -> Any:
+    """Bind ``server`` (grpc.aio) for ``address`` and put ``remoting`` beside it.
+
+    With ``remoting_port`` 0 and TLS off, both share ``address`` (``SharedPortListener``);
+    otherwise gRPC binds as ``security.listener.bind_server`` does and remoting listens on
+    ``remoting_port`` of its own (when non-zero) once the returned listener starts.
+    """
+    from ..security.listener import bind_server
+    from ..security.tls import TlsMode
+
+    if remoting is None:
+        return bind_server(server, address, tls)
+    if remoting_port == 0 and tls.mode is TlsMode.DISABLED:
+        grpc_port = server.add_insecure_port("127.0.0.1:0")
+        if not grpc_port:
+            raise OSError("cannot bind the internal loopback gRPC port")
+        return SharedPortListener(address, remoting, grpc_port)
+    inner = bind_server(server, address, tls)
+    if remoting_port == 0:
+        log.warning("%s: remoting is not served: TLS mode %s needs remotingListenPort set to a port of its own "
+                    "(remoting over TLS is not implemented)", remoting.name, tls.mode.name)
+        return inner
+    return _BesideListener(inner, remoting, address.rpartition(":")[0], remoting_port)
+
+
+class _BesideListener:
+    """gRPC's listener plus remoting on a port of its own."""
+
+    def __init__(self, inner: Any, remoting: RemotingServer, host: str, port: int) -> None:
+        self.inner = inner
+        self.remoting = remoting
+        self.host = host.strip("[]")
+        self.remoting_port = port
+
+    @property
+    def port(self) -> int:
+        return int(self.inner.port)
+
+    async def start(self) -> None:
+        await self.inner.start()
+        await self.remoting.start(self.host, self.remoting_port)
+
+    async def stop(self) -> None:
+        await self.remoting.stop()
+        await self.inner.stop()
