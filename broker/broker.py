@@ -210,7 +210,10 @@ class Broker:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         s = self.settings
-        self.telemetry = Telemetry.start(self.telemetry_config, "broker", self.cluster, self.node_id,
+        # node_id must name this process for its whole life; in controller mode the broker id is assigned by the
+        # controller after start (every fresh member starts as 1) and changes with the role, so the address does
+        metrics_node = self.node_id if self.replicas is None else f"{self.broker_name}@{self.internal_addr}"
+        self.telemetry = Telemetry.start(self.telemetry_config, "broker", self.cluster, metrics_node,
                                          serve=self.security.metrics_serve())
         self.metrics = BrokerMetrics(self, self.telemetry)
         self.pop.on_dead_letter = self.metrics.on_dead_lettered

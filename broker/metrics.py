@@ -108,6 +108,7 @@ class BrokerMetrics:
         self._proposed: dict[int, float] = {}  # DLedger index -> perf_counter() when the leader proposed it
         self._acked: dict[str, int] = {}  # DLedger peer -> highest index it acknowledged (this term)
         self._proposed_term = -1
+        self._dlq_known: set[tuple[str, str]] = set()
         for manager, hook in (("topics", self.on_topic_created), ("groups", self.on_group_created)):
             if hasattr(broker, manager):  # bench/telemetry_bench.py passes a stand-in broker without them
                 getattr(broker, manager).on_created = hook
@@ -168,7 +169,10 @@ class BrokerMetrics:
     def on_delivered(self, group: str, deliveries: Iterable[Delivery]) -> None:
         if not self.enabled or is_tool_group(group):
             return
+        known = self._dlq_known
         for d in deliveries:
+            if (group, d.topic) not in known:  # before its first possible dead letter: see _lag
+                self._dlq_zero(group, d.topic)
             is_retry = d.message.topic.startswith(RETRY_PREFIX)
             bound = self._out.get((d.topic, group, is_retry)) or self._bound_out(d.topic, group, is_retry)
             bound[0].add(1)
@@ -184,6 +188,13 @@ class BrokerMetrics:
             bound = self._out.get((topic, group, False)) or self._bound_out(topic, group, False)
             bound[0].add(1)
             bound[1].add(m.size)
+
+    def _dlq_zero(self, group: str, topic: str) -> None:
+        """The group's DLQ series exists from 0 before its first dead letter (at its first delivery, or once the
+        snapshot sees the subscription): Prometheus' increase() takes a series' first sample as its baseline,
+        so a series born at 1 would hide that first dead letter from the DLQ alert."""
+        self._dlq_known.add((group, topic))
+        self.dlq.add(0, {"consumer_group": group, "topic": topic, "is_system": is_system(topic)})
 
     def on_dead_lettered(self, group: str, msg: StoredMessage) -> None:
         topic = origin_topic(msg)
@@ -394,6 +405,8 @@ class BrokerMetrics:
         b = self.broker
         now = int(time.time() * 1000)
         for group, topic in sorted(self.subscriptions()):
+            if (group, topic) not in self._dlq_known:
+                self._dlq_zero(group, topic)
             cfg = b.topics.get(topic)
             queues = [(topic, q) for q in range(cfg.read_queue_nums)] if cfg else []
             for is_retry, qs in ((False, queues), (True, [(retry_topic(group), 0)])):

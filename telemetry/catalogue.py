@@ -296,7 +296,10 @@ def markdown(instruments: Iterable[Instrument] = CATALOGUE) -> str:
         "Units are OpenTelemetry units (`By` bytes, `ms`, `s`, `1` counts). The Prometheus column is the"
         " series name on `/metrics` (PROM mode and `rocketscope exporter`); histograms add `_bucket`, `_count`"
         " and `_sum`. Origin `rocketmq` means Apache RocketMQ's name and labels; `rocketscope` is ours.",
-        "`cluster` is the node's brokerClusterName. A name server can serve several clusters: its own"
+        "`node_id` names one process for its whole life: `<brokerName>-<brokerId>` (master/slave),"
+        " `<brokerName>-<dLegerSelfId>` (DLedger), `<brokerName>@<brokerIP1>:<listenPort>` (controller mode,"
+        " where the controller assigns ids after start), `namesrv-<port>`, `controller-<selfId>`."
+        " `cluster` is the node's brokerClusterName. A name server can serve several clusters: its own"
         " `cluster` label is the `brokerClusterName` of its config (default `DefaultCluster`, the cluster that"
         " brokers with default settings join), and its per-cluster facts carry the broker cluster in"
         " `broker_cluster`. Roles (`rocketmq_ha_role`, `dledger_role`, `rocketmq_controller_role`) share one"
