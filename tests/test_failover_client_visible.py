@@ -428,3 +428,57 @@ def test_redeliveries_after_leader_kill_are_few(cluster: LocalCluster) -> None:
         recent = sum(1 for t in consumer.acked_at.values() if killed - window <= t < killed)
     bound = recent + RECEIVE_BATCH
     assert sum(redelivered.values()) <= bound, f"{sum(redelivered.values())} redeliveries (bound {bound})"
+
+
+def raw_send(endpoint: str, body: bytes, timeout: float = 5.0) -> tuple[int, str]:
+    """One SendMessage straight to ``endpoint`` (not the client's pick of member): (status code, message)."""
+    import uuid
+
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as svc
+    from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+
+    req = svc.SendMessageRequest()
+    m = req.messages.add(body=body)
+    m.topic.name = TOPIC
+    m.system_properties.message_id = uuid.uuid4().hex.upper()
+    m.system_properties.message_type = pb.NORMAL
+    with grpc.insecure_channel(endpoint) as ch:
+        try:
+            resp = svc_grpc.MessagingServiceStub(ch).SendMessage(req, metadata=(("x-mq-client-id", "raw"),),
+                                                                 timeout=timeout)
+        except grpc.RpcError as exc:
+            return -1, f"{exc.code().name}: {exc.details()}"
+    return resp.status.code, resp.status.message
+
+
+@pytest.mark.timeout(300)
+def test_sends_to_a_follower_or_deposed_leader_wait_for_the_new_leader(cluster: LocalCluster) -> None:
+    """Issue 15: a send reaching a follower while the leader is paused, or reaching the deposed
+    leader just after it resumes, is served by the new leader within its deadline (5 s here,
+    several election timeouts) instead of failing."""
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+
+    c = cluster
+    nodes = start_dledger_group(c, "broker-dp", flushDiskType="SYNC_FLUSH")
+    (lead,) = wait_until(lambda: leader_index(c, nodes), timeout=60, what="a leader")
+    c.admin("updateTopic", "-b", nodes[lead].admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
+    follower = nodes[(lead + 1) % 3]
+    assert raw_send(follower.endpoint, b"warm-up")[0] == pb.OK
+    results: list[tuple[str, int, str]] = []
+    nodes[lead].proc.pause(True)
+    try:
+        paused = time.monotonic()
+        while time.monotonic() - paused < 2.0:  # across the election of a new leader
+            code, text = raw_send(follower.endpoint, b"to-follower")
+            results.append(("follower", code, text))
+    finally:
+        nodes[lead].proc.pause(False)
+    resumed = time.monotonic()
+    while time.monotonic() - resumed < 2.0:  # the old leader, before and after it learns it was deposed
+        code, text = raw_send(nodes[lead].endpoint, b"to-deposed")
+        results.append(("deposed", code, text))
+    failed = [r for r in results if r[1] != pb.OK]
+    print(f"sends during the change: {len(results)}, failed {len(failed)}")
+    assert not failed, f"{len(failed)} of {len(results)} sends failed: {failed[:3]}"
