@@ -101,6 +101,8 @@ BROKER_KEYS: list[Key] = [
     Key("traceOn", bool, True, "tell clients to write trace records (TRACE_ON)"),
     Key("regionId", str, "DefaultRegion", "region written into trace records (MSG_REGION)"),
     Key("brokerTraceEnable", bool, False, "the broker writes trace records itself (RocketScope)"),
+    Key("brokerTraceQueueSize", int, 100_000, "trace records the broker buffers between writes; beyond it they "
+        "are dropped and counted in rocketscope_trace_records_dropped_total", check=positive),
     Key("traceStore", str, "local", "where trace records are kept for lookup: local (the trace topic and its index) "
         "or elasticsearch (also bulk-indexed there)",
         check=lambda v: None if v.lower() in ("local", "elasticsearch") else "expected local or elasticsearch"),

@@ -3,6 +3,20 @@
 Hooks run synchronously on the broker's event loop and only buffer; ``start()`` runs a task that
 batches the buffer every ``flush_interval_s`` with ``rocketscope.trace.batching`` and awaits
 ``append(trace_topic, body, keys)``.  ``stop()`` flushes what is left.
+
+Times are the broker's own clock readings in milliseconds, never the client's: the official
+Python client sets ``born_timestamp`` from ``int(time.time())`` (whole seconds), and a Pub record
+stamped with it put every send up to a second before its store (docs/TRACE.md, "What each time
+measures").  A Pub record's timestamp is when the broker received the SendMessage request, its
+cost time how long until the broker stored it locally (timestamp + cost = the message's store
+timestamp; replication after that is in the replication events); SubBefore is the hand-out,
+SubAfter the ack or the expiry.
+
+The buffer is bounded (``queue_size`` records): a broker whose trace writes cannot keep up drops
+records rather than growing without limit, and counts every drop in
+``rocketscope_trace_records_dropped_total{source="broker",reason="queue_full"}`` (the series the
+RocketScopeTraceRecordsDropped alert watches); failed appends go to
+``rocketscope_trace_records_failed_total``.
 """
 
 from __future__ import annotations
@@ -36,8 +50,48 @@ Append = Callable[[str, str, list[str], str], Awaitable[Any]]
 """``append(trace_topic, body, keys, original_topic)``: store one trace message (tag = original topic)."""
 
 
+SOURCE = "broker"
+"""The ``source`` label of the broker's trace-pipeline series (``client`` for the client wrappers)."""
+DEFAULT_QUEUE_SIZE = 100_000
+"""Records buffered between flushes (brokerTraceQueueSize): about 20 MB at worst, far above what a
+0.2 s flush interval needs at the broker's top rate."""
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class _Counters:
+    """The trace-pipeline series of one broker on its own telemetry (cluster, node labels included).
+
+    Every series is created at start with 0 so that ``increase()`` in the alert and the Grafana
+    panels has a series on a healthy broker, not only after the first drop.
+    """
+
+    def __init__(self, telemetry: Any, depth: Callable[[], int]) -> None:
+        self.enabled = telemetry is not None and getattr(telemetry, "enabled", False)
+        if not self.enabled:
+            return
+        src = {"source": SOURCE}
+        self.written = telemetry.counter("rocketscope_trace_records_written_total").bind(src)
+        self.failed = telemetry.counter("rocketscope_trace_records_failed_total").bind(src)
+        dropped = telemetry.counter("rocketscope_trace_records_dropped_total")
+        self.dropped = {reason: dropped.bind({**src, "reason": reason}) for reason in ("queue_full", "encode")}
+        for c in (self.written, self.failed, *self.dropped.values()):
+            c.add(0)
+        self._gauge = telemetry.gauge("rocketscope_trace_queue_depth", lambda: [(depth(), src)])
+
+    def add_written(self, n: int) -> None:
+        if self.enabled and n:
+            self.written.add(n)
+
+    def add_failed(self, n: int) -> None:
+        if self.enabled and n:
+            self.failed.add(n)
+
+    def add_dropped(self, n: int, reason: str) -> None:
+        if self.enabled and n:
+            self.dropped[reason].add(n)
 
 
 def _msg_type(msg: Any) -> int:
@@ -51,7 +105,9 @@ def _origin_topic(msg: Any) -> str:
 
 class BrokerTracer:
     def __init__(self, append: Append, region_id: str, store_host: str, trace_topic: str = "RMQ_SYS_TRACE_TOPIC",
-                 flush_interval_s: float = 0.2, batch: int = 64) -> None:
+                 flush_interval_s: float = 0.2, batch: int = 64, queue_size: int = DEFAULT_QUEUE_SIZE,
+                 telemetry: Any = None) -> None:
+        """``telemetry``: the broker's Telemetry; the written, dropped and failed counts go there."""
         self._append = append
         self.region_id = region_id or "DefaultRegion"
         self.store_host = store_host
@@ -61,8 +117,11 @@ class BrokerTracer:
         self._buf: list[tuple[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self.queue_size = max(1, int(queue_size))
         self.written = 0
         self.dropped = 0
+        self.failed = 0
+        self._counters = _Counters(telemetry, lambda: len(self._buf))
         # deliveries and transactions an instrumented client traces itself (see _remember): the broker
         # must not add its own SubAfter at expiry or EndTransaction at resolution, or they exist twice
         self._client_deliveries: dict[str, None] = {}
@@ -70,10 +129,14 @@ class BrokerTracer:
 
     # --- buffering -------------------------------------------------------------------------------
     def _add(self, topic: str, record: Any) -> None:
-        try:
-            self._buf.append((topic, record))
-        except Exception:  # pragma: no cover - never raise into the broker
-            self.dropped += 1
+        if len(self._buf) >= self.queue_size:
+            self._drop(1, "queue_full")
+            return
+        self._buf.append((topic, record))
+
+    def _drop(self, n: int, reason: str) -> None:
+        self.dropped += n
+        self._counters.add_dropped(n, reason)
 
     def _offset_msg_id(self, msg: Any) -> str:
         try:
@@ -99,10 +162,19 @@ class BrokerTracer:
             return  # the broker's own re-put of a retry or dead letter is not a send
         props = msg.properties
         topic = props.get("REAL_TOPIC") or msg.topic
+        # the hook runs when the answer is ready, ``cost_ms`` after the request arrived: the send's
+        # start as the broker saw it (never born_timestamp: the official client sets it in seconds).
+        # Both readings are whole ms, so the difference can land 1 ms past the store time, which the
+        # request cannot have followed
+        received = _now_ms() - int(cost_ms)
+        stored = msg.store_timestamp or received + int(cost_ms)
+        received = min(received, stored)
+        # cost = receive to local store, so timestamp + cost is the store time the broker wrote into the
+        # message (the Spark jobs' stored_ts); replication after it is in the replication events
         self._add(topic, PubRecord(
-            timestamp=msg.born_timestamp or _now_ms(), region_id=self.region_id, group=props.get("PGROUP", ""),
+            timestamp=received, region_id=self.region_id, group=props.get("PGROUP", ""),
             topic=topic, msg_id=msg.msg_id, tags=props.get("TAGS", ""), keys=props.get("KEYS", ""),
-            store_host=self.store_host, body_length=len(msg.body), cost_time=int(cost_ms),
+            store_host=self.store_host, body_length=len(msg.body), cost_time=stored - received,
             msg_type=_msg_type(msg), offset_msg_id=self._offset_msg_id(msg), success=True))
 
     def on_send_failed(self, topic: str, msg_id: str, tags: str, keys: str, body_length: int, *, client_id: str,
@@ -176,18 +248,20 @@ class BrokerTracer:
                     plan = build_batches(chunk)
                 except Exception:
                     log.exception("broker trace: cannot encode %d records", len(chunk))
-                    self.dropped += len(chunk)
+                    self._drop(len(chunk), "encode")
                     continue
-                self.dropped += len(plan.oversize)
+                self._drop(len(plan.oversize), "encode")
                 for b in plan.batches:
                     try:
                         # the tag carries the original topic (RocketMQ's trace messages do the same;
                         # Sub records name no topic, and the Spark jobs read it from here)
                         await self._append(self.trace_topic, b.body, list(b.keys), b.topic)
                         self.written += len(b.records)
+                        self._counters.add_written(len(b.records))
                     except Exception:
                         log.exception("broker trace: append failed")
-                        self.dropped += len(b.records)
+                        self.failed += len(b.records)
+                        self._counters.add_failed(len(b.records))
 
     async def _run(self) -> None:
         while True:
