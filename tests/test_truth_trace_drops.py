@@ -82,3 +82,51 @@ def test_dropped_broker_trace_records_are_counted_on_metrics(tmp_path_factory: p
         raise
     finally:
         c.stop()
+
+
+def test_dropped_client_trace_records_reach_the_brokers_metrics(tmp_path_factory: pytest.TempPathFactory,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instrumented official client's dispatcher, with a queue of 4 records, takes a burst of sends;
+    its counters ride the client's own OTLP metrics push (the broker turns it on with
+    metricCollectorMode=proxy) and the broker re-exports them: dropped{source="client"} on the broker's
+    /metrics = sends - Pub records in the trace topic."""
+    from rmq import config
+    from rocketmq import Producer
+
+    from rocketscope.trace import client_trace, instrument
+
+    monkeypatch.setattr(client_trace, "CLIENT_QUEUE_SIZE", 4)
+    c = LocalCluster(tmp_path_factory.mktemp("client-drops"))
+    prom = free_port()
+    try:
+        c.start_namesrv()
+        node = c.start_broker("broker-cdrops", traceTopicEnable="true", metricCollectorMode="proxy",
+                              metricsExporterType="PROM", metricsPromExporterHost="127.0.0.1",
+                              metricsPromExporterPort=prom)
+        c.admin("updateTopic", "-b", node.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
+        p = instrument(Producer(config(node.endpoint), (TOPIC,)))
+        p.startup()
+        try:
+            futures = [p.send_async(message(TOPIC, f"c-{i}".encode())) for i in range(SENDS)]
+            sent = {f.result(timeout=60).message_id for f in futures}
+            disp = p._rocketscope_trace
+            wait_until(lambda: disp.queue_depth == 0, timeout=60, what="the client's trace queue drained")
+            provider = p.client_metrics._ClientMetrics__meter_provider
+            assert provider is not None, "the broker did not turn the client's metrics on"
+        finally:
+            p.shutdown()  # flushes the trace queue, and the client's metrics one last time
+        url = f"http://127.0.0.1:{prom}/metrics"
+
+        def settled() -> tuple[int, float] | None:
+            written = len([r for r in pub_records(c.namesrv_addr) if r.msg_id in sent])
+            dropped = sum(v for _, v in find(scrape(url), "rocketscope_trace_records_dropped_total", source="client"))
+            return (written, dropped) if written + dropped == SENDS else None
+
+        written, dropped = wait_until(settled, timeout=60, interval=0.5,
+                                      what="client drops on the broker's /metrics = sends - written")
+        assert dropped > 0 and written > 0
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()

@@ -177,15 +177,53 @@ def _check_route(client: Any, topic: str) -> None:
                               f"({res.status.message})")
 
 
+def _client_meter(client: Any) -> Any:
+    """The meter of the official client's own metrics pipeline, when the broker turned it on
+    (Settings.metric): what is recorded there is pushed by OTLP with the client's metrics to
+    where the broker said (metricCollectorMode: its own port in proxy mode, which re-exports on
+    the broker's /metrics; or a collector).  None when client metrics are off."""
+    metrics_ = getattr(client, "client_metrics", None) or getattr(client, "_Client__client_metrics", None)
+    provider = getattr(metrics_, "_ClientMetrics__meter_provider", None)
+    enabled = getattr(metrics_, "_ClientMetrics__enabled", False)
+    if provider is None or not enabled:
+        return None
+    try:
+        return provider.get_meter("rocketscope.trace")
+    except Exception:  # a client version without this pipeline: keep the global meter
+        return None
+
+
+def _bind_counters(client: Any, disp: AsyncTraceDispatcher) -> None:
+    """Move the dispatcher's written/dropped/failed counters and queue depth onto the client's
+    exported meter (see _client_meter), so client-side drops reach the broker's /metrics or the
+    collector (rocketscope_trace_records_dropped_total{source="client"}); without client metrics
+    they stay on the global OpenTelemetry meter, for an application that configures its own."""
+    from rocketscope.trace.dispatcher import _instruments_for
+
+    meter = _client_meter(client)
+    if meter is None:
+        log.info("client-side trace counters are on the global OpenTelemetry meter (client metrics are off: "
+                 "metricCollectorMode=proxy on the broker puts them on its /metrics)")
+        return
+    try:
+        disp._instruments.dispatchers.discard(disp)
+        disp._instruments = _instruments_for(meter)
+        disp._instruments.dispatchers.add(disp)
+    except AttributeError:  # pragma: no cover - a dispatcher given by the caller keeps its own meter
+        return
+
+
 def instrument(client: C, trace_topic: str | None = None, *, dispatcher: AsyncTraceDispatcher | None = None,
-               otel: bool = False, tracer_provider: Any = None) -> C:
+               otel: bool = False, tracer_provider: Any = None, group: str | None = None) -> C:
     """Trace ``client`` (a Producer, SimpleConsumer or PushConsumer); returns the same object.
 
     Raises :class:`TraceTopicError` when the trace topic does not exist (found out at once,
     not after records failed in the background); any other start-up problem of the trace
     producer (a broker down) is only logged, the dispatcher retries with the next batch.
     ``otel=True`` also emits OpenTelemetry spans through ``tracer_provider`` (default: the
-    global one)."""
+    global one).  ``group`` is the producer group written into Pub and EndTransaction records:
+    RocketMQ 5 producers have none, so by default the record names the client itself (its client
+    id, host@pid#...), which is what tells two producers of one topic apart in a timeline."""
     from rocketmq import Producer, PushConsumer, SimpleConsumer
 
     if getattr(client, "_rocketscope_trace", None) is not None:
@@ -207,12 +245,25 @@ def instrument(client: C, trace_topic: str | None = None, *, dispatcher: AsyncTr
     _announce(client)
     finish: Any = None
     if isinstance(client, Producer):
-        _trace_producer(client, disp, spans)
+        producer_group = group if group is not None else str(getattr(client, "client_id", "") or "")
+        _trace_producer(client, disp, spans, producer_group)
     elif isinstance(client, SimpleConsumer):
         finish = _trace_simple_consumer(client, disp, spans)
     else:
         _trace_push_consumer(client, disp, spans)
 
+    if dispatcher is None:
+        if getattr(client, "is_running", False):
+            _bind_counters(client, disp)
+        else:
+            original_startup = client.startup  # type: ignore[attr-defined]
+
+            def startup() -> Any:
+                result = original_startup()
+                _bind_counters(client, disp)  # the metrics pipeline exists once the broker's Settings arrived
+                return result
+
+            client.startup = startup  # type: ignore[attr-defined]
     original_shutdown = client.shutdown  # type: ignore[attr-defined]
 
     def shutdown() -> Any:
@@ -232,11 +283,11 @@ def instrument(client: C, trace_topic: str | None = None, *, dispatcher: AsyncTr
 
 # ------------------------------------------------------------------ producer
 def _pub(message: Any, receipt: Any, started_ms: int, cost_ms: int, success: bool, store_host: str,
-         msg_type: int | None = None) -> PubRecord:
+         msg_type: int | None = None, group: str = "") -> PubRecord:
     msg_id = getattr(receipt, "message_id", "") or ""
     if not msg_id and not success:
         msg_id = getattr(message, "message_id", "") or ""  # set by the client before a send it then lost
-    return PubRecord(timestamp=started_ms, region_id=REGION, group="", topic=message.topic,
+    return PubRecord(timestamp=started_ms, region_id=REGION, group=group, topic=message.topic,
                      msg_id=msg_id, tags=message.tag or "", keys=_keys(message),
                      store_host=store_host, body_length=len(message.body or b""), cost_time=int(cost_ms),
                      msg_type=_msg_type(message) if msg_type is None else msg_type, offset_msg_id="",
@@ -251,7 +302,7 @@ def _store_host(receipt: Any) -> str:
         return ""
 
 
-def _trace_producer(producer: Any, disp: AsyncTraceDispatcher, spans: _Spans | None) -> None:
+def _trace_producer(producer: Any, disp: AsyncTraceDispatcher, spans: _Spans | None, group: str = "") -> None:
     original_send, original_send_async = producer.send, producer.send_async
 
     def send(message: Any, transaction: Any = None) -> Any:
@@ -261,13 +312,13 @@ def _trace_producer(producer: Any, disp: AsyncTraceDispatcher, spans: _Spans | N
         try:
             receipt = original_send(message, transaction) if transaction is not None else original_send(message)
         except Exception as exc:
-            disp.append(_pub(message, None, started, int((time.perf_counter() - t0) * 1000), False, "", msg_type),
-                        message.topic)
+            disp.append(_pub(message, None, started, int((time.perf_counter() - t0) * 1000), False, "", msg_type,
+                             group), message.topic)
             if span is not None:
                 spans.end(span, None, exc)  # type: ignore[union-attr]
             raise
         disp.append(_pub(message, receipt, started, int((time.perf_counter() - t0) * 1000), True,
-                         _store_host(receipt), msg_type), message.topic)
+                         _store_host(receipt), msg_type, group), message.topic)
         if span is not None:
             spans.end(span, receipt, None)  # type: ignore[union-attr]
         return receipt
@@ -282,11 +333,11 @@ def _trace_producer(producer: Any, disp: AsyncTraceDispatcher, spans: _Spans | N
             try:
                 receipt = fut.result()
             except Exception as exc:
-                disp.append(_pub(message, None, started, cost, False, ""), message.topic)
+                disp.append(_pub(message, None, started, cost, False, "", group=group), message.topic)
                 if span is not None:
                     spans.end(span, None, exc)  # type: ignore[union-attr]
                 return
-            disp.append(_pub(message, receipt, started, cost, True, _store_host(receipt)), message.topic)
+            disp.append(_pub(message, receipt, started, cost, True, _store_host(receipt), group=group), message.topic)
             if span is not None:
                 spans.end(span, receipt, None)  # type: ignore[union-attr]
 
@@ -294,21 +345,21 @@ def _trace_producer(producer: Any, disp: AsyncTraceDispatcher, spans: _Spans | N
         return future
 
     producer.send, producer.send_async = send, send_async
-    _trace_transactions(producer, disp)
+    _trace_transactions(producer, disp, group)
     if spans is not None:
         _carry_trace_context(producer)
 
 
 def _end_transaction(message: Any, transaction_id: str, resolution: Any, from_check: bool,
-                     store_host: str = "") -> EndTransactionRecord:
+                     store_host: str = "", group: str = "") -> EndTransactionRecord:
     return EndTransactionRecord(
-        timestamp=_now_ms(), region_id=REGION, group="", topic=message.topic, msg_id=message.message_id or "",
+        timestamp=_now_ms(), region_id=REGION, group=group, topic=message.topic, msg_id=message.message_id or "",
         tags=message.tag or "", keys=_keys(message), store_host=store_host, msg_type=2,
         transaction_id=transaction_id or "", transaction_state=TRANSACTION_STATES.get(int(resolution), "UNKNOW"),
         from_check=from_check)
 
 
-def _trace_transactions(producer: Any, disp: AsyncTraceDispatcher) -> None:
+def _trace_transactions(producer: Any, disp: AsyncTraceDispatcher, group: str = "") -> None:
     """EndTransaction records: ``Transaction.commit/rollback`` go through ``producer.end_transaction``;
     a broker check-back runs the checker and answers from the client's private
     ``__server_transaction_check`` (the only place that knows the transaction ID and the answer)."""
@@ -316,8 +367,8 @@ def _trace_transactions(producer: Any, disp: AsyncTraceDispatcher) -> None:
 
     def end_transaction(endpoints: Any, message: Any, transaction_id: str, result: Any, source: Any) -> Any:
         response = original_end(endpoints, message, transaction_id, result, source)
-        disp.append(_end_transaction(message, transaction_id, result, int(source) == 2, str(endpoints or "")),
-                    message.topic)
+        disp.append(_end_transaction(message, transaction_id, result, int(source) == 2, str(endpoints or ""),
+                                     group), message.topic)
         return response
 
     producer.end_transaction = end_transaction
@@ -343,7 +394,8 @@ def _trace_transactions(producer: Any, disp: AsyncTraceDispatcher) -> None:
             return original_check(endpoints, message, transaction_id)
         finally:
             if answers.result is not None:
-                disp.append(_end_transaction(message, transaction_id, answers.result, True, str(endpoints or "")),
+                disp.append(_end_transaction(message, transaction_id, answers.result, True, str(endpoints or ""),
+                                             group),
                             message.topic)
 
     setattr(producer, check_name, server_transaction_check)
