@@ -184,8 +184,20 @@ class ChaosCluster:
         self.nodes[i].proc.kill9()
 
     def restart(self, i: int) -> None:
-        """Start node i again (after kill -9 or stop) with the same configuration and store."""
-        self.c.start_broker(self.nodes[i].name)
+        """Start node i again (after kill -9 or stop) with the same configuration and store.
+
+        tests/cluster.py waits 20 s for the ports and 20 s for the registration; a loaded
+        machine can need more, so a time-out there turns into a longer wait here.
+        """
+        node = self.nodes[i]
+        try:
+            self.c.start_broker(node.name)
+        except AssertionError:
+            if not node.proc.alive:
+                raise
+            wait_until(lambda: ha_status(node) is not None and any(
+                b["grpcAddr"] == node.endpoint for b in self.c.admin_json("clusterList")),
+                timeout=90, interval=0.5, what=f"{node.name} up and registered after a restart")
 
     def stop_node(self, i: int) -> None:
         self.nodes[i].proc.stop()

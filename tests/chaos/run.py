@@ -58,58 +58,68 @@ def run(mode: str, faults: list[Fault], seed: int, root: Path, *, defaults: bool
     with link_loop() as ll:
         say(f"{mode}: starting the cluster in {root}")
         cc = ChaosCluster.start(mode, root, ll, defaults=defaults)
-        h.add("info", "cluster-started", "runner")
-        wl = Workload(cc.endpoint, h, seed)
         try:
-            wl.start()
-            from chaos.harness import wait_for
-            wait_for(lambda: len(h.of("send", "ok")) >= warmup_acks, timeout=90, what=f"{warmup_acks} acked sends")
-            nem = Nemesis(cc, h)
-            windows = []
-            began = time.monotonic()
-            queue = list(faults)
-            extra = iter(schedule_from_seed(seed, mode, 100_000)) if duration else iter(())
-            while True:
-                if not queue and duration and time.monotonic() - began < duration:
-                    queue.append(next(extra))
-                if not queue:
-                    break
-                fault = queue.pop(0)
-                say(f"fault {len(done)}: {fault.describe()}")
-                done.append(fault)
-                try:
-                    windows.append(nem.run_one(len(done) - 1, fault))
-                except BaseException:
-                    h.dump(root / "history.jsonl")
-                    (root / "processes.log").write_text(cc.logs())
-                    say(f"FAILED during fault {len(done) - 1} ({fault.describe()}); seed {seed}, schedule "
-                        f"{schedule_json(done + queue)}\nreplay: {replay_command(mode, seed, done + queue, defaults)}"
-                        f"\nhistory and process logs in {root}")
-                    raise
-            load_end = h.now()
-            wl.stop_producers()
-            h.add("info", "load-end", "runner")
-            time.sleep(1.0)  # the producer threads finish their current send
-            must, _, _ = must_keys(h.events)
-            say(f"load stopped: {len(must)} messages must reach each group; draining")
-            drained = wl.wait_consumed(must, timeout=drain_timeout)
-            h.add("info", "drained", "runner", complete=drained)
+            result.update(_run_on(cc, mode, faults, seed, root, h, done, defaults, duration, warmup_acks,
+                                  drain_timeout))
         finally:
-            wl.stop()
-        try:
-            logs = cc.logs_equal()
-        except AssertionError as exc:
-            logs = (False, f"replicas never reached one log end: {exc}")
-        verdict = check(h.events, windows, load_end, logs)
-        result.update(verdict)
-        result["schedule"] = json.loads(schedule_json(done))
-        result["replay"] = replay_command(mode, seed, done, defaults)
-        result["logs_check"] = logs[1]
-        h.dump(root / "history.jsonl")
-        (root / "verdict.json").write_text(json.dumps(result, indent=2))
-        if not verdict["valid"]:
-            (root / "processes.log").write_text(cc.logs())
-        cc.stop()
+            cc.stop()
+    return result
+
+
+def _run_on(cc: ChaosCluster, mode: str, faults: list[Fault], seed: int, root: Path, h: History, done: list[Fault],
+            defaults: bool, duration: float | None, warmup_acks: int, drain_timeout: float) -> dict[str, Any]:
+    """The workload and the nemesis on a started cluster, then the checker (``run`` stops the cluster)."""
+    h.add("info", "cluster-started", "runner")
+    wl = Workload(cc.endpoint, h, seed)
+    try:
+        wl.start()
+        from chaos.harness import wait_for
+        wait_for(lambda: len(h.of("send", "ok")) >= warmup_acks, timeout=90, what=f"{warmup_acks} acked sends")
+        nem = Nemesis(cc, h)
+        windows = []
+        began = time.monotonic()
+        queue = list(faults)
+        extra = iter(schedule_from_seed(seed, mode, 100_000)) if duration else iter(())
+        while True:
+            if not queue and duration and time.monotonic() - began < duration:
+                queue.append(next(extra))
+            if not queue:
+                break
+            fault = queue.pop(0)
+            say(f"fault {len(done)}: {fault.describe()}")
+            done.append(fault)
+            try:
+                windows.append(nem.run_one(len(done) - 1, fault))
+            except BaseException:
+                h.dump(root / "history.jsonl")
+                (root / "processes.log").write_text(cc.logs())
+                say(f"FAILED during fault {len(done) - 1} ({fault.describe()}); seed {seed}, schedule "
+                    f"{schedule_json(done + queue)}\nreplay: {replay_command(mode, seed, done + queue, defaults)}"
+                    f"\nhistory and process logs in {root}")
+                raise
+        load_end = h.now()
+        wl.stop_producers()
+        h.add("info", "load-end", "runner")
+        time.sleep(1.0)  # the producer threads finish their current send
+        must, _, _ = must_keys(h.events)
+        say(f"load stopped: {len(must)} messages must reach each group; draining")
+        drained = wl.wait_consumed(must, timeout=drain_timeout)
+        h.add("info", "drained", "runner", complete=drained)
+    finally:
+        wl.stop()
+    try:
+        logs = cc.logs_equal()
+    except AssertionError as exc:
+        logs = (False, f"replicas never reached one log end: {exc}")
+    verdict = check(h.events, windows, load_end, logs)
+    result: dict[str, Any] = dict(verdict)
+    result["schedule"] = json.loads(schedule_json(done))
+    result["replay"] = replay_command(mode, seed, done, defaults)
+    result["logs_check"] = logs[1]
+    h.dump(root / "history.jsonl")
+    (root / "verdict.json").write_text(json.dumps({"mode": mode, "seed": seed, **result}, indent=2))
+    if not verdict["valid"]:
+        (root / "processes.log").write_text(cc.logs())
     return result
 
 

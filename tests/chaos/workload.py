@@ -246,17 +246,21 @@ class Workload:
         return done
 
     def stop(self) -> None:
+        """Stop the threads and shut the clients down, each bounded in time (a client may hang in shutdown)."""
         self.producing.clear()
         self.consuming.clear()
+        deadline = time.monotonic() + 20
         for t in self.threads:
-            t.join(15)
-        for c in self.consumers:
+            t.join(max(0.1, deadline - time.monotonic()))
+        clients = [*self.consumers, *([self.producer] if self.producer is not None else [])]
+
+        def shutdown(c: Any) -> None:
             try:
                 c.shutdown()
             except Exception:
                 pass
-        if self.producer is not None:
-            try:
-                self.producer.shutdown()
-            except Exception:
-                pass
+        closers = [threading.Thread(target=shutdown, args=(c,), daemon=True) for c in clients]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join(max(0.1, deadline + 15 - time.monotonic()))
