@@ -40,6 +40,14 @@ def spark() -> Iterator[object]:
         session.stop()
 
 
+@pytest.fixture(scope="session")
+def apache_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One Apache RocketMQ 5.3.3 name server + broker + proxy for the whole run (tests/peers_support.py)."""
+    from peers_support import reference_cluster
+
+    yield from reference_cluster(tmp_path_factory)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
     """Keep each phase's report on the item, so a fixture's teardown can print process logs

@@ -1,0 +1,121 @@
+"""A minimal client of Apache RocketMQ's remoting protocol (JSON headers), for the reference cluster.
+
+Starting a JVM for every ``mqadmin`` call costs seconds on a loaded 2-core machine, and the
+readiness check and the differential tests need a route query or a topic creation many times, so
+the few admin requests they use are sent straight from Python:
+
+* frame: ``total length`` (4 bytes, big-endian, everything after it), ``header length`` (4 bytes:
+  serialize type 0 = JSON in the high byte, length in the low three), the JSON header, the body;
+* header: ``code``, ``language``, ``version``, ``opaque``, ``flag`` (bit 0 set on responses),
+  ``remark``, ``extFields`` (string values only);
+* bodies are fastjson text, whose maps with number keys (``brokerAddrs``) are written with the
+  keys unquoted, which Python's json refuses: :func:`loads_fastjson` quotes them first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+# request codes (org.apache.rocketmq.remoting.protocol.RequestCode)
+UPDATE_AND_CREATE_TOPIC = 17
+GET_ROUTEINFO_BY_TOPIC = 105
+GET_BROKER_CLUSTER_INFO = 106
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+
+_opaque = itertools.count(1)
+
+
+class RemotingError(Exception):
+    """A response with a non-zero code; ``code`` and ``remark`` are Apache's."""
+
+    def __init__(self, code: int, remark: str | None) -> None:
+        super().__init__(f"remoting code {code}: {remark}")
+        self.code = code
+        self.remark = remark
+
+
+@dataclass
+class Response:
+    code: int
+    remark: str | None
+    ext: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return loads_fastjson(self.body)
+
+
+def loads_fastjson(body: bytes) -> Any:
+    """Parse fastjson output: quote bare number keys (``{0:"127.0.0.1:10911"}``) first."""
+    text = body.decode("utf-8")
+    return json.loads(re.sub(r'([{,])(-?\d+):', r'\1"\2":', text))
+
+
+def call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+         timeout: float = 10.0) -> Response:
+    """One request on a fresh connection; returns the response or raises :class:`RemotingError`."""
+    header = json.dumps({
+        "code": code, "language": "PYTHON", "version": 473, "opaque": next(_opaque), "flag": 0,
+        "extFields": {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (ext or {}).items()},
+        "serializeTypeCurrentRPC": "JSON",
+    }).encode()
+    frame = struct.pack(">II", 4 + len(header) + len(body), len(header)) + header + body
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(frame)
+        total = struct.unpack(">I", _read(sock, 4))[0]
+        data = _read(sock, total)
+    hlen = struct.unpack(">I", data[:4])[0] & 0xFFFFFF
+    head = json.loads(data[4:4 + hlen])
+    resp = Response(head.get("code", -1), head.get("remark"), head.get("extFields") or {}, data[4 + hlen:])
+    if resp.code != 0:
+        raise RemotingError(resp.code, resp.remark)
+    return resp
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by the server")
+        buf += chunk
+    return bytes(buf)
+
+
+def route(namesrv: str, topic: str) -> dict[str, Any]:
+    """TopicRouteData of ``topic`` from a name server (code 17 TOPIC_NOT_EXIST when it has none)."""
+    return call(namesrv, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).json()
+
+
+def cluster_info(namesrv: str) -> dict[str, Any]:
+    """ClusterInfo: ``brokerAddrTable`` and ``clusterAddrTable``."""
+    return call(namesrv, GET_BROKER_CLUSTER_INFO).json()
+
+
+def topic_list(namesrv: str) -> set[str]:
+    return set(call(namesrv, GET_ALL_TOPIC_LIST_FROM_NAMESERVER).json()["topicList"])
+
+
+def create_topic(broker: str, topic: str, queues: int = 4, message_type: str = "NORMAL",
+                 order: bool = False) -> None:
+    """Create ``topic`` on one broker with the 5.x ``message.type`` attribute (as mqadmin updateTopic)."""
+    call(broker, UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+        "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order,
+        "attributes": f"+message.type={message_type}",
+    })
+
+
+def create_group(broker: str, group: str, orderly: bool = False, retry_max_times: int = 16) -> None:
+    """Create or update a subscription group (as mqadmin updateSubGroup); unset fields keep Apache's defaults."""
+    body = json.dumps({"groupName": group, "consumeEnable": True, "consumeMessageOrderly": orderly,
+                       "retryMaxTimes": retry_max_times, "retryQueueNums": 1}).encode()
+    call(broker, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
