@@ -18,17 +18,19 @@ condition with a timeout (tests/cluster.py ``wait_until``).
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
-from cluster import BrokerNode, LocalCluster, Proc, wait_until
+from cluster import BIN, BrokerNode, LocalCluster, Proc, wait_until
 from conftest import free_port
 
 from chaos.netproxy import LinkLoop, LinkProxy
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
+from rocketscope.ports import port_open
 
 MODES = ("dledger", "controller", "masterslave")
 TOPICS = ("ChaosNormal", "ChaosFifo", "ChaosDelay", "ChaosTx")
@@ -86,51 +88,94 @@ class ChaosCluster:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         cc = cls(mode, LocalCluster(root), ll)
-        cc.c.start_namesrv()
-        getattr(cc, f"_start_{mode}")(defaults)
-        cc.wait_writer(timeout=60)
-        cc.create_resources()
-        cc.wait_settled(timeout=60)
+        try:
+            cc.c.start_namesrv()
+            getattr(cc, f"_start_{mode}")(defaults)
+            cc.wait_writer(timeout=90)
+            cc.create_resources()
+            cc.wait_settled(timeout=90)
+        except BaseException:
+            print(cc.logs())
+            cc.stop()  # no process outlives a failed start
+            raise
         return cc
+
+    def _broker(self, name: str, **conf: Any) -> BrokerNode:
+        """tests/cluster.py's start_broker, with a longer wait when a loaded machine starts it slowly."""
+        try:
+            return self.c.start_broker(name, **conf)
+        except AssertionError:
+            node = self.c.brokers.get(name)
+            if node is None or not node.proc.alive:
+                raise
+            wait_until(lambda: ha_status(node) is not None and any(
+                b["grpcAddr"] == node.endpoint for b in self.c.admin_json("clusterList")),
+                timeout=120, interval=0.5, what=f"{name} up and registered")
+            return node
+
+    def admin(self, *args: str) -> None:
+        """``rocketscope admin ARGS -n …`` with a time-out a loaded machine can meet (tests/cluster.py: 60 s)."""
+        res = subprocess.run([str(BIN), "admin", *args, "-n", self.c.namesrv_addr], capture_output=True, text=True,
+                             timeout=240)
+        if res.returncode != 0:
+            raise AssertionError(f"admin {' '.join(args)} failed ({res.returncode}): {res.stderr}{res.stdout}")
 
     def _start_dledger(self, defaults: bool) -> None:
         ports = [free_port() for _ in range(3)]
         self.links = {(i, j): self.ll.proxy(ports[j]) for i in range(3) for j in range(3) if i != j}
         for i in range(3):
             peers = ";".join(f"n{j}-127.0.0.1:{ports[j] if j == i else self.links[(i, j)].port}" for j in range(3))
-            self.nodes.append(self.c.start_broker(
+            self.nodes.append(self._broker(
                 f"d{i}", brokerName="broker-d", enableDLegerCommitLog="true", dLegerGroup="broker-d",
                 dLegerPeers=peers, dLegerSelfId=f"n{i}", preferredLeaderId="n0", **COMMON))
 
     def _start_controller(self, defaults: bool) -> None:
-        from test_e2e_controller import start_controllers
-
-        self.controllers, ctl_ports = start_controllers(self.c.root)
+        ctl_ports = self._start_controllers()
         self.links = {(i, k): self.ll.proxy(ctl_ports[k]) for i in range(3) for k in range(3)}
         timing = {} if defaults else CONTROLLER_FAST
         for i in range(3):
             addrs = ";".join(f"127.0.0.1:{self.links[(i, k)].port}" for k in range(3))
-            self.nodes.append(self.c.start_broker(
+            self.nodes.append(self._broker(
                 f"c{i}", brokerName="broker-c", enableControllerMode="true", controllerAddr=addrs,
                 allAckInSyncStateSet="true", minInSyncReplicas=1, **COMMON, **timing))
             if i == 0:  # the first broker to register becomes master: node 0, as in the other modes
-                wait_until(lambda: self.writer() == 0, timeout=60, what="c0 master")
+                wait_until(lambda: self.writer() == 0, timeout=90, what="c0 master")
+
+    def _start_controllers(self) -> list[int]:
+        """Three controllers as tests/test_e2e_controller.py starts them, each kept in
+        ``self.controllers`` as soon as it runs (so a failed start still stops them)."""
+        raft_ports = [free_port() for _ in range(3)]
+        client_ports = [free_port() for _ in range(3)]
+        peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(raft_ports))
+        root = self.c.root
+        for i in range(3):
+            conf = root / f"controller-n{i}.conf"
+            values = {"controllerDLegerGroup": "ctl", "controllerDLegerPeers": peers,
+                      "controllerDLegerSelfId": f"n{i}", "controllerStorePath": root / f"controller-n{i}",
+                      "listenPort": client_ports[i], "scanNotActiveBrokerInterval": 200,
+                      "scanInactiveMasterInterval": 200}
+            conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+            self.controllers.append(Proc(f"controller-n{i}", [str(BIN), "controller", "-c", str(conf)],
+                                         root / f"controller-n{i}.log").start())
+        for p in client_ports:
+            wait_until(lambda p=p: port_open(p), timeout=90, what=f"controller on {p}")
+        return client_ports
 
     def _start_masterslave(self, defaults: bool) -> None:
         ha_master = free_port()
         self.links = {(1, 0): self.ll.proxy(ha_master)}
-        self.nodes.append(self.c.start_broker("master", brokerName="broker-a", brokerRole="SYNC_MASTER",
+        self.nodes.append(self._broker("master", brokerName="broker-a", brokerRole="SYNC_MASTER",
                                               haListenPort=ha_master, **COMMON))
-        self.nodes.append(self.c.start_broker("slave", brokerName="broker-a", brokerRole="SLAVE", brokerId=1,
+        self.nodes.append(self._broker("slave", brokerName="broker-a", brokerRole="SLAVE", brokerId=1,
                                               haListenPort=free_port(),
                                               haMasterAddress=f"127.0.0.1:{self.links[(1, 0)].port}", **COMMON))
 
     def create_resources(self) -> None:
         """Topics on every broker of the cluster, and orderly consumer groups (FIFO per message group)."""
         for topic in TOPICS:
-            self.c.admin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "4", "-w", "4")
+            self.admin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "4", "-w", "4")
         for group in GROUPS:
-            self.c.admin("updateSubGroup", "-c", "DefaultCluster", "-g", group, "-o", "true", "-r", "16")
+            self.admin("updateSubGroup", "-c", "DefaultCluster", "-g", group, "-o", "true", "-r", "16")
 
     # ------------------------------------------------------------ state
     @property
@@ -189,15 +234,7 @@ class ChaosCluster:
         tests/cluster.py waits 20 s for the ports and 20 s for the registration; a loaded
         machine can need more, so a time-out there turns into a longer wait here.
         """
-        node = self.nodes[i]
-        try:
-            self.c.start_broker(node.name)
-        except AssertionError:
-            if not node.proc.alive:
-                raise
-            wait_until(lambda: ha_status(node) is not None and any(
-                b["grpcAddr"] == node.endpoint for b in self.c.admin_json("clusterList")),
-                timeout=90, interval=0.5, what=f"{node.name} up and registered after a restart")
+        self._broker(self.nodes[i].name)
 
     def stop_node(self, i: int) -> None:
         self.nodes[i].proc.stop()
