@@ -9,13 +9,15 @@ from pathlib import Path
 
 import click
 
-APP = Path(__file__).resolve().parent / "app.py"
+APP = Path(__file__).resolve().parent / "RocketScope.py"
 
 
 def streamlit_argv(port: int, address: str) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(APP),
             "--server.headless", "true", "--server.address", address, "--server.port", str(port),
-            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+            # no "Deploy" button (Streamlit Community Cloud) in the toolbar of a product page
+            "--client.toolbarMode", "minimal"]
 
 
 @click.command("dashboard")

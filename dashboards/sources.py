@@ -278,9 +278,13 @@ class LiveSource:
                 for m in masters:
                     groups = await client.broker_call(m.addr, "GetSubGroups", common_pb2.Empty())
                     for g in groups.groups:  # type: ignore[attr-defined]
+                        if is_tool_group(g.group_name):
+                            continue  # RocketScope's own reader (Spark, trace lookup): a tool, not a consumer
                         req = admin_pb2.ConsumerProgressRequest(group=g.group_name)
                         prog = await client.broker_call(m.addr, "ConsumerProgress", req)
                         for q in prog.queues:  # type: ignore[attr-defined]
+                            if q.topic.startswith(RETRY_PREFIX):
+                                continue  # retry backlog is not lag (LAG_DEFINITION)
                             queues.append({"group": g.group_name, "topic": q.topic, "broker": m.name,
                                            "queue_id": q.queue_id, "broker_offset": q.broker_offset,
                                            "consumer_offset": q.consumer_offset,
@@ -331,6 +335,27 @@ class LiveSource:
         return data
 
 
+RETRY_PREFIX = "%RETRY%"
+LAG_DEFINITION = ("lag = messages of a group's subscribed topics stored on the master (or leader) of each broker "
+                  "group and not yet acknowledged by the group, summed over broker groups; the retry topic's backlog "
+                  "is not lag (rocketmq_consumer_lag_messages with is_retry=\"false\", as RocketMQ's consumer "
+                  "progress counts it)")
+"""One definition for every view: the Consumers page (per queue, masters only), the Metrics page from
+Prometheus (the same series, masters only) and from the nodes' /metrics."""
+PROM_LAG_QUERY = ('sum by (consumer_group) (rocketmq_consumer_lag_messages{is_system="false",is_retry="false"} '
+                  "and on (cluster, node_id) (rocketmq_ha_role == 3))")
+"""Masters and leaders only (rocketmq_ha_role 3): replicas report the same queues, and the largest of them
+was what an earlier max() showed, so a topic on two masters with lag 10 and 15 showed 15, not 25."""
+
+
+def is_tool_group(group: str) -> bool:
+    """RocketScope's own reader group (rocketmq_messages_out_total and the dashboards leave it out; it
+    stays visible as a tool connection)."""
+    from rocketscope.topic_reader import PULL_GROUP
+
+    return group == PULL_GROUP or group.startswith(PULL_GROUP + "-")
+
+
 def scrape_nodes(namesrv: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Without Prometheus: read every registered node's /metrics now (metrics_addr of its registration).
 
@@ -340,13 +365,13 @@ def scrape_nodes(namesrv: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    async def nodes() -> list[tuple[str, str]]:
+    async def nodes() -> list[tuple[str, str, bool]]:
         from rocketscope.admin_client import AdminClient
 
         client = AdminClient(namesrv, timeout_s=3.0)
         try:
-            return [(f"{b.name}/{b.broker_id}", b.registration.metrics_addr) for b in await client.cluster()
-                    if b.registration.metrics_addr]
+            return [(f"{b.name}/{b.broker_id}", b.registration.metrics_addr, b.broker_id == 0)
+                    for b in await client.cluster() if b.registration.metrics_addr]
         finally:
             await client.close()
 
@@ -358,7 +383,7 @@ def scrape_nodes(namesrv: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     buckets: dict[float, float] = {}
     lag: dict[str, float] = {}
     errors = []
-    for node, addr in targets:
+    for node, addr, master in targets:
         try:
             with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as resp:
                 text = resp.read().decode()
@@ -371,15 +396,17 @@ def scrape_nodes(namesrv: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
                 if s.name == "rocketmq_messages_in_total" and labels.get("is_system") != "true":
                     key = (labels.get("topic", ""), "in")
                     flows[key] = flows.get(key, 0.0) + s.value
-                elif s.name == "rocketmq_messages_out_total" and labels.get("is_system") != "true":
+                elif (s.name == "rocketmq_messages_out_total" and labels.get("is_system") != "true"
+                      and not is_tool_group(labels.get("consumer_group", ""))):
                     key = (labels.get("topic", ""), "out")
                     flows[key] = flows.get(key, 0.0) + s.value
                 elif s.name == "rocketmq_rpc_latency_milliseconds_bucket" and labels.get("request_code") in \
                         ("send_message", "SendMessage"):
                     le = float(labels["le"])
                     buckets[le] = buckets.get(le, 0.0) + s.value
-                elif s.name == "rocketmq_consumer_lag_messages" and labels.get("is_system") != "true":
-                    group = labels.get("consumer_group", "")
+                elif (s.name == "rocketmq_consumer_lag_messages" and master and labels.get("is_system") != "true"
+                      and labels.get("is_retry") != "true" and not is_tool_group(labels.get("consumer_group", ""))):
+                    group = labels.get("consumer_group", "")  # LAG_DEFINITION: masters only, retry apart
                     lag[group] = lag.get(group, 0.0) + s.value
     if errors and len(errors) == len(targets):
         raise SourceError("no node answered on /metrics: " + "; ".join(errors))
@@ -427,12 +454,9 @@ def _series(result: list[dict[str, Any]], label: str, value: str) -> pd.DataFram
 def prometheus_metrics(url: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     tput = _series(_prom_range(url, "sum by (topic) (rate(rocketmq_messages_in_total[1m]))"), "topic",
                    "msgs_per_s")
-    # the broker labels lag with consumer_group; every replica of a group reports it, so take the largest
-    # report per (group, topic, retry) before adding up a group's topics
-    query = ("sum by (consumer_group) (max by (consumer_group, topic, is_retry) "
-             '(rocketmq_consumer_lag_messages{is_system="false"}))')
-    lag = _series(_prom_range(url, query), "consumer_group", "lag_messages").rename(
+    lag = _series(_prom_range(url, PROM_LAG_QUERY), "consumer_group", "lag_messages").rename(
         columns={"consumer_group": "group"})
+    lag = lag[~lag["group"].map(is_tool_group)] if not lag.empty else lag
     return tput, lag
 
 

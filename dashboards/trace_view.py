@@ -56,24 +56,42 @@ def timeline_rows(tl: dict[str, Any]) -> pd.DataFrame:
     return df
 
 
+SYMLOG_CONSTANT_MS = 1.0
+"""Below this many ms after the first event the axis is linear, above it logarithmic."""
+
+
 def timeline_chart(df: pd.DataFrame) -> alt.LayerChart:
+    """Bars on an axis of milliseconds since the first event, on a symlog scale.
+
+    A message's life spans milliseconds (receive, store, replica acks, commit) to seconds or minutes
+    (deliveries, retries): on a linear axis sized for the deliveries, a 2 ms store-to-commit step is
+    thinner than a pixel.  The symlog scale gives the first milliseconds as much room as the next
+    seconds, so every step is visible and still in order; the tooltip carries the exact times.
+    """
     data = df.dropna(subset=["begin_ms"]).copy()
-    data["start"] = pd.to_datetime(data["begin_ms"], unit="ms", utc=True)
-    # zero-length events (store, acks, commit) get one millisecond so they show as thin bars
-    data["stop"] = pd.to_datetime(data[["end_ms", "begin_ms"]].max(axis=1) + (data["duration_ms"] == 0), unit="ms",
-                                  utc=True)
+    # zero-length events (store, acks, commit) get a quarter millisecond so they show as thin bars
+    data["t_end_ms"] = data["t_ms"] + data["duration_ms"].clip(lower=0.25)
     lanes = [PRODUCER_ROW] + [lane for lane in dict.fromkeys(data["lane"]) if lane != PRODUCER_ROW]
     colour = alt.Color("status:N", scale=alt.Scale(domain=list(STATUS_COLOURS), range=list(STATUS_COLOURS.values())))
     y = alt.Y("lane:N", sort=lanes, title=None)
     tooltip = ["lane", "kind", "label", "status", "t_ms", "duration_ms", "detail"]
-    # a message's life spans milliseconds to minutes: Vega's default multi-scale labels show a bare ".500" for
-    # sub-second ticks, so say the full time, with milliseconds when the whole trace is that short
-    span_ms = int(data["end_ms"].max() - data["begin_ms"].min()) if not data.empty else 0
-    fmt = "%H:%M:%S.%L" if span_ms < 5000 else "%H:%M:%S"
-    x = alt.X("start:T", title="time (UTC)", scale=alt.Scale(type="utc"),
-              axis=alt.Axis(format=fmt, labelAngle=0, labelOverlap=True, tickCount=6))
+    span_ms = float(data["t_end_ms"].max()) if not data.empty else 1.0
+    x = alt.X("t_ms:Q", title="ms after the first event (symlog scale: milliseconds and seconds both readable)",
+              scale=alt.Scale(type="symlog", constant=SYMLOG_CONSTANT_MS, domain=[0, max(span_ms * 1.05, 1.0)],
+                              nice=False),
+              axis=alt.Axis(labelAngle=0, labelOverlap=True, values=_ticks(span_ms)))
     base = alt.Chart(data)
-    bars = base.mark_bar(size=18).encode(x=x, x2="stop:T", y=y, color=colour, tooltip=tooltip)
+    bars = base.mark_bar(size=18).encode(x=x, x2="t_end_ms:Q", y=y, color=colour, tooltip=tooltip)
     points = base.mark_point(filled=True, size=80).encode(x=x, y=y, color=colour, shape=alt.Shape("kind:N"),
                                                           tooltip=tooltip)
     return alt.layer(bars, points).properties(height=60 + 40 * len(lanes))
+
+
+def _ticks(span_ms: float) -> list[float]:
+    """0, 1, 2, 5, 10, 20, 50, ... up to the span: readable steps on a symlog axis."""
+    out = [0.0]
+    step = 1.0
+    while step <= span_ms * 1.05:
+        out += [v for v in (step, 2 * step, 5 * step) if v <= span_ms * 1.05]
+        step *= 10
+    return out

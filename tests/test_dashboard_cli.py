@@ -19,10 +19,11 @@ def test_dashboard_execs_streamlit(monkeypatch: pytest.MonkeyPatch) -> None:
                                                 "--port", "8600", "--fixtures"])
     assert result.exit_code == 0, result.output
     argv = seen["argv"]
-    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4].endswith("dashboards/app.py")
+    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4].endswith("dashboards/RocketScope.py")
     flags = dict(zip(argv[5::2], argv[6::2], strict=True))
     assert flags == {"--server.headless": "true", "--server.address": "127.0.0.1", "--server.port": "8600",
-                     "--browser.gatherUsageStats": "false", "--server.fileWatcherType": "none"}
+                     "--browser.gatherUsageStats": "false", "--server.fileWatcherType": "none",
+                     "--client.toolbarMode": "minimal"}  # no Streamlit "Deploy" button on a product page
     assert seen["env"]["ROCKETSCOPE_NAMESRV"] == "127.0.0.1:9876"
     assert seen["env"]["ROCKETSCOPE_PROMETHEUS"] == "http://p:9090"
     assert seen["env"]["ROCKETSCOPE_FIXTURES"] == "1"

@@ -40,8 +40,9 @@ def cluster_view() -> None:
         st.bar_chart(lag, x="addr", y="replica_lag_bytes", color="broker_group")
     st.subheader("Name servers")
     st.dataframe(ns, hide_index=True)
-    st.caption("Controllers appear here once controller mode lands (issue #5); DLedger groups elect among "
-               "themselves and show their term above.")
+    st.caption("Controllers are not listed on this page: `rocketscope admin getControllerMetaData -a "
+               "<controller>` shows them.  In controller mode each broker row shows its master epoch and "
+               "SyncStateSet; DLedger groups elect among themselves and show their term.")
 
 
 cluster_view()

@@ -53,6 +53,7 @@ elif cfg.live_cluster:
             x=alt.X("bucket:N", sort=alt.SortField("order"), title="latency"), y=alt.Y("requests:Q")),
             use_container_width=True)
     st.subheader("Consumer lag now (messages by group)")
+    st.caption(sources.LAG_DEFINITION[0].upper() + sources.LAG_DEFINITION[1:] + ".")
     if lag_now.empty:
         st.info("No consumer groups yet.")
     else:
@@ -68,6 +69,7 @@ else:
     else:
         st.line_chart(tput, x="time", y="msgs_per_s", color="topic")
 st.subheader("Consumer lag (messages by group)")
+st.caption(sources.LAG_DEFINITION[0].upper() + sources.LAG_DEFINITION[1:] + ".")
 if lag.empty:
     st.info("No lag samples yet.")
 else:

@@ -17,7 +17,7 @@ except sources.SourceError as exc:
     st.error(f"Cannot read consumer progress from {cfg.namesrv}: {exc}. Check the name server and brokers, "
              "or set ROCKETSCOPE_FIXTURES=1.")
     st.stop()
-st.caption(f"source: {src.name}")
+st.caption(f"source: {src.name}. {sources.LAG_DEFINITION[0].upper()}{sources.LAG_DEFINITION[1:]}.")
 if queues.empty:
     st.info("No consumer groups.")
     st.stop()
