@@ -3,9 +3,11 @@ their replication, and consumption.
 
 Definitions (docs/ANALYTICS.md explains the reasons):
 
-* a **copy** is one Pub record (one send attempt) of a msgId; ``stored_ts`` is its
-  timestamp plus cost time (when the send result came back, the latest the broker can
-  have stored it); successful copies carry the physical offset of their offsetMsgId;
+* a **copy** is one Pub record (one send attempt) of a msgId; ``born_ts`` is its timestamp
+  and ``stored_ts`` its timestamp plus cost time: for broker-side records the broker's
+  receive and store times, for an instrumented client's the send start and when the result
+  came back (the latest the broker can have stored it); successful copies carry the
+  physical offset of their offsetMsgId;
 * a copy's **broker group and generation** come from the leadership intervals of its
   store host: leader_elected / master_elected events emitted by the leader itself, and
   role_change events to a leader or master role; a copy belongs to the last leadership of
