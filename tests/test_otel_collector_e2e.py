@@ -184,12 +184,17 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
         sink.close()
 
 
-def test_the_collector_validates_deploy_config() -> None:
-    """`otelcol validate` accepts deploy/'s file as it is, and the build has every component it names."""
+def test_the_collector_validates_deploy_config(tmp_path: Path) -> None:
+    """`otelcol validate` accepts deploy/'s file as it is (and rejects it with one misspelt key, so the
+    check has teeth), and the build has every component the file names."""
     binary = collector_binary()
     res = subprocess.run([binary, "validate", f"--config={COLLECTOR_CONFIG}"], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0, res.stderr + res.stdout
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(COLLECTOR_CONFIG.read_text().replace("send_timestamps:", "send_timestamp:"))
+    res = subprocess.run([binary, "validate", f"--config={typo}"], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "send_timestamp" in res.stderr, res.stderr
     components = subprocess.run([binary, "components"], capture_output=True, text=True, timeout=60).stdout
     for name in ("otlp", "batch", "memory_limiter", "prometheus", "otlp_http", "debug"):
         assert f"name: {name}\n" in components, components
@@ -271,36 +276,54 @@ def test_collector_forwards_the_values_over_otlp_http(pipeline: Pipeline) -> Non
     assert set(pipeline.sink.paths) == {"/v1/metrics"}
 
 
-def test_broker_pushes_straight_into_prometheus3(tmp_path_factory: pytest.TempPathFactory,
-                                                 prom_broker: tuple[str, Truth]) -> None:
-    """OTLP/HTTP from the broker into Prometheus 3's OTLP receiver, no collector between them."""
+def check_prometheus3(prom: Prometheus3Server, cluster: str, truth: Truth,
+                      reference: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> None:
+    """The counted workload of ``cluster`` in Prometheus 3, and the PROM broker's byte counts."""
+    ident = ",".join(f'{k}="{v}"' for k, v in {**IDENTITY, "cluster": cluster}.items())
+    sel = f'topic="{TOPIC}",{ident}'
+    assert prom.wait_value(f"rocketmq_messages_in_total{{{sel}}}", lambda v: v == truth.sent, 60) == truth.sent
+    assert prom.wait_value(f'rocketmq_messages_out_total{{{sel},consumer_group="{GROUP}"}}',
+                           lambda v: v == truth.delivered) == truth.delivered
+    assert prom.wait_value(f"rocketmq_message_size_bytes_count{{{sel}}}") == truth.sent
+    assert prom.wait_value(f'rocketmq_message_size_bytes_bucket{{{sel},le=~"1024(\\\\.0)?"}}') == truth.small
+    lag = collector_name("rocketmq_consumer_lag_messages")
+    assert prom.wait_value(f'{lag}{{{sel},consumer_group="{GROUP}",is_retry="false"}}',
+                           lambda v: v == truth.lag) == truth.lag
+    for name, labels in (("rocketmq_throughput_in_total", {"message_type": "normal"}),
+                         ("rocketmq_message_size_sum", {})):
+        pushed = prom.wait_value(f"{collector_name(name)}{{{sel}}}")
+        assert math.isclose(pushed, one(reference, name, **labels)), (name, pushed)
+    series = prom.query(f"rocketmq_messages_in_total{{{sel}}}")[0]["metric"]
+    assert series.get("job") == "rocketscope-broker", series
+
+
+def test_prometheus3_takes_otlp_from_the_broker_and_through_the_collector(
+        tmp_path_factory: pytest.TempPathFactory, prom_broker: tuple[str, Truth]) -> None:
+    """Prometheus 3's OTLP receiver, fed twice: by a broker's OTLP/HTTP push with nothing between
+    them (cluster "Direct"), and by deploy/'s collector forwarding a broker's OTLP/gRPC push through
+    its otlp_http/backend exporter (cluster "Relayed"). Both show the counted workload and the PROM
+    broker's byte counts."""
     reference = comparable(prom_broker[0], collector=False)
     with Prometheus3Server() as prom:
-        c = start_cluster(tmp_path_factory.mktemp("otel-prom3"), metricsExporterType="OTLP_HTTP",
-                          metricsHttpExporterTarget=prom.otlp_url, metricGrpcExporterIntervalInMills=1000)
+        assert prom.version().startswith("3."), prom.version()
+        collector = Collector(backend=f"{prom.url}/api/v1/otlp")  # otlp_http appends /v1/metrics
+        clusters: list[LocalCluster] = []
         try:
-            truth = run_workload(c)
-            ident = ",".join(f'{k}="{v}"' for k, v in IDENTITY.items())
-            sel = f'topic="{TOPIC}",{ident}'
-            assert prom.wait_value(f"rocketmq_messages_in_total{{{sel}}}", lambda v: v == truth.sent, 60) \
-                == truth.sent
-            assert prom.wait_value(f'rocketmq_messages_out_total{{{sel},consumer_group="{GROUP}"}}',
-                                   lambda v: v == truth.delivered) == truth.delivered
-            assert prom.wait_value(f"rocketmq_message_size_bytes_count{{{sel}}}") == truth.sent
-            assert prom.wait_value(f'rocketmq_message_size_bytes_bucket{{{sel},le="1024"}}') == truth.small
-            lag = collector_name("rocketmq_consumer_lag_messages")
-            assert prom.wait_value(f'{lag}{{{sel},consumer_group="{GROUP}",is_retry="false"}}',
-                                   lambda v: v == truth.lag) == truth.lag
-            # the same numbers as the PROM broker's own /metrics
-            for name, labels in (("rocketmq_throughput_in_total", {"message_type": "normal"}),
-                                 ("rocketmq_message_size_sum", {})):
-                pushed = prom.wait_value(f"{collector_name(name)}{{{sel}}}")
-                assert math.isclose(pushed, one(reference, name, **labels)), (name, pushed)
-            series = prom.query(f"rocketmq_messages_in_total{{{sel}}}")[0]["metric"]
-            assert series.get("job") == "rocketscope-broker", series
-            assert prom.version().startswith("3."), prom.version()
+            collector.start()
+            clusters.append(start_cluster(
+                tmp_path_factory.mktemp("otel-prom3-direct"), brokerClusterName="Direct",
+                metricsExporterType="OTLP_HTTP", metricsHttpExporterTarget=prom.otlp_url,
+                metricGrpcExporterIntervalInMills=1000))
+            clusters.append(start_cluster(
+                tmp_path_factory.mktemp("otel-prom3-relayed"), brokerClusterName="Relayed",
+                metricsExporterType="OTLP_GRPC", metricsGrpcExporterTarget=collector.grpc_target,
+                metricGrpcExporterIntervalInMills=1000))
+            for c, cluster in zip(clusters, ("Direct", "Relayed"), strict=True):
+                check_prometheus3(prom, cluster, run_workload(c), reference)
         except BaseException:
-            print(c.logs())
+            print(*(c.logs() for c in clusters), "----- collector -----\n", collector.log()[-6000:])
             raise
         finally:
-            c.stop()
+            for c in clusters:
+                c.stop()
+            collector.stop()
