@@ -156,6 +156,8 @@ def test_preferred_leader_return_is_invisible_to_senders(cluster: LocalCluster) 
     sender = Sender(";".join(n.endpoint for n in nodes))
     try:
         wait_until(lambda: sender.log.count() >= 50, timeout=60, what="sends flowing")
+        steady = time.monotonic()
+        wait_until(lambda: time.monotonic() - steady >= 3, timeout=30, interval=0.2, what="3 s of steady sends")
         nodes[0].proc.kill9()
         killed = time.monotonic()
         wait_until(lambda: leader_index(c, nodes) is not None, timeout=30, what="a new leader")
@@ -186,7 +188,9 @@ def test_preferred_leader_return_is_invisible_to_senders(cluster: LocalCluster) 
     election_s = default_ms(BROKER_KEYS, "dLegerElectionTicksMax") * tick_s
     assert election_s <= DETECTION_TARGET_S, "default Raft timing detects a dead leader too late"
     kill_gap = sender.log.longest_gap(killed, returned)
-    assert kill_gap <= 2 * election_s + SCHEDULING_ALLOWANCE_S, f"no successful send for {kill_gap:.2f} s after kill"
+    noise = sender.log.longest_gap(steady, killed)  # this machine's longest pause between sends with no fault
+    bound = 2 * election_s + SCHEDULING_ALLOWANCE_S + noise
+    assert kill_gap <= bound, f"no successful send for {kill_gap:.2f} s after kill (bound {bound:.2f} s)"
     seen = consume_all(nodes[0].endpoint, "GroupFo", set(sender.log.acked))
     missing = set(sender.log.acked) - set(seen)
     assert not missing, f"{len(missing)} acknowledged messages lost"
@@ -269,8 +273,9 @@ def default_ms(keys: list[Any], name: str) -> int:
     return int(next(k.default for k in keys if k.name == name))
 
 
-# A loaded two-core test machine schedules a process late by a few hundred ms at worst; the
-# bounds below add this to what the configured timings allow, no more.
+# A loaded two-core test machine schedules a process late by a few hundred ms; the bounds below
+# add this, and the longest pause between two successful sends measured before the fault in the
+# same run (the machine's noise floor), to what the configured timings allow.
 SCHEDULING_ALLOWANCE_S = 0.6
 # The issue's target for default settings on a healthy network: a dead writer replaced within a second.
 DETECTION_TARGET_S = 1.0
@@ -319,6 +324,8 @@ def test_controller_mode_default_timing_fails_over_within_a_second(cluster: Loca
         sender = Sender(";".join(n.endpoint for n in nodes))
         try:
             wait_until(lambda: sender.log.count() >= 50, timeout=60, what="sends flowing")
+            steady = time.monotonic()
+            wait_until(lambda: time.monotonic() - steady >= 3, timeout=30, interval=0.2, what="3 s of steady sends")
             nodes[m].proc.kill9()
             killed = time.monotonic()
             wait_until(lambda: leader_index(c, nodes, "MASTER") is not None, timeout=60, what="a new master")
@@ -328,9 +335,10 @@ def test_controller_mode_default_timing_fails_over_within_a_second(cluster: Loca
         finally:
             sender.close()
         gap = sender.log.longest_gap(killed, end)
+        noise = sender.log.longest_gap(steady, killed)  # the longest pause between sends with no fault
         failures = sender.log.failures_between(killed, end)
         print(f"controller mode, default timing, kill -9 of the master: longest window without a successful send "
-              f"{gap:.3f} s, {len(failures)} failed sends")
+              f"{gap:.3f} s, {len(failures)} failed sends (longest pause with no fault {noise:.3f} s)")
         timeout_s = default_ms(BROKER_CONTROLLER_KEYS, "controllerHeartBeatTimeoutMills") / 1000
         scan_s = min(default_ms(CONTROLLER_KEYS, "scanNotActiveBrokerInterval"),
                      default_ms(CONTROLLER_KEYS, "scanInactiveMasterInterval")) / 1000
@@ -339,7 +347,7 @@ def test_controller_mode_default_timing_fails_over_within_a_second(cluster: Loca
         # sees it at its next scan, elects at once, and the new master learns its role from the
         # notification or at worst its next heartbeat answer
         assert timeout_s + scan_s <= DETECTION_TARGET_S, "default timing detects a dead master too late"
-        bound = timeout_s + scan_s + heartbeat_s + SCHEDULING_ALLOWANCE_S
+        bound = timeout_s + scan_s + heartbeat_s + SCHEDULING_ALLOWANCE_S + noise
         assert gap <= bound, f"no successful send for {gap:.2f} s after kill -9 (bound {bound:.2f} s)"
         assert not failures, f"{len(failures)} sends failed: {failures[:3]}"
     finally:
@@ -482,3 +490,42 @@ def test_sends_to_a_follower_or_deposed_leader_wait_for_the_new_leader(cluster: 
     failed = [r for r in results if r[1] != pb.OK]
     print(f"sends during the change: {len(results)}, failed {len(failed)}")
     assert not failed, f"{len(failed)} of {len(results)} sends failed: {failed[:3]}"
+
+
+@pytest.mark.timeout(300)
+def test_controller_mode_sends_to_a_slave_or_deposed_master_wait_for_the_new_master(cluster: LocalCluster) -> None:
+    """Issue 15, controller mode: a send reaching a slave while the master is paused, or the
+    deposed master just after it resumes, is served by the new master within its deadline."""
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+
+    c = cluster
+    procs = start_default_controllers(c)
+    try:
+        addrs = ";".join(f"127.0.0.1:{p}" for p in c.controller_ports)  # type: ignore[attr-defined]
+        nodes = [c.start_broker(f"c{i}", brokerName="broker-c", enableControllerMode="true", controllerAddr=addrs,
+                                allAckInSyncStateSet="true", flushDiskType="SYNC_FLUSH") for i in range(3)]
+        (m,) = wait_until(lambda: leader_index(c, nodes, "MASTER"), timeout=60, what="a master")
+        wait_until(lambda: len(ha_status(c, nodes[m])["syncStateSet"]) == 3, timeout=60,
+                   what="all brokers in the SyncStateSet")
+        c.admin("updateTopic", "-b", nodes[m].admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
+        slave = nodes[(m + 1) % 3]
+        wait_until(lambda: raw_send(slave.endpoint, b"warm-up")[0] == pb.OK, timeout=30, what="a send via a slave")
+        results: list[tuple[str, int, str]] = []
+        nodes[m].proc.pause(True)
+        try:
+            paused = time.monotonic()
+            while time.monotonic() - paused < 2.5:  # across the election of a new master
+                code, text = raw_send(slave.endpoint, b"to-slave")
+                results.append(("slave", code, text))
+        finally:
+            nodes[m].proc.pause(False)
+        resumed = time.monotonic()
+        while time.monotonic() - resumed < 2.0:  # the old master, before and after it learns it was deposed
+            code, text = raw_send(nodes[m].endpoint, b"to-deposed")
+            results.append(("deposed", code, text))
+        failed = [r for r in results if r[1] != pb.OK]
+        print(f"controller mode, sends during the change: {len(results)}, failed {len(failed)}")
+        assert not failed, f"{len(failed)} of {len(results)} sends failed: {failed[:3]}"
+    finally:
+        for p in procs:
+            p.stop()
