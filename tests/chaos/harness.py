@@ -29,7 +29,7 @@ from cluster import BIN, BrokerNode, LocalCluster, Proc, wait_until
 from conftest import free_port
 
 from chaos.netproxy import LinkLoop, LinkProxy
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
+from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 from rocketscope.ports import port_open
 
 MODES = ("dledger", "controller", "masterslave")
@@ -171,11 +171,24 @@ class ChaosCluster:
                                               haMasterAddress=f"127.0.0.1:{self.links[(1, 0)].port}", **COMMON))
 
     def create_resources(self) -> None:
-        """Topics on every broker of the cluster, and orderly consumer groups (FIFO per message group)."""
-        for topic in TOPICS:
-            self.admin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "4", "-w", "4")
-        for group in GROUPS:
-            self.admin("updateSubGroup", "-c", "DefaultCluster", "-g", group, "-o", "true", "-r", "16")
+        """Topics on every broker, and orderly consumer groups (FIFO per message group).
+
+        What ``admin updateTopic/updateSubGroup -c DefaultCluster`` sends, sent in-process: on a
+        loaded machine each CLI process takes tens of seconds to start.
+        """
+        for node in self.nodes:
+            with grpc.insecure_channel(node.admin_addr) as ch:
+                stub = admin_pb2_grpc.BrokerAdminStub(ch)
+                for topic in TOPICS:
+                    cfg = common_pb2.TopicConfig(topic_name=topic, read_queue_nums=4, write_queue_nums=4, perm=6)
+                    st = stub.UpdateTopic(admin_pb2.UpdateTopicRequest(config=cfg), timeout=60)
+                    assert st.code == 0, f"UpdateTopic {topic} at {node.name}: {st.remark}"
+                for group in GROUPS:
+                    gcfg = common_pb2.SubscriptionGroupConfig(group_name=group, consume_enable=True,
+                                                              consume_message_orderly=True, retry_max_times=16,
+                                                              retry_queue_nums=1)
+                    st = stub.UpdateSubGroup(admin_pb2.UpdateSubGroupRequest(config=gcfg), timeout=60)
+                    assert st.code == 0, f"UpdateSubGroup {group} at {node.name}: {st.remark}"
 
     # ------------------------------------------------------------ state
     @property
