@@ -143,11 +143,12 @@ class LocalCluster:
                               Proc(name, [str(BIN), "broker", "-c", str(path)], self.root / f"{name}.log"))
             self.brokers[name] = node
         node.proc.start()
-        wait_until(lambda: _port_open(node.grpc_port) and _port_open(node.listen_port),
+        # 60 s: a broker's start (imports, store recovery) took over 20 s on a 2-core machine at load 30+
+        wait_until(lambda: _port_open(node.grpc_port) and _port_open(node.listen_port), timeout=60,
                    what=f"broker {name} ports")
         if self.namesrv_ports:
             wait_until(lambda: any(b["grpcAddr"] == node.endpoint for b in self.admin_json("clusterList")),
-                       what=f"{name} registered")
+                       timeout=60, what=f"{name} registered")
         return node
 
     def admin(self, *args: str, check: bool = True, namesrv: bool = True) -> subprocess.CompletedProcess[str]:
