@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # request codes (org.apache.rocketmq.remoting.protocol.RequestCode)
+QUERY_MESSAGE = 12
 UPDATE_AND_CREATE_TOPIC = 17
 GET_ROUTEINFO_BY_TOPIC = 105
 GET_BROKER_CLUSTER_INFO = 106
@@ -119,3 +120,79 @@ def create_group(broker: str, group: str, orderly: bool = False, retry_max_times
     body = json.dumps({"groupName": group, "consumeEnable": True, "consumeMessageOrderly": orderly,
                        "retryMaxTimes": retry_max_times, "retryQueueNums": 1}).encode()
     call(broker, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+
+
+# ---------------------------------------------------------------------------- stored messages
+# magic codes of the stored message format (MessageDecoder): V2 writes the topic length in 2 bytes
+# (Java's `0xAABBCCDD ^ 1880681586 + 8` adds first)
+MAGIC_V1 = 0xAABBCCDD ^ (1880681586 + 8)
+MAGIC_V2 = 0xAABBCCDD ^ (1880681586 + 4)
+BORNHOST_V6_FLAG = 1 << 4
+STOREHOST_V6_FLAG = 1 << 5
+QUERY_NOT_FOUND = 22
+
+
+@dataclass
+class StoredMessage:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    born_timestamp: int
+    store_timestamp: int
+    reconsume_times: int
+    body: bytes
+    properties: dict[str, str]
+
+
+def decode_messages(data: bytes) -> list[StoredMessage]:
+    """Messages as the broker stores and returns them (QUERY_MESSAGE, PULL_MESSAGE bodies), one after another."""
+    out = []
+    pos = 0
+    while pos + 8 <= len(data):
+        total, magic = struct.unpack_from(">iI", data, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2):
+            raise ValueError(f"not a stored message at byte {pos}: magic {magic:#x}")
+        v2 = magic == MAGIC_V2
+        r = pos + 8 + 4  # body CRC
+        queue_id, _flag, queue_offset, phys, sys_flag, born_ts = struct.unpack_from(">iiqqiq", data, r)
+        r += 4 + 4 + 8 + 8 + 4 + 8
+        r += 20 if sys_flag & BORNHOST_V6_FLAG else 8
+        (store_ts,) = struct.unpack_from(">q", data, r)
+        r += 8
+        r += 20 if sys_flag & STOREHOST_V6_FLAG else 8
+        reconsume, _prepared, body_len = struct.unpack_from(">iqi", data, r)
+        r += 4 + 8 + 4
+        body = data[r:r + body_len]
+        r += body_len
+        if v2:
+            (topic_len,) = struct.unpack_from(">h", data, r)
+            r += 2
+        else:
+            topic_len = data[r]
+            r += 1
+        topic = data[r:r + topic_len].decode()
+        r += topic_len
+        (props_len,) = struct.unpack_from(">h", data, r)
+        r += 2
+        props = {}
+        for pair in data[r:r + props_len].decode().split("\x02"):
+            if "\x01" in pair:
+                k, v = pair.split("\x01", 1)
+                props[k] = v
+        out.append(StoredMessage(topic, queue_id, queue_offset, phys, born_ts, store_ts, reconsume, body, props))
+        pos += total
+    return out
+
+
+def query_message(broker: str, topic: str, key: str, max_num: int = 64) -> list[StoredMessage]:
+    """Messages of ``topic`` indexed under ``key`` on one broker (as mqadmin queryMsgByKey and
+    queryMsgTraceById do; the index is a hash, so callers filter what comes back)."""
+    try:
+        resp = call(broker, QUERY_MESSAGE, {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": 0,
+                                            "endTimestamp": 2**62, "_UNIQUE_KEY_QUERY": False})
+    except RemotingError as exc:
+        if exc.code == QUERY_NOT_FOUND:
+            return []
+        raise
+    return decode_messages(resp.body)

@@ -41,6 +41,9 @@ public final class RemotingTool {
         if ("send".equals(args[0])) {
             DefaultMQProducer producer = new DefaultMQProducer(group, true, null);
             producer.setNamesrvAddr(namesrv);
+            // generous timeouts: the default 3 s route query times out on a loaded 2-core machine
+            producer.setMqClientApiTimeout(30_000);
+            producer.setSendMsgTimeout(30_000);
             producer.start();
             try {
                 for (int i = 0; i < count; i++) {
@@ -64,6 +67,7 @@ public final class RemotingTool {
             CountDownLatch done = new CountDownLatch(count);
             DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group, true, null);
             consumer.setNamesrvAddr(namesrv);
+            consumer.setMqClientApiTimeout(30_000);
             consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
             consumer.subscribe(topic, "*");
             consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
