@@ -270,7 +270,8 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
                 try:
                     addr = await fwd.target(method_name, context)
                 except NoLeader as exc:
-                    if await fwd.pause(deadline):
+                    # a stale forward is answered at once: the forwarding member retries with its newer view
+                    if FORWARDED_HEADER not in request_metadata(context) and await fwd.pause(deadline):
                         continue
                     return error(exc)
                 if addr is None:
@@ -302,7 +303,7 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
                 try:
                     addr = await fwd.target(method_name, context)
                 except NoLeader as exc:
-                    if await fwd.pause(deadline):
+                    if FORWARDED_HEADER not in request_metadata(context) and await fwd.pause(deadline):
                         continue
                     yield error(exc)
                     return
@@ -310,23 +311,28 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
                     async for item in handler(request, context):
                         yield item
                     return
-                call = fwd._channel(addr).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
+                stub = fwd._channel(addr).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
                                                        response_deserializer=resp_type.FromString)
+                call = stub(request, metadata=fwd.metadata(context), wait_for_ready=True,
+                            timeout=max(0.001, deadline - time.monotonic()))
                 sent = False
+                retry = False
                 try:
-                    async for item in call(request, metadata=fwd.metadata(context), wait_for_ready=True,
-                                           timeout=max(0.001, deadline - time.monotonic())):
+                    async for item in call:
                         if not sent and writer_changed(item) and await fwd.pause(deadline):
-                            break  # the first answer says "not the writer": try the new one
+                            retry = True  # the first answer says "not the writer": try the new one
+                            break
                         sent = True
                         yield item
-                    else:
-                        return
                 except grpc.aio.AioRpcError as exc:
                     if not sent and exc.code() in RETRYABLE and await fwd.pause(deadline):
                         continue
                     if not sent:
                         yield error(NoLeader(f"forwarding {method_name} to {addr} failed: {exc.code().name}"))
+                    return
+                finally:
+                    call.cancel()  # no-op when it finished
+                if not retry:
                     return
         return unary_stream
 
