@@ -231,12 +231,7 @@ class RemotingBroker:
             self.b.groups.create_if_absent(name)
 
     def _client_id(self, conn: Connection) -> str:
-        for table in (self.producers, self.consumers):
-            for clients in table.values():
-                for cid, c in clients.items():
-                    if c.conn is conn:
-                        return cid
-        return ""
+        return conn.client_id
 
     def _deliver_ms(self, props: dict[str, str], now_ms: int) -> int | None:
         """The delivery time a DELAY level or a 5.x timer property asks for (None: deliver now)."""
@@ -535,6 +530,7 @@ class RemotingBroker:
         if not isinstance(data, dict) or not isinstance(data.get("clientID"), str) or not data["clientID"]:
             raise HeaderError("HeartbeatData has no clientID", RC.SYSTEM_ERROR)
         cid = data["clientID"]
+        conn.client_id = cid
         self._watch(conn)
         b = self.b
         for pd in data.get("producerDataSet") or []:

@@ -61,6 +61,7 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         self.closed = False
+        self.client_id = ""  # the clientID its heartbeats carry (broker side)
         self.on_close: list[Callable[[Connection], None]] = []
         self._opaque = itertools.count(1)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
