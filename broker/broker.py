@@ -30,6 +30,7 @@ from .broker_config import namesrv_addresses
 from .client_metrics import ClientMetricsProxy
 from .clients import ClientRegistry
 from .dledger.node import DLedgerNode
+from .dledger.retention import DLedgerRetention
 from .dledger.transport import PeerServicer
 from .forwarding import LeaderForwarder
 from .groups import GroupManager
@@ -132,9 +133,8 @@ class Broker:
             self.dledger = DLedgerNode(self)
             self.store.replicated_writer = self.dledger.propose
             self.store._confirm = 0  # nothing is visible until Raft says what is committed
-            # no snapshots: keep every entry a lagging member may need (DLedger 0.3.1.2 has none either)
-            self.store.config.retention.disk_max_used_ratio = 1.01
-            self.store.config.retention.delete_when = ""
+            # retention only below the point every member has applied (no snapshots to send a lagging one)
+            DLedgerRetention(self).install()
         self.replicas = None  # controller mode (broker/controller/replicas.py)
         if s.enableControllerMode:
             from .controller.replicas import ReplicasManager
@@ -350,7 +350,8 @@ class Broker:
         msgs = [StoredMessage(topic=HA_EVENTS_TOPIC, queue_id=0, body=e.to_json().encode(),
                               properties={"KEYS": " ".join(e.keys()), "TAGS": e.type}) for e in events]
         results = await self.store.put(msgs)
-        return all(r.message is not None for r in results)
+        # only stored-and-replicated counts: an entry a leader change threw away is written again
+        return all(r.message is not None and r.status == PutStatus.PUT_OK for r in results)
 
     async def change_role(self, role: str, broker_id: int) -> None:
         """Manual switch-over (Master/Slave mode): promote a slave or demote a master."""

@@ -9,12 +9,18 @@ kind (24 bytes, like DLedger's index file), so the Raft core's ``term(i)`` and
 divergent tail truncates both files.  Consumers never see an uncommitted record: the
 store dispatches only up to the end of the last committed entry.
 
-There is no snapshotting (DLedger 0.3.1.2 has none either): every entry a lagging member
-may need stays, so retention is off in DLedger mode.
+Retention (broker/dledger/retention.py) deletes commit-log segments only below the point
+every member has applied, and ``compact_below`` then drops the matching prefix of the index:
+the index file becomes ``index.v2``, whose header names the base entry (index, term and end
+offset of the last dropped entry), so ``term(base)`` still answers for the AppendEntries that
+follows it.  The new file is written aside and renamed over, so a crash leaves either the old
+or the new index, both consistent with the commit log.  There are no snapshots: a member
+that lost its store cannot catch up from the others once the prefix is gone (docs/STORAGE.md).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -28,6 +34,8 @@ from rocketscope.broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 INDEX = struct.Struct(">qqiI")  # term, commit-log offset, size (0 for a no-op), kind
+HEADER = struct.Struct(">qqqqqq")  # index.v2: magic, base index, base term, base end offset, 0, 0 (two slots)
+MAGIC = 0x524B5344_4C494458  # "RKSDLIDX"
 _PHYS_AT = 28  # the physical_offset field inside a record
 
 
@@ -38,12 +46,23 @@ class DLedgerLog:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.index_path = self.directory / "index"
+        self.compacted_path = self.directory / "index.v2"
         self.hard_state_path = self.directory / "hardstate"
         self.terms = array("q")
         self.offsets = array("q")
         self.sizes = array("i")
         self.kinds = array("B")
-        self.fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+        # entries 1..base were dropped by compact_below; the arrays hold base+1..last_index()
+        self.base = 0
+        self.base_term = 0
+        self.base_end = 0
+        self.header_size = 0
+        if self.compacted_path.exists():
+            self.fd = os.open(self.compacted_path, os.O_RDWR, 0o644)
+            if self.index_path.exists():  # a crash between the rename and the unlink in compact_below
+                self.index_path.unlink()
+        else:
+            self.fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._load()
         self.hard_state = self._load_hard_state()
         self._commit_written = 0.0
@@ -51,6 +70,12 @@ class DLedgerLog:
     # ---------------------------------------------------------------- loading
     def _load(self) -> None:
         data = os.pread(self.fd, os.fstat(self.fd).st_size, 0)
+        if self.compacted_path.exists():
+            magic, self.base, self.base_term, self.base_end, _, _ = HEADER.unpack_from(data)
+            if magic != MAGIC:
+                raise ValueError(f"{self.compacted_path} is not a DLedger index (bad magic)")
+            self.header_size = HEADER.size
+            data = data[HEADER.size:]
         usable = len(data) - len(data) % INDEX.size
         log_end = self.commit_log.max_offset
         n = 0
@@ -63,9 +88,9 @@ class DLedgerLog:
             self.kinds.append(kind)
             n += 1
         if n * INDEX.size != len(data):
-            os.ftruncate(self.fd, n * INDEX.size)
+            os.ftruncate(self.fd, self.header_size + n * INDEX.size)
             log.warning("dledger index truncated to %d entries after recovery", n)
-        end = self.end_offset(n)
+        end = self.end_offset(self.last_index())
         if self.commit_log.max_offset > end:  # records written after the last indexed entry
             log.warning("dledger: commit log truncated from %d to %d (records not in the Raft index)",
                         self.commit_log.max_offset, end)
@@ -74,7 +99,9 @@ class DLedgerLog:
     def _load_hard_state(self) -> HardState:
         try:
             d = json.loads(self.hard_state_path.read_text())
-            return HardState(int(d["term"]), d.get("vote"), min(int(d.get("commit", 0)), self.last_index()))
+            # the commit index is written lazily: it may predate a compaction, but the base was committed
+            commit = max(min(int(d.get("commit", 0)), self.last_index()), self.base)
+            return HardState(int(d["term"]), d.get("vote"), commit)
         except (OSError, ValueError, KeyError):
             return HardState()
 
@@ -105,20 +132,22 @@ class DLedgerLog:
 
     # ---------------------------------------------------- Storage (read side)
     def first_index(self) -> int:
-        return 1
+        return self.base + 1
 
     def last_index(self) -> int:
-        return len(self.terms)
+        return self.base + len(self.terms)
 
     def term(self, index: int) -> int:
-        if index == 0:
-            return 0
-        if index < 0 or index > len(self.terms):
-            raise IndexError(f"entry {index} is not stored (last index {len(self.terms)})")
-        return self.terms[index - 1]
+        if index == self.base:
+            return self.base_term  # 0 for an uncompacted log
+        if index < self.base or index > self.last_index():
+            raise IndexError(f"entry {index} is not stored (entries {self.base + 1}..{self.last_index()})")
+        return self.terms[index - self.base - 1]
 
     def entry(self, index: int) -> Entry:
-        i = index - 1
+        i = index - self.base - 1
+        if i < 0:
+            raise IndexError(f"entry {index} was compacted away (first stored entry {self.base + 1})")
         if self.kinds[i] == EntryKind.NOOP:
             return Entry(index, self.terms[i], EntryKind.NOOP, b"")
         data = self.commit_log.read_raw(self.offsets[i], self.sizes[i])
@@ -129,7 +158,7 @@ class DLedgerLog:
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         out: list[Entry] = []
         total = 0
-        for index in range(lo, min(hi, len(self.terms) + 1)):
+        for index in range(lo, min(hi, self.last_index() + 1)):
             e = self.entry(index)
             total += entry_size(e)
             if out and total > max_bytes:
@@ -140,31 +169,37 @@ class DLedgerLog:
     # ------------------------------------------------------------ write side
     def end_offset(self, index: int) -> int:
         """Commit-log offset just past entry ``index`` (0 for index 0)."""
-        if index <= 0:
-            return 0
-        return self.offsets[index - 1] + self.sizes[index - 1]
+        if index <= self.base:
+            if index < self.base:
+                raise IndexError(f"entry {index} was compacted away (first stored entry {self.base + 1})")
+            return self.base_end
+        i = index - self.base - 1
+        return self.offsets[i] + self.sizes[i]
 
     def truncate_from(self, index: int) -> tuple[int, int]:
         """Drop entries >= ``index``; return the commit-log range removed."""
-        if index > len(self.terms):
+        if index > self.last_index():
             return self.commit_log.max_offset, self.commit_log.max_offset
-        start = self.offsets[index - 1]
+        if index <= self.base:
+            raise ValueError(f"cannot truncate from entry {index}: entries up to {self.base} are committed and "
+                             "compacted")
+        keep = index - 1 - self.base
+        start = self.offsets[keep]
         old_end = self.commit_log.max_offset
         self.commit_log.truncate(start)
-        keep = index - 1
         del self.terms[keep:], self.offsets[keep:], self.sizes[keep:], self.kinds[keep:]
-        os.ftruncate(self.fd, keep * INDEX.size)
+        os.ftruncate(self.fd, self.header_size + keep * INDEX.size)
         return start, old_end
 
     def append(self, entries: list[Entry]) -> tuple[int, int] | None:
         """Store entries (replacing a divergent tail); return the truncated range, if any."""
         truncated = None
-        if entries and entries[0].index <= len(self.terms):
+        if entries and entries[0].index <= self.last_index():
             truncated = self.truncate_from(entries[0].index)
         buf = bytearray()
         for e in entries:
-            if e.index != len(self.terms) + 1:
-                raise ValueError(f"entry {e.index} does not follow the log end {len(self.terms)}")
+            if e.index != self.last_index() + 1:
+                raise ValueError(f"entry {e.index} does not follow the log end {self.last_index()}")
             if e.kind == EntryKind.NOOP or not e.data:
                 offset, size, kind = self.commit_log.max_offset, 0, EntryKind.NOOP
             else:
@@ -177,9 +212,44 @@ class DLedgerLog:
             self.kinds.append(int(kind))
             buf += INDEX.pack(e.term, offset, size, int(kind))
         if buf:
-            os.pwrite(self.fd, bytes(buf), (len(self.terms) - len(entries)) * INDEX.size)
+            os.pwrite(self.fd, bytes(buf), self.header_size + (len(self.terms) - len(entries)) * INDEX.size)
         return truncated
 
     def sync(self) -> None:
         self.commit_log.log.sync()
         os.fdatasync(self.fd)
+
+    # ------------------------------------------------------------- compaction
+    def compact_below(self, min_offset: int, max_index: int) -> int:
+        """Drop the index entries whose records lie below ``min_offset`` (retention deleted them).
+
+        Never beyond ``max_index`` (the committed point every member has applied).  Returns the
+        new base index.  The compacted index is written to a temporary file, fsynced and renamed
+        over ``index.v2`` in one step.
+        """
+        keep_from = bisect.bisect_left(self.offsets, min_offset)  # first entry at or past min_offset
+        new_base = min(self.base + keep_from, max_index)
+        if new_base <= self.base:
+            return self.base
+        drop = new_base - self.base
+        base_term, base_end = self.terms[drop - 1], self.offsets[drop - 1] + self.sizes[drop - 1]
+        body = bytearray()
+        for i in range(drop, len(self.terms)):
+            body += INDEX.pack(self.terms[i], self.offsets[i], self.sizes[i], self.kinds[i])
+        tmp = self.compacted_path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(HEADER.pack(MAGIC, new_base, base_term, base_end, 0, 0))
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.compacted_path)
+        fd = os.open(self.compacted_path, os.O_RDWR, 0o644)
+        os.close(self.fd)
+        self.fd = fd
+        if self.index_path.exists():
+            self.index_path.unlink()
+        del self.terms[:drop], self.offsets[:drop], self.sizes[:drop], self.kinds[:drop]
+        self.base, self.base_term, self.base_end, self.header_size = new_base, base_term, base_end, HEADER.size
+        log.info("dledger index compacted: entries up to %d dropped (commit log now starts at %d)", new_base,
+                 min_offset)
+        return new_base

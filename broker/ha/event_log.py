@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 Append = Callable[[list[HaEvent]], Awaitable[bool]]
 THROTTLED_TYPES = (REPLICA_ACK, COMMIT_ADVANCED)
+FORWARD_LINGER_S = 0.25  # a slave or follower sends its events to the writer at most this often (unless 256 wait)
 
 
 class HaEventLog:
@@ -66,6 +67,8 @@ class HaEventLog:
         self.context: Callable[[], dict[str, int]] = dict  # term/epoch for events that name none
         self.on_throttled: Callable[[str, int], None] = lambda type_, n: None
         self.spool: Path | None = None
+        self.closers: list[Callable[[], Awaitable[None]]] = []  # release what ``forward`` holds (channels)
+        self._last_forward = 0.0
 
     def note_data(self, end_offset: int) -> None:
         """A record other than a replication event now ends at ``end_offset``."""
@@ -196,6 +199,9 @@ class HaEventLog:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.flush(), 2.0)
         self._rewrite_spool()
+        for close in self.closers:
+            with contextlib.suppress(Exception):
+                await close()
 
     async def _run(self) -> None:
         wait = 0.5
@@ -204,6 +210,11 @@ class HaEventLog:
                 await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
             wait = self._emit_due_deferred() if self._deferred else 0.5
+            if self.pending and not self._writable() and len(self.pending) < 256:
+                since = time.monotonic() - self._last_forward
+                if since < FORWARD_LINGER_S:  # batch a follower's events: one RPC per linger, not per event
+                    wait = min(wait, FORWARD_LINGER_S - since)
+                    continue
             if self.pending:
                 try:
                     await self.flush()
@@ -221,6 +232,8 @@ class HaEventLog:
                 deliver = self._append if writable else self.forward
                 if deliver is None:
                     return
+                if not writable:
+                    self._last_forward = time.monotonic()
                 batch = [self.pending.popleft() for _ in range(min(len(self.pending), 256))]
                 try:
                     ok = await deliver(batch)

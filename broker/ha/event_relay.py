@@ -70,16 +70,25 @@ def install(broker: Broker) -> None:
         if not addr:
             return False
         request = admin_pb2.AppendHaEventsRequest(events=[e.to_json() for e in batch])
-        try:
+        try:  # a channel per forward (at most one every FORWARD_LINGER_S): the writer moves with elections
             async with broker.security.client_tls.channel(addr) as channel:
                 status = await admin_pb2_grpc.BrokerAdminStub(channel).AppendHaEvents(
                     request, timeout=5, metadata=broker.security.inner_metadata())
         except grpc.aio.AioRpcError as exc:
-            log.debug("forwarding %d replication events to %s failed: %s", len(batch), addr, exc.code().name)
+            _note_failure(f"forwarding {len(batch)} replication events to {addr} failed: {exc.code().name}")
             return False
         if status.code:
-            log.debug("writer %s refused %d replication events: %s", addr, len(batch), status.remark)
-        return status.code == 0
+            _note_failure(f"writer {addr} refused {len(batch)} replication events: {status.remark}")
+            return False
+        failures[0] = 0
+        return True
+
+    failures = [0]
+
+    def _note_failure(text: str) -> None:
+        """The first failure of a row at INFO (an outage would otherwise log twice a second)."""
+        failures[0] += 1
+        log.log(logging.INFO if failures[0] == 1 else logging.DEBUG, "%s (retrying)", text)
 
     events.node = broker.node_id  # the HA mode is known now (DLedger names nodes by dLegerSelfId)
     events.forward = forward
