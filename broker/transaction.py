@@ -48,6 +48,7 @@ REAL_QID = "REAL_QID"
 PRODUCER_CLIENT = "__PRODUCER_CLIENT_ID"
 OP_OF = "TRAN_OP_OFFSET"
 OP_KIND = "TRAN_OP"
+CATCH_UP_WAIT_S = 3.0  # longest an EndTransaction waits for a new writer to confirm its predecessors' log
 
 
 class TransactionError(Exception):
@@ -185,8 +186,7 @@ class TransactionService:
     async def end(self, tx_id: str, msg_id: str, resolution: int, from_check: bool) -> str:
         half = self.pending.get(tx_id)
         if half is None:
-            self.refresh()  # a half message replicated from the previous writer may have become visible
-            half = self.pending.get(tx_id)
+            half = await self._find_replicated(tx_id)
         if half is None:
             raise TransactionError("INVALID_TRANSACTION_ID",
                                    f"transaction_id {tx_id} is unknown or already resolved")
@@ -220,6 +220,19 @@ class TransactionService:
         log.info("transaction %s of message %s: %s%s", tx_id, half.msg_id, kind,
                  " (answer to a check-back)" if from_check else "")
         return kind
+
+    async def _find_replicated(self, tx_id: str) -> Half | None:
+        """A half message written under an earlier writer, once this writer confirms what it took over.
+
+        A new leader confirms its predecessors' tail only when its own first entry commits;
+        an EndTransaction arriving before that must wait for it, not be refused.
+        """
+        self.refresh()
+        deadline = time.monotonic() + CATCH_UP_WAIT_S
+        while tx_id not in self.pending and not self.writer_caught_up() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            self.refresh()
+        return self.pending.get(tx_id)
 
     async def _write_op(self, offset: int, kind: str) -> None:
         op = StoredMessage(topic=OP_TOPIC, queue_id=0, body=kind.encode(), properties={OP_OF: str(offset),
