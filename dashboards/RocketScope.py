@@ -31,4 +31,5 @@ st.dataframe(pd.DataFrame([
      else "(none: the Replication page shows fixtures)"},
     {"setting": "mode", "value": "live" if live else "fixtures"},
 ]), hide_index=True)
+st.caption(f"Metrics page source: {metrics_from}.")
 st.caption(sources.LAG_DEFINITION[0].upper() + sources.LAG_DEFINITION[1:] + ".")

@@ -113,3 +113,17 @@ def test_cluster_and_metrics_pages_render_live_data(live_dashboard: tuple[str, s
         text = page.wait_rendered("Messages in and out by topic", "SendMessage latency histogram", timeout=90)
         assert "Cannot read" not in text and "No sends yet" not in text  # the histogram has our send
         page.screenshot(ARTIFACTS / "metrics.png")
+
+
+def test_home_page_tells_what_it_reads(live_dashboard: tuple[str, str]) -> None:
+    """The first page is named after the product (not "app"), has no Streamlit "Deploy" button, and
+    says what the Metrics page reads when no Prometheus is given (each node's /metrics, not fixtures)."""
+    url, _ = live_dashboard
+    with chromium() as page:
+        page.goto(url)
+        text = page.wait_rendered("Metrics page source", timeout=90)  # the settings grid is a canvas
+        assert "reads every node's /metrics" in text and "fixtures" not in text, text
+        assert "Deploy" not in text
+        nav = page.evaluate("(document.querySelector('[data-testid=\"stSidebarNav\"]') || {}).innerText || ''")
+        assert nav.split("\n")[0].strip() == "RocketScope", nav
+        assert "app" not in nav.split("\n")

@@ -39,6 +39,7 @@ def test_home() -> None:
     at = run("RocketScope.py")
     df = at.dataframe[0].value
     assert "fixtures" in set(df["value"])
+    assert "Metrics page source: (none: fixtures)" in texts(at)
 
 
 def test_cluster() -> None:
