@@ -147,9 +147,19 @@ class LocalCluster:
         wait_until(lambda: _port_open(node.grpc_port) and _port_open(node.listen_port), timeout=60,
                    what=f"broker {name} ports")
         if self.namesrv_ports:
-            wait_until(lambda: any(b["grpcAddr"] == node.endpoint for b in self.admin_json("clusterList")),
-                       timeout=60, what=f"{name} registered")
+            wait_until(lambda: node.endpoint in self.registered_grpc_addrs(), timeout=60, what=f"{name} registered")
         return node
+
+    def registered_grpc_addrs(self) -> set[str]:
+        """Client addresses of the brokers registered at the first name server: what `admin clusterList` asks,
+        asked in-process (each CLI process took tens of seconds to start on a loaded 2-core machine)."""
+        import grpc
+
+        from rocketscope.broker.protocol import common_pb2, namesrv_pb2_grpc
+
+        with grpc.insecure_channel(f"127.0.0.1:{self.namesrv_ports[0]}") as ch:
+            info = namesrv_pb2_grpc.NameServerStub(ch).GetClusterInfo(common_pb2.Empty(), timeout=10)
+        return {b.registration.grpc_addr for b in info.brokers}
 
     def admin(self, *args: str, check: bool = True, namesrv: bool = True) -> subprocess.CompletedProcess[str]:
         """``rocketscope admin ARGS`` (with ``-n`` unless ``namesrv`` is false: controller commands take ``-a``)."""
