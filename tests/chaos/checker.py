@@ -161,6 +161,9 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
         "deliveries": {g: len(deliveries.get(g, [])) for g in groups},
         "redeliveries": len(redelivered), "duplicates": len(duplicated),
         "checkbacks": sum(1 for e in events if e["f"] == "checkback"),
+        "delay_max_late_s": round(max((d["wall"] - invoked[d["key"]]["due"] for ds in deliveries.values() for d in ds
+                                       if d["key"] in invoked and invoked[d["key"]]["kind"] == "delay"),
+                                      default=0.0), 2),
         "deliberately_unacked": sum(1 for e in events if e["f"] == "noack"),
         "baseline_max_no_send_s": round(_max_gap(send_ok, min(send_ok, default=0.0), first), 3) if send_ok else None,
     }

@@ -45,7 +45,7 @@ def replay_command(mode: str, seed: int, faults: list[Fault], defaults: bool) ->
 
 
 def run(mode: str, faults: list[Fault], seed: int, root: Path, *, defaults: bool = False,
-        duration: float | None = None, warmup_acks: int = 60, drain_timeout: float = 90.0) -> dict[str, Any]:
+        duration: float | None = None, warmup_acks: int = 60, drain_timeout: float = 240.0) -> dict[str, Any]:
     """Run ``faults`` (then, with ``duration``, more drawn from ``seed`` until it has passed) and check.
 
     Returns the checker's verdict plus ``schedule``, ``seed``, ``mode`` and ``replay``; the
@@ -134,7 +134,8 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"  totals: {t['sends_acked']}/{t['sends_invoked']} sends acked, {t['send_failures']} failed, "
                  f"{t['must_deliver']} must reach each group, deliveries {t['deliveries']}, "
                  f"{t['redeliveries']} redeliveries ({t['deliberately_unacked']} acks skipped on purpose), "
-                 f"{t['duplicates']} duplicates, {t['checkbacks']} check-backs")
+                 f"{t['duplicates']} duplicates, {t['checkbacks']} check-backs, delayed messages up to "
+                 f"{t['delay_max_late_s']} s late")
     lines.append(f"  logs: {result['logs_check']}")
     if not result["valid"]:
         lines.append(f"  VIOLATIONS: {summarize(result['violations'])}")

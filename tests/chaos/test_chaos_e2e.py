@@ -69,13 +69,14 @@ TOLERATED: dict[str, dict[str, tuple[int | None, str]]] = {
     },
 }
 
-# The longest window with no successful send tolerated per fault.  Measured at 8cc5544 on a
-# loaded 2-core machine: DLedger at most 0.73 s, controller mode at most 2.5 s (the fast
-# timing of tests/test_e2e_controller.py); the bounds leave room for a loaded CI machine and
-# catch outages like issue 15's 50 s.  bench/chaos_bench.py gives the real figures.
+# The longest window with no successful send tolerated per fault.  Measured at 8cc5544:
+# DLedger at most 0.73 s (load average ~20) and 4.3 s (preferred-leader return, load average
+# ~40); controller mode at most 2.5 s with the fast timing of tests/test_e2e_controller.py.
+# The bounds leave room for a loaded CI machine and still catch outages like issue 15's 50 s;
+# bench/chaos_bench.py gives the real figures.
 NO_SEND_LIMIT: dict[str, tuple[float | None, str]] = {
-    "dledger": (5.0, "election within a second, followers forward"),
-    "controller": (10.0, "controller heartbeat timeout 1.5 s, then election and forwarding"),
+    "dledger": (10.0, "election within a second, followers forward to the new leader"),
+    "controller": (15.0, "controller heartbeat timeout 1.5 s, then election and forwarding"),
     "masterslave": (None, "a SYNC_MASTER without its slave, or a master that is down, accepts no send: by design"),
 }
 
@@ -83,7 +84,7 @@ NO_SEND_LIMIT: dict[str, tuple[float | None, str]] = {
 @pytest.mark.timeout(900)  # about 1.5 min each on a quiet machine; a loaded one can take several times that
 @pytest.mark.parametrize("mode", list(SCHEDULES))
 def test_chaos_schedule(mode: str, tmp_path: Path) -> None:
-    result = run(mode, SCHEDULES[mode], seed=15, root=tmp_path / mode, drain_timeout=60.0, warmup_acks=40)
+    result = run(mode, SCHEDULES[mode], seed=15, root=tmp_path / mode, drain_timeout=240.0, warmup_acks=40)
     text = report(result)
     print(text)
     violations = result["violations"]
