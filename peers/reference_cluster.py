@@ -200,9 +200,19 @@ class ReferenceCluster:
                          extra=[f"-XX:MaxDirectMemorySize={self.heap}"])
             wait_until(self._broker_routed, left(), "the broker in the name server's route of TBW102", self._dead)
             remoting.create_topic(self.broker_addr, PROBE_TOPIC)
-            self._launch("proxy", ["-pm", "cluster", "-pc", str(self.root / "rmq-proxy.json")], heap=self.heap,
-                         detach=detach)
-            wait_until(lambda: _port_open(self.grpc_port), left(), "the proxy's gRPC port", self._dead)
+            for attempt in range(1, 4):
+                # under a heavy load the proxy's start-up call that creates its system topic
+                # (DefaultHeartBeatSyncerTopic) on the brokers can time out, and the proxy exits: start it again
+                self._launch("proxy", ["-pm", "cluster", "-pc", str(self.root / "rmq-proxy.json")], heap=self.heap,
+                             detach=detach)
+                try:
+                    wait_until(lambda: _port_open(self.grpc_port), left(), "the proxy's gRPC port", self._dead)
+                    break
+                except RuntimeError:
+                    if attempt == 3 or self.procs["proxy"].poll() is None:
+                        raise
+                    print(f"Apache RocketMQ proxy exited during start-up (attempt {attempt}): starting it again",
+                          file=sys.stderr)
             wait_until(lambda: self.grpc_route(PROBE_TOPIC), left(), f"a gRPC QueryRoute of {PROBE_TOPIC}",
                        self._dead)
         except BaseException:
