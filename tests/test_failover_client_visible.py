@@ -85,7 +85,17 @@ class Sender:
 
 
 def ha_status(c: LocalCluster, node: BrokerNode) -> dict[str, Any]:
-    return json.loads(c.admin("haStatus", "-b", node.admin_addr).stdout)[node.admin_addr]
+    """The broker's haStatus, asked in-process (the admin CLI takes seconds to start on a loaded machine)."""
+    import grpc
+
+    from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
+
+    with grpc.insecure_channel(node.admin_addr) as ch:
+        try:
+            resp = admin_pb2_grpc.BrokerAdminStub(ch).HaStatus(common_pb2.Empty(), timeout=5)
+        except grpc.RpcError as exc:
+            raise AssertionError(f"{node.name} did not answer HaStatus: {exc.code().name}") from None
+    return json.loads(resp.json)
 
 
 def leader_index(c: LocalCluster, nodes: list[BrokerNode], role: str = "LEADER") -> tuple[int] | None:
