@@ -341,8 +341,12 @@ class ReferenceCluster:
                f"-Duser.home={self.root / 'mqadmin'}", "-Drmq.logback.configurationFile=rmq.tools.logback.xml",
                "-cp", f"{LIB}/*", "org.apache.rocketmq.tools.command.MQAdminStartup", *args, "-n", self.namesrv_addr]
         env = dict(os.environ, ROCKETMQ_HOME=str(self.root))
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
-        out = res.stdout + res.stderr
+        for _ in range(3):  # its remoting calls time out after 2-3 s on a heavily loaded machine: try again
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                                 stdin=subprocess.DEVNULL)
+            out = res.stdout + res.stderr
+            if "RemotingTimeoutException" not in out:
+                break
         if res.returncode != 0 or "Exception" in out:
             raise RuntimeError(f"mqadmin {' '.join(args)} failed ({res.returncode}):\n{out}")
         return res.stdout

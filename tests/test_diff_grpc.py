@@ -134,8 +134,9 @@ def test_retry_and_dead_letter_naming_and_counts(sides: dict[str, d.Side]) -> No
     apache, ours = both(sides, d.scenario_retry_and_dlq)
     assert apache["delivery_attempts"] == ours["delivery_attempts"] == [1, 2]  # retryMaxTimes=1
     assert {"%DLQ%{group}", "%RETRY%{group}"} <= set(apache["topics_named_after_group"])
-    # deviation: Apache's pop consumption also creates %RETRY%<group>_<topic> (its v1 pop retry topic)
-    assert set(apache["topics_named_after_group"]) - set(ours["topics_named_after_group"]) == {"%RETRY%{group}_{topic}"}
+    # deviation: Apache's pop consumption may also create %RETRY%<group>_<topic> (its v1 pop retry topic):
+    # seen in one run of two, so only its absence from RocketScope is asserted
+    assert set(apache["topics_named_after_group"]) - set(ours["topics_named_after_group"]) <= {"%RETRY%{group}_{topic}"}
     assert ours["topics_named_after_group"] == ["%DLQ%{group}", "%RETRY%{group}"]
 
 
