@@ -403,6 +403,10 @@ class BrokerMetrics:
 
     def _lag(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
         b = self.broker
+        if not b.is_master:
+            # a slave or follower holds copies of the offsets but serves no consumption: its lag would add the
+            # group's lag a second time to every sum over brokers (the Grafana lag panel showed 2x the truth)
+            return
         now = int(time.time() * 1000)
         for group, topic in sorted(self.subscriptions()):
             if (group, topic) not in self._dlq_known:
