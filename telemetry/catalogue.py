@@ -7,7 +7,11 @@ Prometheus renderer and the exporter name series identically, and lets
 ``docs/METRICS.md`` be generated (``python -m rocketscope.telemetry.catalogue --markdown``)
 and checked by a test, so the documentation can never drift from the code.
 
-Units are true OpenTelemetry (UCUM) units: ``By`` bytes, ``ms``, ``s``, ``1`` for counts.
+Units are true OpenTelemetry (UCUM) units: ``By`` bytes, ``ms``, ``s``, ``1`` for counters and ratios.
+Gauges of counts (lag, connections, roles, offsets) carry no unit, as in Apache RocketMQ: the
+OpenTelemetry-to-Prometheus translation of a Collector or of Prometheus 3 appends ``_ratio`` to a
+gauge with unit ``1`` (rocketmq_consumer_lag_messages_ratio), which would empty every alert and
+panel in Push mode (tests/test_otel_collector_e2e.py compares the names with PROM mode).
 Where RocketMQ declares a wrong unit (finish-message latency recorded in seconds but
 declared ms, DLedger and controller latencies recorded in microseconds) we record in the
 unit we declare. The Prometheus series name follows the OpenTelemetry compatibility rules
@@ -111,12 +115,12 @@ PER_QUEUE_LAG_KEY = "metricsPerQueueLag"
 
 CATALOGUE: tuple[Instrument, ...] = (
     # --- broker stats (RocketMQ 4.1)
-    Instrument("rocketmq_processor_watermark", G, "1", "RocketMQ: queue length of each request thread pool. Not "
+    Instrument("rocketmq_processor_watermark", G, "", "RocketMQ: queue length of each request thread pool. Not "
                "emitted: RocketScope serves requests on one asyncio loop, with no thread pool queues; "
                "rocketmq_rpc_latency shows the waiting.", ("processor",)),
-    Instrument("rocketmq_broker_permission", G, "1", "Broker permission bits (6 = read and write)."),
-    Instrument("rocketmq_topic_number", G, "1", "Topics configured on this broker (sum across brokers double-counts)."),
-    Instrument("rocketmq_consumer_group_number", G, "1", "Subscription groups configured on this broker."),
+    Instrument("rocketmq_broker_permission", G, "", "Broker permission bits (6 = read and write)."),
+    Instrument("rocketmq_topic_number", G, "", "Topics configured on this broker (sum across brokers double-counts)."),
+    Instrument("rocketmq_consumer_group_number", G, "", "Subscription groups configured on this broker."),
     # --- requests (4.2): retry and DLQ topics are not counted
     Instrument("rocketmq_messages_in_total", C, "1", "Messages stored (retry and DLQ topics excluded).", _IN),
     Instrument("rocketmq_messages_out_total", C, "1", "Messages delivered to consumers (retry/DLQ excluded).", _OUT),
@@ -134,34 +138,34 @@ CATALOGUE: tuple[Instrument, ...] = (
                "this broker (admin updateSubGroup, auto-creation on first receive or pull, a slave's copy).",
                ("invocation_status",), CREATE_TIME_BUCKETS),
     # --- connections (4.3)
-    Instrument("rocketmq_producer_connections", G, "1", "Producer connections.",
+    Instrument("rocketmq_producer_connections", G, "", "Producer connections.",
                ("language", "version", "protocol_type")),
-    Instrument("rocketmq_consumer_connections", G, "1", "Consumer connections.",
+    Instrument("rocketmq_consumer_connections", G, "", "Consumer connections.",
                ("consumer_group", "language", "version", "consume_mode", "protocol_type", "is_system")),
     # --- lag and DLQ (4.4), summed over the topic's queues
-    Instrument("rocketmq_consumer_lag_messages", G, "1", "Messages not yet acknowledged by the group.", _LAG),
+    Instrument("rocketmq_consumer_lag_messages", G, "", "Messages not yet acknowledged by the group.", _LAG),
     Instrument("rocketmq_consumer_lag_latency", G, "ms", "Age of the oldest unacknowledged message.", _LAG),
-    Instrument("rocketmq_consumer_inflight_messages", G, "1", "Messages delivered but not yet acknowledged.", _LAG),
+    Instrument("rocketmq_consumer_inflight_messages", G, "", "Messages delivered but not yet acknowledged.", _LAG),
     Instrument("rocketmq_consumer_queueing_latency", G, "ms", "Age of the oldest message not yet delivered.", _LAG),
-    Instrument("rocketmq_consumer_ready_messages", G, "1", "Messages ready to be delivered.", _LAG),
+    Instrument("rocketmq_consumer_ready_messages", G, "", "Messages ready to be delivered.", _LAG),
     Instrument("rocketmq_send_to_dlq_messages_total", C, "1", "Messages moved to the group's DLQ.",
                ("consumer_group", "topic", "is_system")),
     # per-queue lag: ours, opt-in (rocketmq-exporter issue #190); separate names so sums never double-count
-    Instrument("rocketmq_consumer_queue_lag_messages", G, "1", "Per-queue lag in messages (opt-in).", _QLAG,
+    Instrument("rocketmq_consumer_queue_lag_messages", G, "", "Per-queue lag in messages (opt-in).", _QLAG,
                origin="rocketscope", opt_in=PER_QUEUE_LAG_KEY),
     Instrument("rocketmq_consumer_queue_lag_latency", G, "ms", "Per-queue age of oldest unacknowledged message.",
                _QLAG, origin="rocketscope", opt_in=PER_QUEUE_LAG_KEY),
     # offsets, ours: what the legacy rocketmq_producer_offset / rocketmq_consumer_offset derive from
-    Instrument("rocketmq_topic_max_offset", G, "1", "Sum of the topic's queue max offsets on this broker.",
+    Instrument("rocketmq_topic_max_offset", G, "", "Sum of the topic's queue max offsets on this broker.",
                ("topic",), origin="rocketscope"),
-    Instrument("rocketmq_consumer_committed_offset", G, "1", "Sum of the group's committed offsets on the topic.",
+    Instrument("rocketmq_consumer_committed_offset", G, "", "Sum of the group's committed offsets on the topic.",
                ("consumer_group", "topic"), origin="rocketscope"),
     # --- transactions (4.5)
     Instrument("rocketmq_commit_messages_total", C, "1", "Transactional messages committed.", ("topic",)),
     Instrument("rocketmq_rollback_messages_total", C, "1", "Transactional messages rolled back.", ("topic",)),
     Instrument("rocketmq_finish_message_latency", H, "s", "Half message to commit or rollback.", ("topic",),
                FINISH_LATENCY_BUCKETS),
-    Instrument("rocketmq_half_messages", G, "1", "Half messages awaiting commit or rollback.", ("topic",)),
+    Instrument("rocketmq_half_messages", G, "", "Half messages awaiting commit or rollback.", ("topic",)),
     # --- RPC (4.6); protocol_type=remoting or grpc (ours: the 5.x gRPC services)
     Instrument("rocketmq_rpc_latency", H, "ms",
                "Request handling time; protocol_type=grpc carries the gRPC method in request_code.",
@@ -173,7 +177,7 @@ CATALOGUE: tuple[Instrument, ...] = (
     Instrument("rocketmq_storage_message_reserve_time", G, "ms", "Age of the oldest stored message.", _STORE),
     Instrument("rocketmq_storage_disk_usage_ratio", G, "1", "Used fraction (0..1) of the store's file system.",
                _STORE, origin="rocketscope"),
-    Instrument("rocketmq_timing_messages", G, "1", "Delay messages waiting to be delivered.", ("topic",)),
+    Instrument("rocketmq_timing_messages", G, "", "Delay messages waiting to be delivered.", ("topic",)),
     Instrument("rocketmq_delay_message_latency", H, "s", "Delivery time minus born time of delay messages.",
                ("topic",), DELAY_LATENCY_BUCKETS),
     # --- client metrics (6.1): pushed by the official clients, accepted and re-exported by the broker
@@ -187,17 +191,17 @@ CATALOGUE: tuple[Instrument, ...] = (
                ("topic", "client_id", "consumer_group", "invocation_status"), PROCESS_TIME_BUCKETS,
                group="client", emitted_by="client"),
     # --- master/slave and controller-mode HA (ours)
-    Instrument("rocketmq_ha_role", G, "1", f"Replication role of this broker: {HA_ROLE_DOC}. broker_addr is "
+    Instrument("rocketmq_ha_role", G, "", f"Replication role of this broker: {HA_ROLE_DOC}. broker_addr is "
                "the broker's internal address (brokerIP1:listenPort).", ("broker_group", "broker_addr"),
                group="ha", origin="rocketscope"),
     Instrument("rocketmq_ha_replica_ack_offset", G, "By", "Commit-log offset acknowledged by each replica.",
                ("broker_group", "replica"), group="ha", origin="rocketscope"),
     Instrument("rocketmq_ha_replication_lag_bytes", G, "By", "Master max offset minus the replica's ack offset.",
                ("broker_group", "replica"), group="ha", origin="rocketscope"),
-    Instrument("rocketmq_ha_sync_state_set_size", G, "1",
+    Instrument("rocketmq_ha_sync_state_set_size", G, "",
                "Replicas in the SyncStateSet (master included); controller mode, written by the master.",
                ("broker_group",), group="ha", origin="rocketscope"),
-    Instrument("rocketmq_ha_master_epoch", G, "1", "Current master epoch of the broker group; controller mode, "
+    Instrument("rocketmq_ha_master_epoch", G, "", "Current master epoch of the broker group; controller mode, "
                "written by the master.", ("broker_group",),
                group="ha", origin="rocketscope"),
     Instrument("rocketmq_ha_events_throttled_total", C, "1", "Replication events (replica_ack, commit_advanced) "
@@ -205,11 +209,11 @@ CATALOGUE: tuple[Instrument, ...] = (
                "(haEventAckIntervalMillis, haEventCommitIntervalMillis).", ("broker_group", "event_type"),
                group="ha", origin="rocketscope"),
     # --- DLedger (ours; names of the DLedger library, values in the declared unit)
-    Instrument("dledger_role", G, "1", f"Raft role: {ROLE_DOC}.", _DLEDGER, group="dledger", origin="rocketscope"),
-    Instrument("dledger_term", G, "1", "Current Raft term.", _DLEDGER, group="dledger", origin="rocketscope"),
-    Instrument("dledger_commit_index", G, "1", "Highest committed log index.", _DLEDGER, group="dledger",
+    Instrument("dledger_role", G, "", f"Raft role: {ROLE_DOC}.", _DLEDGER, group="dledger", origin="rocketscope"),
+    Instrument("dledger_term", G, "", "Current Raft term.", _DLEDGER, group="dledger", origin="rocketscope"),
+    Instrument("dledger_commit_index", G, "", "Highest committed log index.", _DLEDGER, group="dledger",
                origin="rocketscope"),
-    Instrument("dledger_peer_lag_entries", G, "1", "Leader's last index minus the peer's match index.",
+    Instrument("dledger_peer_lag_entries", G, "", "Leader's last index minus the peer's match index.",
                (*_DLEDGER, "remote_id"), group="dledger", origin="rocketscope"),
     Instrument("dledger_append_entry_latency", H, "ms", "Leader: from proposing an entry (the send) until it "
                "is committed at a majority, the time a send waits for replication.", _DLEDGER,
@@ -220,7 +224,7 @@ CATALOGUE: tuple[Instrument, ...] = (
     Instrument("dledger_election_total", C, "1", "Elections this node started, by result (won, lost).",
                (*_DLEDGER, "election_result"), group="dledger", origin="rocketscope"),
     # --- controller (RocketMQ 4.11 names, prefixed so they cannot collide in Prometheus)
-    Instrument("rocketmq_controller_role", U, "1", f"Controller Raft role: {ROLE_DOC}.", group="controller"),
+    Instrument("rocketmq_controller_role", U, "", f"Controller Raft role: {ROLE_DOC}.", group="controller"),
     Instrument("rocketmq_controller_request_total", C, "1", "Controller requests by type and status.",
                ("request_type", "request_handle_status"), group="controller"),
     Instrument("rocketmq_controller_request_latency", H, "ms", "Controller request handling time.",
@@ -228,18 +232,18 @@ CATALOGUE: tuple[Instrument, ...] = (
     Instrument("rocketmq_controller_election_total", C, "1",
                "Master elections (new_master_elected, keep_current_master, no_master_elected).",
                ("broker_cluster", "broker_set", "election_result"), group="controller"),
-    Instrument("rocketmq_controller_active_broker_num", G, "1", "Brokers alive in each broker set.",
+    Instrument("rocketmq_controller_active_broker_num", G, "", "Brokers alive in each broker set.",
                ("broker_cluster", "broker_set"), group="controller"),
-    Instrument("rocketmq_controller_term", G, "1", "Current Raft term of this controller.", group="controller",
+    Instrument("rocketmq_controller_term", G, "", "Current Raft term of this controller.", group="controller",
                origin="rocketscope"),
-    Instrument("rocketmq_controller_sync_state_set_size", G, "1", "SyncStateSet members of each broker set.",
+    Instrument("rocketmq_controller_sync_state_set_size", G, "", "SyncStateSet members of each broker set.",
                ("broker_cluster", "broker_set"), group="controller", origin="rocketscope"),
     # --- name server (ours)
-    Instrument("rocketmq_namesrv_registered_brokers", G, "1", "Brokers currently registered, per broker "
+    Instrument("rocketmq_namesrv_registered_brokers", G, "", "Brokers currently registered, per broker "
                "cluster (broker_cluster; filter on it, not on the name server's own cluster label).",
                ("broker_cluster",),
                group="namesrv", origin="rocketscope"),
-    Instrument("rocketmq_namesrv_registered_topics", G, "1", "Topics with a route.", group="namesrv",
+    Instrument("rocketmq_namesrv_registered_topics", G, "", "Topics with a route.", group="namesrv",
                origin="rocketscope"),
     Instrument("rocketmq_namesrv_route_queries_total", C, "1", "Route queries by result (found, not_found).",
                ("result",), group="namesrv", origin="rocketscope"),
@@ -255,7 +259,7 @@ CATALOGUE: tuple[Instrument, ...] = (
                ("source", "reason"), group="trace", origin="rocketscope"),
     Instrument("rocketscope_trace_records_failed_total", C, "1", "Trace records whose write failed.",
                ("source",), group="trace", origin="rocketscope"),
-    Instrument("rocketscope_trace_queue_depth", G, "1", "Trace records waiting in the dispatcher queue.",
+    Instrument("rocketscope_trace_queue_depth", G, "", "Trace records waiting in the dispatcher queue.",
                ("source",), group="trace", origin="rocketscope"),
     # --- telemetry itself (ours)
     Instrument("rocketscope_metrics_overflow_total", C, "1",
@@ -293,7 +297,8 @@ def markdown(instruments: Iterable[Instrument] = CATALOGUE) -> str:
         "",
         "Every data point also carries `cluster`, `node_type` and `node_id`, the pairs of `metricsLabel`,"
         " and `aggregation=delta` when `metricsInDelta=true` pushes delta temporality over OTLP.",
-        "Units are OpenTelemetry units (`By` bytes, `ms`, `s`, `1` counts). The Prometheus column is the"
+        "Units are OpenTelemetry units (`By` bytes, `ms`, `s`, `1` counters and ratios; none on gauges of counts:"
+        " a unit `1` gauge gains `_ratio` behind a Collector, docs/PUSH.md). The Prometheus column is the"
         " series name on `/metrics` (PROM mode and `rocketscope exporter`); histograms add `_bucket`, `_count`"
         " and `_sum`. Origin `rocketmq` means Apache RocketMQ's name and labels; `rocketscope` is ours.",
         "`node_id` names one process for its whole life: `<brokerName>-<brokerId>` (master/slave),"

@@ -69,7 +69,10 @@ def test_rocketmq_buckets_labels_and_kinds() -> None:
 
 def test_units_are_opentelemetry_units_and_buckets_sorted() -> None:
     for inst in CATALOGUE:
-        assert inst.unit in {"1", "By", "ms", "s"}, inst.name
+        assert inst.unit in {"1", "By", "ms", "s", ""}, inst.name
+        if inst.kind in (Kind.OBSERVABLE_GAUGE, Kind.UP_DOWN_COUNTER):
+            # a gauge with unit 1 is renamed *_ratio by the OpenTelemetry-to-Prometheus translation
+            assert (inst.unit == "1") == inst.name.endswith("_ratio"), inst.name
         if inst.buckets:
             assert list(inst.buckets) == sorted(set(inst.buckets)), inst.name
             assert inst.kind is Kind.HISTOGRAM
