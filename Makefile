@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha1sum | cut
 DEBS   := prometheus chromium
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint setup debs bench clean proto peers go-clients otelcol prometheus3
+.PHONY: demo test test-unit lint setup debs bench clean proto peers go-clients otelcol prometheus3
 
 $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ lint: $(STAMP)
 
 test: setup lint peers go-clients
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The quick run: tests that start no process (tests/process_guard.py fails an unmarked one).
+test-unit: $(STAMP) lint
+	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/rocketscope demo

@@ -8,6 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+# A test that starts a process must be marked e2e (tests/process_guard.py says why).
+pytest_plugins = ["process_guard"]
+
 
 def free_port() -> int:
     """A TCP port that is free on 127.0.0.1 right now and was not handed out before (rocketscope.ports)."""

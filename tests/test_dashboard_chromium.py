@@ -21,6 +21,8 @@ from rmq import drain, message, producer, simple_consumer
 
 from rocketscope.dashboards.browser import chromium, chromium_binary
 
+pytestmark = pytest.mark.e2e
+
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 BIN = Path(sys.executable).parent / "rocketscope"
 

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from cluster import wait_until
 
+pytestmark = pytest.mark.e2e
+
 BIN = Path(sys.executable).parent / "rocketscope"
 
 

@@ -8,7 +8,11 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.e2e
+
 PARTS = ["rocketscope", "rocketscope.broker", "rocketscope.telemetry", "rocketscope.trace", "rocketscope.spark",
          "rocketscope.dashboards"]
 

@@ -85,6 +85,7 @@ def test_the_simulator_finds_a_deliberate_bug(bug: str, profile: str, budget: in
     assert str(again.value) == first
 
 
+@pytest.mark.e2e
 def test_run_py_replays_a_seed_and_prints_the_trace() -> None:
     proc = subprocess.run(
         [sys.executable, "tests/sim/run.py", "--replay", "7", "-v"],

@@ -15,6 +15,8 @@ import pytest
 
 from rocketscope.spark.asof import asof_join, choose_bucket
 
+pytestmark = pytest.mark.e2e
+
 KEYS = ["grp", "gen", "replica"]
 
 

@@ -19,6 +19,8 @@ from rmq import message, producer
 
 from rocketscope.spark.datasource import OptionError, as_rows, parse_offsets, read_topics, register, stream_topics
 
+pytestmark = pytest.mark.e2e
+
 TOPIC = "TopicSpark"
 BROKER = "broker-a"
 Sent = dict[str, dict[str, Any]]

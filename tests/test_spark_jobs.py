@@ -19,6 +19,8 @@ from rocketscope.spark.output import write_table
 from rocketscope.spark.reference import Reference, nearest_rank, read_rows
 from rocketscope.spark.schema import QUORUM
 
+pytestmark = pytest.mark.e2e
+
 # 3,000 messages at 20/s starting 23:58:30 UTC: 150 s of traffic across midnight.
 CONFIG = GenConfig(messages=3_000, seed=11, start_ms=1740873510000, rate=20.0, chunk=1_000)
 

@@ -7,10 +7,13 @@ import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from rocketscope.spark.generate import GenConfig, generate
 from rocketscope.spark.reference import Reference, read_rows
 from rocketscope.spark.streaming import start_stream
+
+pytestmark = pytest.mark.e2e
 
 # 800 messages at 10/s from 23:59:00 UTC: two chunk files, the second one after midnight.
 CONFIG = GenConfig(messages=800, seed=5, start_ms=1740873540000, rate=10.0, chunk=400)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rocketscope.telemetry import catalogue
 from rocketscope.telemetry.catalogue import BY_NAME, CATALOGUE, Kind
 
@@ -33,6 +35,7 @@ rocketmq_acl_denied_total rocketmq_send_cost_time rocketmq_delivery_latency rock
 rocketmq_process_time""")
 
 
+@pytest.mark.e2e
 def test_docs_metrics_md_is_generated_from_the_catalogue() -> None:
     generated = subprocess.run([sys.executable, "-m", "rocketscope.telemetry.catalogue", "--markdown"],
                                capture_output=True, text=True, check=True, cwd=ROOT).stdout

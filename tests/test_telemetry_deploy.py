@@ -35,11 +35,13 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
+@pytest.mark.e2e
 def test_promtool_checks_config_and_rules() -> None:
     promtool("check", "config", "prometheus.yml")
     assert "SUCCESS" in promtool("check", "rules", "alerts.yml").stdout
 
 
+@pytest.mark.e2e
 def test_alert_rules_behave_as_their_unit_tests_say() -> None:
     promtool("test", "rules", "alerts_test.yml")
 

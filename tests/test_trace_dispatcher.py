@@ -271,6 +271,7 @@ def _points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict, int]]]:
     return out
 
 
+@pytest.mark.e2e
 def test_interpreter_exit_flushes_what_is_queued(tmp_path) -> None:
     import subprocess
     import sys

@@ -25,6 +25,8 @@ from rocketscope.trace import instrument
 from rocketscope.trace.elasticsearch_store import ElasticsearchTraceStore
 from rocketscope.trace.lookup import TraceLookup
 
+pytestmark = pytest.mark.e2e
+
 TOPIC = "TopicEs"
 
 

@@ -30,6 +30,8 @@ from rocketscope.trace.client_trace import TraceTopicError
 from rocketscope.trace.codec import EndTransactionRecord, PubRecord, SubAfterRecord, SubBeforeRecord, decode
 from rocketscope.trace.lookup import TraceLookup
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
