@@ -13,7 +13,7 @@ import pytest
 from cluster import LocalCluster
 from peers_support import rc, remoting
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

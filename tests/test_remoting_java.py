@@ -26,7 +26,7 @@ from rocketscope.broker.remoting.codec import RequestCode
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "peers"))
 import reference_cluster as ref  # peers/ is not a package
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long]
 JVM = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *ref.JDK17_OPENS]
 
 

@@ -39,7 +39,7 @@ from truth_harness import (
     tolerance_ms,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
 
 DELAY_MS = 50.0
 MESSAGES = 16

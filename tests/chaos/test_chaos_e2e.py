@@ -22,7 +22,7 @@ import pytest
 from chaos.nemesis import Fault
 from chaos.run import report, run
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 F = Fault
 SCHEDULES: dict[str, list[Fault]] = {  # every kind at least once, every mode
