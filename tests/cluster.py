@@ -12,7 +12,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,24 @@ class LocalCluster:
         parts = [f"----- {p.name} -----\n{p.log()[-6000:]}" for p in self.namesrvs]
         parts += [f"----- {n.name} -----\n{n.proc.log()[-6000:]}" for n in self.brokers.values()]
         return "\n".join(parts)
+
+
+@contextmanager
+def cluster_with_namesrv(root: Path, test_failed: Callable[[], bool]) -> Iterator[LocalCluster]:
+    """A LocalCluster with one name server, always stopped; its process logs printed when the
+    set-up or the test (``test_failed()``, read after the test) failed. The fixture of the
+    e2e tests that build their own brokers on it."""
+    c = LocalCluster(root)
+    try:
+        c.start_namesrv()
+        yield c
+        if test_failed():
+            print(c.logs())
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
 
 
 def _port_open(port: int) -> bool:

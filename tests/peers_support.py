@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import missing_install
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "peers"))
@@ -35,9 +36,7 @@ def require_peers() -> None:
     why = rc.missing()
     if why is None:
         return
-    if os.environ.get("CI") or os.geteuid() == 0:
-        pytest.fail(why)
-    pytest.skip(why + " (skipped: not root and CI is unset)")
+    missing_install(why)
 
 
 def reference_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCluster]:

@@ -11,7 +11,6 @@ Reusable by end-to-end tests of the broker::
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -26,8 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-import pytest
-from conftest import free_port
+from conftest import free_port, missing_install
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -188,10 +186,7 @@ def prometheus_binary(name: str = "prometheus") -> str:
     path = shutil.which(name)
     if path:
         return path
-    message = f"{name} is not installed: {MAKE_SETUP_HINT}"
-    if os.environ.get("CI") or os.geteuid() == 0:
-        pytest.fail(message)
-    pytest.skip(message + " (skipped: not root and CI is unset)")
+    missing_install(f"{name} is not installed: {MAKE_SETUP_HINT}")
 
 
 class PrometheusServer:

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BrokerNode, LocalCluster, wait_until
+from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call, free_port
 from rmq import drain_ids, message, producer, simple_consumer
 
@@ -58,17 +58,8 @@ def log_range(n: BrokerNode, lo: int, hi: int) -> bytes:
 
 @pytest.fixture()
 def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("dlret"))
-    try:
-        c.start_namesrv()
+    with cluster_with_namesrv(tmp_path_factory.mktemp("dlret"), lambda: failed_call(request)) as c:
         yield c
-        if failed_call(request):
-            print(c.logs())
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def test_dledger_retention_bounds_the_log_without_losing_what_replicas_or_consumers_need(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from cluster import BrokerNode, LocalCluster, start_dledger_group, wait_until
+from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, start_dledger_group, wait_until
 from conftest import failed_call
 from rmq import config, message, producer, simple_consumer
 from rocketmq import TransactionChecker
@@ -113,17 +113,8 @@ def leader_index(c: LocalCluster, nodes: list[BrokerNode], role: str = "LEADER")
 
 @pytest.fixture()
 def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("failover"))
-    try:
-        c.start_namesrv()
+    with cluster_with_namesrv(tmp_path_factory.mktemp("failover"), lambda: failed_call(request)) as c:
         yield c
-        if failed_call(request):
-            print(c.logs())
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def consume_all(endpoint: str, group: str, wanted: set[str], timeout: float = 90.0,

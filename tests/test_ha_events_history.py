@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BrokerNode, LocalCluster, wait_until
+from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call, free_port
 from rmq import message, producer
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -73,17 +73,8 @@ def start_group(c: LocalCluster, name: str, conf: Callable[[int], dict[str, Any]
 
 @pytest.fixture()
 def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("haev"))
-    try:
-        c.start_namesrv()
+    with cluster_with_namesrv(tmp_path_factory.mktemp("haev"), lambda: failed_call(request)) as c:
         yield c
-        if failed_call(request):
-            print(c.logs())
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 @pytest.mark.timeout(600)  # about 60 s on a quiet machine; elections and restarts take far longer under load

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BIN, LocalCluster, Proc, _port_open, wait_until
+from cluster import BIN, LocalCluster, Proc, _port_open, cluster_with_namesrv, wait_until
 from conftest import failed_call, free_port
 from rmq import message, producer
 
@@ -58,17 +58,8 @@ def status(addr: str) -> dict[str, Any]:
 
 @pytest.fixture()
 def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("listeners"))
-    try:
-        c.start_namesrv()
+    with cluster_with_namesrv(tmp_path_factory.mktemp("listeners"), lambda: failed_call(request)) as c:
         yield c
-        if failed_call(request):
-            print(c.logs())
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def test_listeners_bind_the_advertised_address_only(cluster: LocalCluster) -> None:

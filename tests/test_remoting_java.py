@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cluster import LocalCluster, wait_until
+from peers_support import require_peers
 
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode
@@ -32,9 +33,7 @@ JVM = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *ref.J
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    why = ref.missing()
-    if why:
-        pytest.skip(why)
+    require_peers()
     c = LocalCluster(tmp_path_factory.mktemp("remoting-java"))
     try:
         c.start_namesrv()
