@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cluster import LocalCluster, wait_until
-from conftest import free_port
+from conftest import free_port, missing_install
 from rmq import drain, message, producer, simple_consumer
 
 from rocketscope.dashboards.browser import chromium, chromium_binary
@@ -38,10 +38,7 @@ def _http_ok(url: str) -> bool:
 @pytest.fixture(scope="module")
 def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     if not chromium_binary():
-        message_ = "chromium is not installed: run `make setup` as root (it installs the Debian package chromium)"
-        if os.environ.get("CI") or os.geteuid() == 0:
-            pytest.fail(message_)
-        pytest.skip(message_)
+        missing_install("chromium is not installed: run `make setup` as root (it installs the Debian package chromium)")
     root = tmp_path_factory.mktemp("dash-live")
     c = LocalCluster(root)
     dash: subprocess.Popen[bytes] | None = None
