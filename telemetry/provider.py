@@ -81,7 +81,8 @@ def views(limit: int) -> list[View]:
 class _Core:
     """What the nodes of one process share: provider, SDK instruments, guards, endpoint."""
 
-    def __init__(self, config: TelemetryConfig, node_type: str, serve: MetricsServe | None = None) -> None:
+    def __init__(self, config: TelemetryConfig, node_type: str, serve: MetricsServe | None = None,
+                 instance_id: str = "") -> None:
         self.config = config
         self.lock = threading.Lock()
         self.guards: dict[str, CardinalityGuard] = {}
@@ -92,7 +93,13 @@ class _Core:
         # delta export state of each histogram cell: (bucket counts, count, sum, time) last sent
         self._sent: dict[HistogramCell, tuple[list[int], int, float, int]] = {}
         meter_name = METER_NAMES.get(node_type, f"rocketscope-{node_type}")
-        resource = Resource.create({"service.name": f"rocketscope-{node_type}"})
+        # service.instance.id is the process's stable identity (cluster/node_id of the node that
+        # started it), not the SDK's random per-start UUID: a collector turns it into the series'
+        # `instance` label, and a restarted node must continue its series, not start new ones.
+        attributes = {"service.name": f"rocketscope-{node_type}"}
+        if instance_id:
+            attributes["service.instance.id"] = instance_id
+        resource = Resource.create(attributes)
         reader, exporter = build_reader(config, meter_name, resource)
         if exporter is not None:
             exporter.histograms = self.histogram_metrics
@@ -236,7 +243,7 @@ class Telemetry:
         labels = base_labels(config, node_type, cluster, node_id, extra_labels)
         if not config.enabled:
             return cls(None, config, labels)
-        core = _Core(config, node_type, serve)
+        core = _Core(config, node_type, serve, instance_id=f"{cluster}/{node_id}")
         log.info("metrics: %s telemetry started for %s/%s/%s", config.exporter_type.name, cluster, node_type, node_id)
         return cls(core, config, labels)
 

@@ -211,3 +211,25 @@ def test_log_mode_writes_histogram_only_collections(caplog: pytest.LogCaptureFix
     names = {m["name"] for rm in json.loads(lines[0])["resource_metrics"] for sm in rm["scope_metrics"]
              for m in sm["metrics"]}
     assert names == {"rocketmq_message_size"}
+
+
+def test_a_restarted_node_pushes_under_the_same_instance_and_other_nodes_under_their_own(
+        receiver: OtlpGrpcReceiver) -> None:
+    """A collector makes the resource's service.instance.id the series' ``instance`` label: the
+    SDK's default (a random id per process start) would start new series at every restart."""
+    def pushed_instance(node_id: str) -> str:
+        before = len(receiver.snapshot())
+        telemetry = start({"metricsExporterType": "OTLP_GRPC", "metricsGrpcExporterTarget": receiver.target},
+                          node_id=node_id)
+        try:
+            record_some(telemetry)
+            assert telemetry.flush()
+            requests = wait_until(lambda: receiver.snapshot()[before:], what=f"an export from {node_id}")
+        finally:
+            telemetry.stop()
+        attributes = {kv.key: kv.value.string_value for kv in requests[0].resource_metrics[0].resource.attributes}
+        return attributes["service.instance.id"]
+
+    first, restarted = pushed_instance("broker-a-0"), pushed_instance("broker-a-0")
+    assert first == restarted
+    assert pushed_instance("broker-a-1") != first
