@@ -1,6 +1,6 @@
 // rmqgo drives Apache's Go client v2 (remoting protocol) against a name server, for RocketScope's tests.
 //
-//	rmqgo produce -ns ADDR -topic T -n N [-size B] [-batch K] [-depth D] [-group G]
+//	rmqgo produce -ns ADDR -topic T -n N [-size B] [-batch K] [-depth D] [-group G] [-warmup W]
 //	rmqgo consume -ns ADDR -topic T -group G -n N [-timeout S]
 //
 // Every outcome is one JSON line on stdout, so the Python tests read ground truth, not logs.
@@ -12,9 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
@@ -64,6 +66,8 @@ func produce(args []string) {
 	depth := fs.Int("depth", 1, "sends in flight (goroutines)")
 	tag := fs.String("tag", "", "tag")
 	quiet := fs.Bool("quiet", false, "print only the summary")
+	warmup := fs.Int("warmup", 0, "untimed messages sent first (route, connections, JIT of the server); "+
+		"a {\"event\":\"warm\"} line marks the start of the timed part")
 	_ = fs.Parse(args)
 	p, err := rocketmq.NewProducer(
 		producer.WithNsResolver(primitive.NewPassthroughResolver(strings.Split(*ns, ";"))),
@@ -84,11 +88,33 @@ func produce(args []string) {
 		}
 		return []byte(fmt.Sprintf("go-%d", i))
 	}
+	if *warmup > 0 {
+		var wwg sync.WaitGroup
+		var wnext int64
+		for w := 0; w < *depth; w++ {
+			wwg.Add(1)
+			go func() {
+				defer wwg.Done()
+				for atomic.AddInt64(&wnext, int64(*batch)) <= int64(*warmup) {
+					var msgs []*primitive.Message
+					for i := 0; i < *batch; i++ {
+						msgs = append(msgs, primitive.NewMessage(*topic, body(i)))
+					}
+					_, _ = p.SendSync(context.Background(), msgs...)
+				}
+			}()
+		}
+		wwg.Wait()
+		emit(map[string]interface{}{"event": "warm", "sent": *warmup})
+	}
 	var next, ok, failed int64 = 0, 0, 0
 	var mu sync.Mutex
+	lat := make([][]float64, *depth) // per goroutine: seconds of each SendSync call
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < *depth; w++ {
+		w := w
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -106,7 +132,9 @@ func produce(args []string) {
 					m.WithKeys([]string{fmt.Sprintf("k%d", i)})
 					msgs = append(msgs, m)
 				}
+				t0 := time.Now()
 				res, err := p.SendSync(context.Background(), msgs...)
+				lat[w] = append(lat[w], time.Since(t0).Seconds())
 				if err != nil || res.Status != primitive.SendOK {
 					atomic.AddInt64(&failed, int64(len(msgs)))
 					if !*quiet {
@@ -129,8 +157,47 @@ func produce(args []string) {
 	}
 	wg.Wait()
 	secs := time.Since(start).Seconds()
+	cpu := cpuSeconds() - cpu0
+	var all []float64
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Float64s(all)
 	emit(map[string]interface{}{"event": "summary", "sent": ok, "failed": failed, "seconds": secs,
-		"rate": float64(ok) / secs})
+		"rate": float64(ok) / secs, "p50_ms": percentile(all, 0.5) * 1000, "p99_ms": percentile(all, 0.99) * 1000,
+		"cpu_s": cpu, "cpu_us_per_msg": cpu / float64(max64(ok, 1)) * 1e6})
+}
+
+// cpuSeconds is this process's user+system CPU so far (every thread): the load generator's own cost
+// per message is part of every benchmark row, to show it is not the bottleneck.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// percentile is the nearest-rank percentile of sorted samples (0 when empty), as bench/common.py's.
+func percentile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(q*float64(len(sorted))+0.5) - 1
+	if rank < 0 {
+		rank = 0
+	}
+	if rank >= len(sorted) {
+		rank = len(sorted) - 1
+	}
+	return sorted[rank]
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 func consume(args []string) {

@@ -1,0 +1,428 @@
+"""The data path near the machine's limit (issue 20): every server, every path, one command, efficient clients.
+
+    .venv/bin/python bench/datapath_bench.py [--messages 20000] [--depth 64] [--batch 32] [--only rs-async,js-r1]
+                                             [--profile DIR] [--quick]
+
+1 KiB messages, ``--depth`` sends in flight, in the same run:
+
+========== ===================================================================================
+setup      servers
+========== ===================================================================================
+rs-async   RocketScope name server + one broker, ASYNC_FLUSH
+rs-sync    the same with SYNC_FLUSH
+rs-master  SYNC_MASTER (SYNC_FLUSH) + SLAVE
+rs-dledger DLedger group of 3 (SYNC_FLUSH)
+js-r1      nats-server 2.9, JetStream R1 file stream (it fsyncs in the background: ASYNC_FLUSH's peer)
+js-r3      3 nats-servers, JetStream R3 file stream
+apache     Apache RocketMQ 5.3.3 name server + broker (ASYNC_FLUSH) + proxy (``make peers``)
+========== ===================================================================================
+
+and, per setup, the load generators that are cheaper per message than the servers:
+
+* ``go remoting``: Apache's Go client v2 (tests/clients/go rmqgo, ``SendSync`` in ``depth``
+  goroutines); ``go remoting batch``: SEND_BATCH_MESSAGE of ``--batch`` messages with
+  ``depth / batch`` batches (rounded up to at least 2) in flight;
+* ``java gRPC``: Apache's rocketmq-client-java 5 (peers/java/src/GrpcLoad.java, ``sendAsync`` with
+  ``depth`` in flight), against RocketScope's gRPC port and Apache's proxy;
+* ``nats-py``: JetStream publishes awaiting their acks, ``depth`` in flight split over
+  ``--nats-procs`` processes (one nats-py process costs more CPU per message than nats-server).
+
+Every generator sends ``--warmup`` untimed messages first and prints a ``warm`` line; the CPU of
+every process (servers, proxy, generators; /proc/<pid>/stat, all threads) is read there and at the
+generator's summary line, so each row reports CPU µs per message of each process beside msg/s and
+the latency p50/p99 of a send as the client saw it.  Ratios are against JetStream R1 (standalone
+rows), R3 (replicated rows) and Apache (same client).  JSON: bench/results/datapath.json.
+``--profile DIR`` also records a py-spy profile (``--native``) of the RocketScope broker (the leader
+or master) during each RocketScope row: ``DIR/<setup>-<path>.txt`` (collapsed stacks) and a summary
+in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent / "peers")]
+
+from common import (  # noqa: E402
+    RESULTS,
+    Progress,
+    machine_info,
+    nats_jetstream,
+    proc_cpu_s,
+    scratch_dir,
+    start_profile,
+    summarise_profile,
+    table,
+    wait_for,
+    write_json,
+)
+
+BODY = 1024
+SUBJECT = "bench.data"
+progress = Progress("datapath")
+SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-dledger", "js-r1", "js-r3", "apache")
+
+
+@dataclass
+class Target:
+    """What a load generator needs to reach a setup, and the server processes to account."""
+
+    name: str
+    pids: dict[str, int]
+    namesrv: str = ""  # remoting clients
+    grpc: str = ""  # gRPC clients (the broker's gRPC port, or Apache's proxy)
+    nats: list[str] = field(default_factory=list)
+    create_topic: Any = None  # callable(topic)
+    profile_pid: int = 0
+
+
+# ------------------------------------------------------------------ load generators
+def go_binary() -> str:
+    res = subprocess.run(["bash", str(HERE.parent / "tests/clients/go/build.sh")], capture_output=True, text=True,
+                         check=True)
+    return res.stdout.strip().splitlines()[-1]
+
+
+def java_cmd() -> list[str]:
+    from reference_cluster import CACHE, GRPC_CLIENT_LIB
+
+    cls = CACHE / "classes" / "grpc"
+    if not (cls / "GrpcLoad.class").exists():
+        raise RuntimeError("peers/java/src/GrpcLoad.java is not built: run make peers")
+    return ["java", "-Xms256m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{cls}:{GRPC_CLIENT_LIB}/*", "GrpcLoad"]
+
+
+def nats_load_main(argv: list[str]) -> None:
+    """``--nats-load URL N DEPTH WARMUP``: one nats-py process; same JSON lines as rmqgo and GrpcLoad."""
+    import nats
+
+    url, n, depth, warmup = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+
+    async def run() -> None:
+        nc = await nats.connect(url)
+        js = nc.jetstream(timeout=30)
+
+        async def drive(count: int, lat: list[float] | None) -> int:
+            budget, failed = [count], [0]
+
+            async def one() -> None:
+                while budget[0] > 0:
+                    budget[0] -= 1
+                    t0 = time.perf_counter()
+                    try:
+                        await js.publish(SUBJECT, b"x" * BODY)
+                    except Exception:
+                        failed[0] += 1
+                        continue
+                    if lat is not None:
+                        lat.append(time.perf_counter() - t0)
+
+            await asyncio.gather(*(one() for _ in range(depth)))
+            return failed[0]
+
+        await drive(warmup, None)
+        print(json.dumps({"event": "warm", "sent": warmup}), flush=True)
+        lat: list[float] = []
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        failed = await drive(n, lat)
+        secs, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        lat.sort()
+        ok = n - failed
+        pick = lambda q: lat[max(0, min(len(lat) - 1, round(q * len(lat) + 0.5) - 1))] * 1000 if lat else 0.0  # noqa
+        print(json.dumps({"event": "summary", "sent": ok, "failed": failed, "seconds": secs, "rate": ok / secs,
+                          "p50_ms": pick(0.5), "p99_ms": pick(0.99), "cpu_s": cpu,
+                          "cpu_us_per_msg": cpu / max(1, ok) * 1e6}), flush=True)
+        await nc.close()
+
+    asyncio.run(run())
+
+
+@dataclass
+class Load:
+    kind: str  # "go", "go-batch", "java", "nats"
+    label: str
+
+
+def generator_cmds(load: Load, t: Target, topic: str, n: int, depth: int, batch: int, warmup: int,
+                   nats_procs: int) -> list[list[str]]:
+    if load.kind in ("go", "go-batch"):
+        b = batch if load.kind == "go-batch" else 1
+        d = max(2, -(-depth // b)) if b > 1 else depth
+        return [[go_binary(), "produce", "-ns", t.namesrv, "-topic", topic, "-n", str(n), "-size", str(BODY),
+                 "-depth", str(d), "-batch", str(b), "-warmup", str(warmup), "-quiet"]]
+    if load.kind == "java":
+        return [[*java_cmd(), t.grpc, topic, str(n), str(depth), str(BODY), str(warmup)]]
+    if load.kind == "nats":
+        per = max(1, depth // nats_procs)
+        return [[sys.executable, str(Path(__file__).resolve()), "--nats-load", t.nats[i % len(t.nats)],
+                 str(n // nats_procs), str(per), str(warmup // nats_procs)] for i in range(nats_procs)]
+    raise ValueError(load.kind)
+
+
+def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profile_to: Path | None
+             ) -> dict[str, Any]:
+    """Start the generator(s), wait for every ``warm`` line, read every process's CPU, wait for the summaries."""
+    if t.create_topic is not None:
+        t.create_topic(topic)
+    cmds = generator_cmds(load, t, topic, args.messages, args.depth, args.batch, args.warmup, args.nats_procs)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for c in cmds]
+    try:
+        def line_of(p: subprocess.Popen[str], event: str) -> dict[str, Any]:
+            assert p.stdout is not None
+            for line in p.stdout:
+                if line.startswith("{"):
+                    doc = json.loads(line)
+                    if doc.get("event") == event:
+                        return doc
+                    if doc.get("event") == "error":
+                        break
+            err = p.stderr.read()[-3000:] if p.stderr else ""
+            raise RuntimeError(f"{load.label}: no {event} line (exit {p.wait()}): {err}")
+
+        for p in procs:
+            line_of(p, "warm")
+        pids = dict(t.pids) | {f"client{i}" if len(procs) > 1 else "client": p.pid for i, p in enumerate(procs)}
+        cpu0 = {k: proc_cpu_s(v) for k, v in pids.items()}
+        prof = None
+        if profile_to is not None and t.profile_pid:
+            prof = start_profile(t.profile_pid, args.profile_seconds, profile_to, rate=200, native=True)
+        t0 = time.perf_counter()
+        sums = []
+        for p in procs:
+            sums.append(line_of(p, "summary"))
+        wall = time.perf_counter() - t0
+        cpu1 = {k: proc_cpu_s(v) for k, v in pids.items()}
+        for p in procs:
+            p.wait(60)
+        if prof is not None:
+            prof.wait(args.profile_seconds + 60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    sent = sum(s["sent"] for s in sums)
+    failed = sum(s["failed"] for s in sums)
+    # several nats-py processes: the rate is the sum, the latency the worst of the processes' percentiles
+    rate = sum(s["rate"] for s in sums) if len(sums) > 1 else sums[0]["rate"]
+    cpu_us = {k: (cpu1[k] - cpu0[k]) / max(1, sent) * 1e6 for k in pids}
+    out = {"msgs_per_s": rate, "sent": sent, "failed": failed, "wall_s": wall,
+           "p50_ms": max(s["p50_ms"] for s in sums), "p99_ms": max(s["p99_ms"] for s in sums),
+           "cpu_us_per_msg": cpu_us,
+           "server_cpu_us_per_msg": sum(v for k, v in cpu_us.items() if not k.startswith("client")),
+           "client_cpu_us_per_msg": sum(v for k, v in cpu_us.items() if k.startswith("client")),
+           "client_self_reported_cpu_us_per_msg": sum(s["cpu_s"] for s in sums) / max(1, sent) * 1e6}
+    if profile_to is not None and profile_to.exists():
+        out["profile"] = summarise_profile(profile_to, drop_idle=True)
+        out["profile"]["file"] = str(profile_to)
+    return out
+
+
+# ------------------------------------------------------------------ setups
+def _rs_create(c: Any, addr: str | None = None) -> Any:
+    def create(topic: str) -> None:
+        extra = ["-b", addr] if addr else ["-c", "DefaultCluster"]
+        res = c.admin("updateTopic", "-t", topic, "-r", "8", "-w", "8", *extra, check=False)
+        if res.returncode != 0:
+            c.admin("updateTopic", "-t", topic, "-r", "8", "-w", "8")
+    return create
+
+
+BIG = {"mappedFileSizeCommitLog": 256 << 20, "mappedFileSizeConsumeQueue": 300000 * 20,
+       "maxHashSlotNum": 500000, "maxIndexNum": 2000000, "traceOn": "false"}
+
+
+@contextlib.contextmanager
+def setup(name: str) -> Iterator[Target]:
+    """Start the servers of one setup; yield its Target; stop them."""
+    from cluster import LocalCluster, start_dledger_group, wait_until
+
+    if name.startswith("rs-"):
+        root = scratch_dir(f"dp-{name}-")
+        c = LocalCluster(root)
+        try:
+            c.start_namesrv()
+            pids = {"namesrv": c.namesrvs[0].popen.pid}
+            if name in ("rs-async", "rs-sync"):
+                node = c.start_broker("bench", flushDiskType="ASYNC_FLUSH" if name == "rs-async" else "SYNC_FLUSH",
+                                      **BIG)
+                pids["broker"] = node.proc.popen.pid
+                yield Target(name, pids, namesrv=c.namesrv_addr, grpc=node.endpoint,
+                             create_topic=_rs_create(c, node.admin_addr), profile_pid=pids["broker"])
+            elif name == "rs-master":
+                master = c.start_broker("master", brokerName="broker-a", brokerRole="SYNC_MASTER",
+                                        flushDiskType="SYNC_FLUSH", **BIG)
+                slave = c.start_broker("slave", brokerName="broker-a", brokerRole="SLAVE", brokerId=1,
+                                       flushDiskType="SYNC_FLUSH", **BIG)
+
+                def slave_connected() -> bool:
+                    st = json.loads(c.admin("haStatus", "-b", master.admin_addr).stdout)[master.admin_addr]
+                    return any(s["connected"] for s in st.get("slaves", []))
+                wait_until(slave_connected, timeout=60, what="the slave replicating")
+                pids |= {"master": master.proc.popen.pid, "slave": slave.proc.popen.pid}
+                yield Target(name, pids, namesrv=c.namesrv_addr, grpc=master.endpoint,
+                             create_topic=_rs_create(c, master.admin_addr), profile_pid=pids["master"])
+            else:
+                nodes = start_dledger_group(c, "broker-d", 3, flushDiskType="SYNC_FLUSH", **BIG)
+
+                def leader() -> Any:
+                    for n in nodes:
+                        with contextlib.suppress(AssertionError, KeyError, ValueError):
+                            st = json.loads(c.admin("haStatus", "-b", n.admin_addr).stdout)[n.admin_addr]
+                            if st["role"] == "LEADER":
+                                return n
+                    return None
+                lead = wait_until(leader, timeout=60, what="a DLedger leader")
+                for i, n in enumerate(nodes):
+                    pids[("leader" if n is lead else f"follower{i}")] = n.proc.popen.pid
+                yield Target(name, pids, namesrv=c.namesrv_addr, grpc=lead.endpoint,
+                             create_topic=_rs_create(c, lead.admin_addr), profile_pid=lead.proc.popen.pid)
+        except BaseException:
+            sys.stderr.write(c.logs()[-4000:] + "\n")
+            raise
+        finally:
+            c.stop()
+            shutil.rmtree(root, ignore_errors=True)
+    elif name.startswith("js-"):
+        nodes = 1 if name == "js-r1" else 3
+        with nats_jetstream(nodes) as ns:
+            asyncio.run(_js_stream(ns.urls[0], nodes))
+            yield Target(name, {f"nats{i}": p for i, p in enumerate(ns.pids)}, nats=ns.urls)
+    elif name == "apache":
+        from reference_cluster import ReferenceCluster
+
+        root = scratch_dir("dp-apache-")
+        rc = ReferenceCluster(root, heap="1g")
+        try:
+            rc.start()
+
+            def create(topic: str) -> None:
+                rc.create_topic(topic, queues=8)
+                wait_for(lambda: rc.grpc_route(topic), 30, f"{topic} routed by the proxy")
+            yield Target(name, {"namesrv": rc.pids["namesrv"], "broker": rc.pids["broker"],
+                                "proxy": rc.pids["proxy"]}, namesrv=rc.namesrv_addr, grpc=rc.endpoint,
+                         create_topic=create)
+        finally:
+            rc.stop()
+            shutil.rmtree(root, ignore_errors=True)
+    else:
+        raise ValueError(name)
+
+
+async def _js_stream(url: str, replicas: int) -> None:
+    import nats
+    from common import jetstream_ready
+    from nats.js.api import StorageType, StreamConfig
+
+    nc = await nats.connect(url)
+    js = await jetstream_ready(nc)
+    await js.add_stream(StreamConfig(name="BENCH", subjects=[SUBJECT], storage=StorageType.FILE, num_replicas=replicas))
+    await nc.close()
+
+
+LOADS = {
+    "rs-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC")],
+    "rs-sync": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
+    "rs-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
+    "rs-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
+    "js-r1": [Load("nats", "nats-py")],
+    "js-r3": [Load("nats", "nats-py")],
+    "apache": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC")],
+}
+PEER_OF = {"rs-async": "js-r1", "rs-sync": "js-r1", "rs-master": "js-r3", "rs-dledger": "js-r3"}
+
+
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+    rows = []
+    for key, r in results.items():
+        setup_name, label = key.split(" / ")
+        if "error" in r:
+            rows.append([setup_name, label, "error", "", "", "", "", "", "", r["error"][:60]])
+            continue
+        peer = PEER_OF.get(setup_name)
+        js = next((v for k, v in results.items() if peer and k.startswith(peer + " /") and "error" not in v), None)
+        ap = results.get(f"apache / {label}")
+        ratio_js = f"{r['msgs_per_s'] / js['msgs_per_s']:.2f}" if js and setup_name.startswith("rs") else ""
+        ratio_ap = (f"{r['msgs_per_s'] / ap['msgs_per_s']:.2f}" if ap and "error" not in ap
+                    and setup_name.startswith("rs") else "")
+        per = ", ".join(f"{k} {v:.0f}" for k, v in r["cpu_us_per_msg"].items())
+        rows.append([setup_name, label, f"{r['msgs_per_s']:,.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}",
+                     f"{r['server_cpu_us_per_msg']:.0f}", f"{r['client_cpu_us_per_msg']:.0f}", ratio_js, ratio_ap,
+                     per])
+    return table(["setup", "path", "msg/s", "p50 ms", "p99 ms", "server µs/msg", "client µs/msg", "x JS", "x Apache",
+                  "CPU µs/msg per process"], rows)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--nats-load":
+        nats_load_main(sys.argv[2:])
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=20000, help="timed messages per row")
+    ap.add_argument("--warmup", type=int, default=2000)
+    ap.add_argument("--depth", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--nats-procs", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated setups (" + ",".join(SETUPS) + ")")
+    ap.add_argument("--paths", default="", help="comma-separated path labels to keep (e.g. 'go remoting')")
+    ap.add_argument("--profile", type=Path, default=None, help="py-spy profiles of the RocketScope rows into DIR")
+    ap.add_argument("--profile-seconds", type=float, default=6.0)
+    ap.add_argument("--quick", action="store_true", help="2,000 messages, rs-async and js-r1 only")
+    ap.add_argument("--out", type=Path, default=RESULTS / "datapath.json")
+    args = ap.parse_args()
+    if args.quick:
+        args.messages, args.warmup = 2000, 500
+        args.only = args.only or "rs-async,js-r1"
+    chosen = [s for s in SETUPS if not args.only or s in args.only.split(",")]
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    progress(f"load average {os.getloadavg()}; setups {chosen}")
+    results: dict[str, dict[str, Any]] = {}
+    for name in chosen:
+        progress(f"starting {name}")
+        try:
+            with setup(name) as t:
+                progress(f"{name} up: {t.pids}")
+                for i, load in enumerate(LOADS[name]):
+                    if paths and load.label not in paths:
+                        continue
+                    topic = f"DP_{name.replace('-', '_')}_{i}"
+                    prof = (args.profile / f"{name}-{load.label.replace(' ', '-')}.txt"
+                            if args.profile and name.startswith("rs-") else None)
+                    key = f"{name} / {load.label}"
+                    try:
+                        r = run_load(load, t, topic, args, prof)
+                        r["loadavg"] = os.getloadavg()
+                    except Exception as exc:  # one failing row must not lose the others
+                        r = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+                    results[key] = r
+                    progress(f"{key}: " + (r["error"][:300] if "error" in r else
+                                           f"{r['msgs_per_s']:,.0f} msg/s p50 {r['p50_ms']:.1f} p99 "
+                                           f"{r['p99_ms']:.1f} ms, CPU µs/msg "
+                                           + json.dumps({k: round(v) for k, v in r['cpu_us_per_msg'].items()})
+                                           + f", failed {r['failed']}, load {r['loadavg'][0]:.1f}"))
+        except Exception as exc:
+            progress(f"{name} failed to start: {exc}")
+            results[f"{name} / (setup)"] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+    text = report(results, args)
+    print(text)
+    write_json({"messages": args.messages, "depth": args.depth, "batch": args.batch, "body": BODY,
+                "results": results, "table": text, "machine_end": machine_info()}, args.out)
+    progress(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
