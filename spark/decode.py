@@ -166,9 +166,31 @@ def drop_exact_duplicates(df: DataFrame) -> DataFrame:
     )
 
 
-def decode_trace(rows: DataFrame) -> DataFrame:
-    """Flat trace records (``RECORD_SCHEMA``) of the trace rows in ``rows``."""
+def decode_trace_python(rows: DataFrame) -> DataFrame:
+    """Flat trace records (``RECORD_SCHEMA``) of the trace rows in ``rows``, by the Python codec in ``mapInArrow``.
+
+    The reference for :func:`rocketscope.spark.sqldecode.decode_trace_sql`, which the jobs
+    use (no Python worker); selectable with ``decoder="python"``.
+    """
     return trace_rows(rows).select("body", "tags").mapInArrow(_decode_arrow, RECORD_SCHEMA)
+
+
+DECODERS = ("sql", "python")
+
+
+def decode_trace(rows: DataFrame, decoder: str = "sql") -> DataFrame:
+    """Flat trace records (``RECORD_SCHEMA``) of the trace rows in ``rows``.
+
+    ``sql`` (default): Spark SQL expressions in the JVM (spark/sqldecode.py); ``python``:
+    the Python codec through ``mapInArrow``.  Both give the same rows.
+    """
+    if decoder == "sql":
+        from rocketscope.spark.sqldecode import decode_trace_sql
+
+        return decode_trace_sql(rows)
+    if decoder == "python":
+        return decode_trace_python(rows)
+    raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
 
 
 def generation(term: Column, epoch: Column) -> Column:

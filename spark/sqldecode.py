@@ -1,0 +1,180 @@
+"""Trace bodies decoded by Spark SQL expressions in the JVM: no Python worker on the hot path.
+
+RocketMQ's trace text format (``rocketscope.trace.codec``) is two levels of separators:
+records end with ``\\x02``, fields within a record are separated by ``\\x01``.  Both
+levels are plain ``split`` calls, the numbers are ``try_cast``s guarded by the same
+integer pattern the codec uses, and the batched records of one trace message become rows
+with ``explode``.  The Python codec stays the reference: ``tests/test_spark_sqldecode.py``
+decodes a generated corpus with edge cases both ways and compares them row by row.
+
+The codec's compatibility rules are reproduced exactly (trace/codec.py documents them):
+
+* fields are split as Java's ``String.split`` does, trailing empty fields removed before
+  the field count is looked at (here: trailing ``\\x01`` stripped, then split);
+* the field count selects the layout (Pub 12/13/14+, SubBefore 7+, SubAfter 5..9+,
+  EndTransaction 13 or 14, Recall 7+);
+* the literal ``null`` in keys means empty;
+* a body with any malformed record of a known type (a missing or non-integer number, a
+  bad boolean, a message type out of range) is not trace data and is skipped whole, as
+  the Python decoder raises ``TraceDecodeError`` for it; records of unknown types are
+  skipped, the rest of the body kept.  Invalid UTF-8 skips the body too.
+
+The physical offset of a Pub comes from its offsetMsgId (trace/ids.py): 32 or 56 hex
+characters, the last 16 the big-endian int64 offset; IDs whose port or offset field no
+broker could have written give a null offset, as ``parse_offset_msg_id`` raises for them.
+
+Why it matters: the ``mapInArrow`` decoder spent 235 of the 707 s of all jobs at 10M
+messages moving bodies to Python and records back (docs/ANALYTICS.md, "Decoding").  The
+per-record validity test needs the whole body (one bad record drops its neighbours), so
+it runs as one ``forall`` over the split records before the ``explode``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from rocketscope.spark.schema import HA_EVENTS_TOPIC, RECORD_SCHEMA
+
+FIELD_SEP = "\x01"
+RECORD_SEP = "\x02"
+INTEGER = "^[+-]?[0-9]+\\z"
+"""``trace.codec._INTEGER_RE`` (fullmatch): ASCII digits with an optional sign, no spaces.
+
+``\\z``, not ``$``: Java's ``$`` also matches before a final line break, and the cast
+after it would then trim the break away and accept ``"12\\n"``, which the codec rejects.
+"""
+HEX_ID = "^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})\\z"
+
+
+def _field(f: Column, pos: int) -> Column:
+    """Field ``pos`` (0-based), null when absent; ``get`` does not fail past the end under ANSI mode."""
+    return F.get(f, pos)
+
+
+def _text(f: Column, pos: int) -> Column:
+    """A string field: absent trailing fields are empty (``_Fields.text``)."""
+    return F.coalesce(_field(f, pos), F.lit(""))
+
+
+def _nullable_text(f: Column, pos: int) -> Column:
+    """Tags and keys: Java writes a null value as the literal text ``null`` (``_Fields.nullable_text``)."""
+    value = _text(f, pos)
+    return F.when(value == "null", F.lit("")).otherwise(value)
+
+
+def _int_ok(f: Column, pos: int, kind: str = "int") -> Column:
+    """Field ``pos`` is present, an integer by the codec's pattern, and fits ``kind``."""
+    value = _field(f, pos)
+    return F.coalesce(value.rlike(INTEGER) & value.try_cast(kind).isNotNull(), F.lit(False))
+
+
+def _int(f: Column, pos: int, kind: str = "int") -> Column:
+    return _field(f, pos).try_cast(kind)
+
+
+def _bool_ok(f: Column, pos: int) -> Column:
+    """Java ``Boolean.parseBoolean`` on true/false/empty/null; anything else is not trace data."""
+    return F.coalesce(F.lower(_field(f, pos)).isin("true", "false", "", "null"), F.lit(False))
+
+
+def _bool(f: Column, pos: int) -> Column:
+    return F.lower(_field(f, pos)) == "true"
+
+
+def _msg_type_ok(f: Column, pos: int) -> Column:
+    return _int_ok(f, pos) & _int(f, pos).between(0, 4)
+
+
+def _valid(f: Column) -> Column:
+    """False for a record of a known type that the Python decoder would reject (the body is then skipped)."""
+    n = F.size(f)
+    kind = _field(f, 0)
+    pub = (
+        (n >= 12) & _int_ok(f, 1, "long") & _int_ok(f, 9) & _int_ok(f, 10) & _msg_type_ok(f, 11)
+        & F.when(n == 13, _bool_ok(f, 12)).when(n >= 14, _bool_ok(f, 13)).otherwise(F.lit(True))
+    )
+    sub_before = (n >= 7) & _int_ok(f, 1, "long") & _int_ok(f, 6)
+    sub_after = (
+        (n >= 5) & _int_ok(f, 3) & _bool_ok(f, 4)
+        & ((n < 7) | _int_ok(f, 6)) & ((n < 8) | _int_ok(f, 7, "long"))
+    )
+    end_tx = (
+        (n >= 13) & _int_ok(f, 1, "long") & _msg_type_ok(f, 9)
+        & F.when(n >= 14, _bool_ok(f, 13)).otherwise(_bool_ok(f, 12))
+    )
+    recall = (n >= 7) & _int_ok(f, 1, "long") & _bool_ok(f, 6)
+    return (
+        F.when(kind == "Pub", pub)
+        .when(kind == "SubBefore", sub_before)
+        .when(kind == "SubAfter", sub_after)
+        .when(kind == "EndTransaction", end_tx)
+        .when(kind == "Recall", recall)
+        .otherwise(F.lit(True))
+    )
+
+
+def phys_offset(offset_msg_id: Column) -> Column:
+    """The commit-log offset of an offsetMsgId (trace/ids.py ``parse_offset_msg_id``), null when invalid.
+
+    The port field (the 4 bytes after the 4- or 16-byte address) must be 0..65535 and the
+    offset field (the last 8 bytes) non-negative, both signed big-endian: as hex, the
+    port starts with ``0000`` and the offset with 0-7.
+    """
+    port_hex = F.when(F.length(offset_msg_id) == 32, F.substring(offset_msg_id, 9, 4)).otherwise(
+        F.substring(offset_msg_id, 33, 4))
+    offset_hex = F.substring(offset_msg_id, -16, 16)
+    ok = offset_msg_id.rlike(HEX_ID) & (port_hex == "0000") & F.substring(offset_hex, 1, 1).isin(*"01234567")
+    return F.when(ok, F.conv(offset_hex, 16, 10).try_cast("long"))
+
+
+def _records(body: Column) -> Column:
+    """The records of a body as arrays of fields, Java-split (trailing empty fields removed)."""
+    text = F.when(F.is_valid_utf8(body), body.cast("string"))
+    return F.transform(
+        F.split(text, RECORD_SEP, -1),
+        lambda chunk: F.split(F.regexp_replace(chunk, FIELD_SEP + "+\\z", ""), FIELD_SEP, -1),
+    )
+
+
+USED_TYPES = ("Pub", "SubBefore", "SubAfter")
+"""The record types the jobs read; EndTransaction and Recall are validated, then dropped."""
+
+
+def decode_trace_sql(rows: DataFrame) -> DataFrame:
+    """Flat trace records (``RECORD_SCHEMA``) of the trace rows in ``rows``, decoded in the JVM.
+
+    Same rows as the ``mapInArrow`` decoder (``rocketscope.spark.decode.decode_trace_python``)
+    over the same input, in no particular order.
+    """
+    bodies = rows.where(F.col("topic") != HA_EVENTS_TOPIC).select(
+        _records(F.col("body")).alias("recs"), F.col("tags").alias("origin_topic"))
+    f = F.col("f")
+    n = F.size(f)
+    kind = _field(f, 0)
+    is_pub, is_before, is_after = kind == "Pub", kind == "SubBefore", kind == "SubAfter"
+    omid = F.when(n >= 14, _text(f, 12)).otherwise(F.lit(""))
+    after_ts = F.when(n >= 8, _int(f, 7, "long"))
+    after_grp = _text(f, 8)
+    records = (
+        bodies.where(F.forall("recs", _valid))
+        .select(F.explode("recs").alias("f"), "origin_topic")
+        .where(kind.isin(*USED_TYPES))
+        .select(
+            kind.alias("rec_type"),
+            F.when(is_after, F.when(after_ts != 0, after_ts)).otherwise(_int(f, 1, "long")).alias("ts"),
+            F.when(is_after, F.when(after_grp != "", after_grp)).otherwise(_text(f, 3)).alias("grp"),
+            F.when(is_pub, _text(f, 4)).alias("topic"),
+            F.when(is_pub | is_before, _text(f, 5)).otherwise(_text(f, 2)).alias("msg_id"),
+            F.when(is_pub | is_before, _nullable_text(f, 7)).otherwise(_nullable_text(f, 5)).alias("keys"),
+            F.when(is_pub, _text(f, 8)).alias("store_host"),
+            F.when(is_pub, _int(f, 10)).when(is_after, _int(f, 3)).alias("cost_time"),
+            F.when(is_pub, F.when(n == 13, _bool(f, 12)).when(n >= 14, _bool(f, 13)).otherwise(F.lit(True)))
+            .when(is_after, _bool(f, 4)).alias("success"),
+            F.when(is_pub, F.when(omid != "", phys_offset(omid))).alias("phys_offset"),
+            F.when(is_before, _text(f, 4)).when(is_after, _text(f, 1)).alias("request_id"),
+            F.when(is_before, _int(f, 6)).alias("retry_times"),
+            "origin_topic",
+        )
+    )
+    return records.select([F.col(x.name).cast(x.dataType).alias(x.name) for x in RECORD_SCHEMA.fields])
