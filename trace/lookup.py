@@ -94,6 +94,10 @@ class TraceLookup:
             else:
                 records = await self._records_from_topic(admin, msg_id, trace_topic)
             stored = [m for m in await admin.query_message(msg_id, None) if m.msg_id == msg_id]
+            if not stored:
+                # a remoting cluster (Apache RocketMQ) indexes keys per topic: ask in the topics the records name
+                for topic in sorted({r.topic for r in records if getattr(r, "topic", "")}):
+                    stored += [m for m in await admin.query_message(msg_id, topic) if m.msg_id == msg_id]
             if not records:
                 if not stored:
                     raise TraceLookupError(f"unknown message id {msg_id}: no message and no trace records")
