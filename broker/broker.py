@@ -528,6 +528,9 @@ class Broker:
                                f"{where}.delivery_timestamp is only allowed on DELAY messages")
         if has_delay:
             deliver_ms = sp.delivery_timestamp.ToMilliseconds()
+            if not self.settings.timerWheelEnable and deliver_ms > time.time() * 1000:
+                raise RequestError(Code.UNSUPPORTED, f"{where}.delivery_timestamp: delayed messages are off on "
+                                                     "this broker (timerWheelEnable=false)")
             if deliver_ms - time.time() * 1000 > self.settings.timerMaxDelaySec * 1000:
                 raise RequestError(Code.ILLEGAL_DELIVERY_TIME,
                                    f"{where}.delivery_timestamp is more than timerMaxDelaySec "

@@ -96,6 +96,18 @@ BROKER_KEYS: list[Key] = [
         check=positive),
     Key("transactionCheckInterval", int, 30000, "ms between check-backs of one half message", check=positive),
     Key("timerMaxDelaySec", int, 3 * 24 * 3600, "largest delay a message may ask for, seconds", check=positive),
+    Key("timerWheelEnable", bool, True, "accept delayed messages (5.x delivery time, remoting DELAY level) into the "
+        "disk-backed timer wheel; false refuses them naming this key (broker/timer.py)"),
+    Key("timerPrecisionMs", int, 1000, "width of one timer-wheel slot, ms; the wheel holds 604800 slots "
+        "(7 days at 1000 ms). Changing it rebuilds the timer index from the timer topic",
+        check=lambda v: None if 10 <= v <= 60_000 else "must be 10 to 60000"),
+    Key("timerRollWindowSlot", int, 2 * 24 * 3600, "slots ahead a delayed message is placed at most; a longer "
+        "delay is written again into the timer topic when the window reaches it (roll)",
+        check=lambda v: None if 0 < v < 7 * 24 * 3600 else "must be 1 to 604799 (the wheel's slots)"),
+    Key("timerFlushIntervalMs", int, 1000, "ms between syncs of the timer log, wheel and checkpoint",
+        check=positive),
+    Key("timerProgressReplicateIntervalMs", int, 1000, "ms between the writer's delivery-progress records in the "
+        "timer topic, so a new writer after a failover re-checks little (RocketScope)", check=positive),
     Key("traceTopicEnable", bool, False, "create the trace topic on this broker"),
     Key("msgTraceTopicName", str, "RMQ_SYS_TRACE_TOPIC", "name of the trace topic"),
     Key("traceOn", bool, True, "tell clients to write trace records (TRACE_ON)"),

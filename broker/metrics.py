@@ -360,11 +360,7 @@ class BrokerMetrics:
         self._lag(snap)
         self._storage(snap)
         self._ha(snap)
-        timing: dict[str, int] = {}
-        for off in b.timer.by_msg_id.values():
-            msg = None if len(timing) > 1000 else b.store.message_at("rmq_sys_wheel_timer", 0, off)
-            topic = msg.properties.get("REAL_TOPIC", "") if msg else ""
-            timing[topic] = timing.get(topic, 0) + 1
+        timing = b.timer.pending_by_topic()  # kept by the timer index per topic (broker/timer_store.py)
         snap["rocketmq_timing_messages"] = [(n, {"topic": t}) for t, n in timing.items()]
         halves: dict[str, int] = {}
         for half in b.transactions.pending.values():

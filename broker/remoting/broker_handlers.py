@@ -317,6 +317,9 @@ class RemotingBroker:
                 if batch:
                     raise HeaderError(f"batch message {i} asks for a delay; batches cannot be delayed",
                                       RC.MESSAGE_ILLEGAL)
+                if not b.settings.timerWheelEnable and deliver_ms > now_ms:
+                    raise HeaderError("accurate timer message is not enabled, timerWheelEnable is false",
+                                      RC.MESSAGE_ILLEGAL)  # RocketMQ's WHEEL_TIMER_NOT_ENABLE answer
                 if deliver_ms - now_ms > b.settings.timerMaxDelaySec * 1000:
                     raise HeaderError(f"delay of {deliver_ms - now_ms} ms exceeds timerMaxDelaySec "
                                       f"({b.settings.timerMaxDelaySec} s)", RC.MESSAGE_ILLEGAL)
