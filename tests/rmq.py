@@ -20,6 +20,8 @@ from rocketmq import (
 )
 from rocketmq.v5.exception.client_exception import BadRequestException
 
+from rocketscope.trace.client_trace import close_client_metrics
+
 
 def config(endpoint: str) -> ClientConfiguration:
     return ClientConfiguration(endpoint, Credentials())
@@ -47,6 +49,7 @@ def producer(endpoint: str, *topics: str) -> Iterator[Producer]:
         yield p
     finally:
         p.shutdown()
+        close_client_metrics(p)
 
 
 @contextmanager
@@ -58,6 +61,7 @@ def simple_consumer(endpoint: str, group: str, topic: str, await_s: int = 2,
         yield c
     finally:
         c.shutdown()
+        close_client_metrics(c)
 
 
 def drain(consumer: SimpleConsumer, expected: int, timeout: float = 30.0, invisible_s: int = 30,
@@ -128,3 +132,4 @@ def push_consumer(endpoint: str, group: str, topic: str, listener: MessageListen
         yield c
     finally:
         c.shutdown()
+        close_client_metrics(c)

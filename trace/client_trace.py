@@ -130,6 +130,7 @@ class _TraceSender:
                 _check_route(producer, self.trace_topic)
             except BaseException:
                 producer.shutdown()
+                close_client_metrics(producer)
                 raise
             self._producer = producer
 
@@ -151,6 +152,7 @@ class _TraceSender:
         if self._producer is not None:
             try:
                 self._producer.shutdown()
+                close_client_metrics(self._producer)
             finally:
                 self._producer = None
 
@@ -191,6 +193,25 @@ def _client_meter(client: Any) -> Any:
         return provider.get_meter("rocketscope.trace")
     except Exception:  # a client version without this pipeline: keep the global meter
         return None
+
+
+def close_client_metrics(client: Any, timeout_ms: int = 5_000) -> None:
+    """Push the official client's metrics one last time and stop their pipeline.
+
+    The official Python client (rocketmq 5.1.2) stops its MeterProvider only when the broker turns
+    client metrics off, never at ``shutdown()``: what was recorded since the last periodic push
+    (every 60 s there) reaches the broker only at interpreter exit, when the broker may be gone,
+    and the process then logs "Failed to export metrics" for each such client.  Called after the
+    client's own shutdown; harmless when client metrics are off."""
+    metrics_ = getattr(client, "client_metrics", None) or getattr(client, "_Client__client_metrics", None)
+    provider = getattr(metrics_, "_ClientMetrics__meter_provider", None)
+    if provider is None:
+        return
+    try:
+        provider.force_flush(timeout_ms)
+        provider.shutdown(timeout_millis=timeout_ms)
+    except Exception as exc:  # the last push failing must not turn a clean shutdown into an error
+        log.info("client metrics: last push failed at shutdown: %s", exc)
 
 
 def _bind_counters(client: Any, disp: AsyncTraceDispatcher) -> None:
@@ -276,6 +297,7 @@ def instrument(client: C, trace_topic: str | None = None, *, dispatcher: AsyncTr
             if dispatcher is None:
                 disp.close()
             sender.close()
+            close_client_metrics(client)  # the trace counters ride the client's metrics push
 
     client.shutdown = shutdown  # type: ignore[attr-defined]
     return client
