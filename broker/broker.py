@@ -47,6 +47,7 @@ from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offset_log import OffsetLog
 from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
+from .pop_log import PopStateLog
 from .pull import PullService
 from .remoting.broker_handlers import bind_broker_port
 from .security import AclInterceptor, SecurityConfig, bind_listener
@@ -230,6 +231,8 @@ class Broker:
             task = OffsetLog(self).start()
             if task is not None:
                 self._tasks.append(task)
+            if s.popStateReplicate:  # hand-outs and acks through the replicated log too
+                self._tasks.append(PopStateLog(self).start())
         sec = self.security
         self.acl_guard = sec.guard(s.msgTraceTopicName, self.telemetry.counter("rocketmq_acl_denied_total"))
         interceptors = [AclInterceptor(self.acl_guard)] if self.acl_guard else []
@@ -360,6 +363,7 @@ class Broker:
             await self.replication_slave.stop()
             self.store.trim_torn_tail()  # the copy may end inside a record or a segment's filler
             self._role, self._broker_id = role, 0
+            self.pop.take_over()
             self.timer.recover()
             self.transactions.recover()
         elif role == "SLAVE" and self.is_master:
@@ -420,7 +424,7 @@ class Broker:
         """Raft role or leader changed: re-register, and a new leader takes over the write-side services."""
         self.ha_events.node = self.node_id
         if self.is_master:
-            self.pop.states.clear()  # reload from the offsets synced from the old leader
+            self.pop.take_over()  # POP state from the replicated log (or the offsets synced from the old leader)
             self.timer.recover()
             self.transactions.recover()
         self.namesrv.register_now()

@@ -51,6 +51,7 @@ POP_ERROR_CODES = {
     "MESSAGE_NOT_FOUND": Code.MESSAGE_NOT_FOUND,
 }
 # RocketMQ's delay levels 3..18: the default retry back-off of a push consumer
+ACK_WAIT_S = 3.0  # longest an ack waits for a new writer to catch up, or for its record to be replicated
 DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 
 
@@ -427,6 +428,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             raise RequestError(Code.BAD_REQUEST, "entries is empty")
         resp = svc.AckMessageResponse()
         codes = set()
+        # a new writer first learns what its predecessors handed out (broker/pop_log.py); bounded wait
+        await self.broker.pop.until_ready(ACK_WAIT_S)
         for i, entry in enumerate(request.entries):
             try:
                 self.broker.ack(request.group.name, entry.receipt_handle, entry.message_id,
@@ -436,6 +439,17 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 st = status(POP_ERROR_CODES.get(exc.kind, Code.BAD_REQUEST), f"entries[{i}].receipt_handle: {exc}")
             codes.add(st.code)
             resp.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
+        remaining = context.time_remaining()
+        wait_s = ACK_WAIT_S if remaining is None else max(0.01, min(ACK_WAIT_S, remaining - 0.05))
+        if Code.OK in codes and not await self.broker.pop.durable(wait_s):
+            # not in the replicated log: a new writer would hand the message out again, so the ack is not
+            # confirmed; "the leader may have changed" makes a forwarding member retry at the new writer
+            codes.discard(Code.OK)
+            codes.add(Code.HA_NOT_AVAILABLE)
+            for e in resp.entries:
+                if e.status.code == Code.OK:
+                    e.status.CopyFrom(status(Code.HA_NOT_AVAILABLE, "ack not replicated, the leader may have "
+                                                                    "changed; retry"))
         if codes == {Code.OK}:
             resp.status.CopyFrom(status())
         elif len(codes) == 1:
@@ -450,6 +464,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self._group(request.group.name)
         check_topic(request.topic.name)
         invisible = self._invisible_ms(request.invisible_duration.ToMilliseconds(), "invisible_duration", 0)
+        await self.broker.pop.until_ready(ACK_WAIT_S)
         try:
             handle = self.broker.change_invisible(request.group.name, request.receipt_handle, invisible,
                                                   request.message_id)

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .groups import GroupManager
 from .offsets import OffsetManager
@@ -93,6 +94,32 @@ class QueueState:
         # nothing below next_pop can stay un-acked without being in flight (except retry scans)
         return moved
 
+    def advance_to(self, offset: int) -> None:
+        """Everything below ``offset`` is acked (a committed offset learnt from the replicated log)."""
+        if offset <= self.committed:
+            return
+        self.committed = offset
+        self.next_pop = max(self.next_pop, offset)
+        self.acked = {o for o in self.acked if o >= offset}
+        self.inflight = {o: e for o, e in self.inflight.items() if o >= offset}
+        self.attempts = {o: n for o, n in self.attempts.items() if o >= offset}
+        while self.committed in self.acked:
+            self.acked.discard(self.committed)
+            self.committed += 1
+
+
+class PopJournal(Protocol):
+    """Where a replicated broker records POP state changes (broker/pop_log.py)."""
+
+    def op(self, kind: str, group: str, topic: str, queue_id: int, offset: int, committed: int,
+           *extra: int) -> None: ...
+
+    def ready(self) -> bool: ...
+
+    def take_over(self) -> None: ...
+
+    async def durable(self, timeout_s: float) -> bool: ...
+
 
 @dataclass
 class Delivery:
@@ -125,6 +152,8 @@ class PopService:
         self.trace: TraceHooks = NoTrace()
         self.on_dead_letter: Callable[[str, StoredMessage], None] | None = None
         self.writable: Callable[[], bool] = lambda: True
+        # DLedger and controller mode: every state change goes through the replicated log (broker/pop_log.py)
+        self.journal: PopJournal | None = None
         store.dispatch_listeners.append(self._on_dispatch)
 
     # --------------------------------------------------------------- lifecycle
@@ -141,6 +170,48 @@ class PopService:
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    # ------------------------------------------------------ replicated state
+    def ready(self) -> bool:
+        """False while a new writer has not yet seen every record its predecessors committed."""
+        return self.journal is None or self.journal.ready()
+
+    async def until_ready(self, timeout_s: float) -> bool:
+        """Wait (bounded) until ``ready``: an ack reaching a new writer waits for its predecessors' records."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ready():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    async def durable(self, timeout_s: float) -> bool:
+        """Wait until every state change so far is in the replicated log; True at once when not replicated."""
+        return True if self.journal is None else await self.journal.durable(timeout_s)
+
+    def take_over(self) -> None:
+        """This node became the writer: POP state comes from the replicated journal, or starts afresh."""
+        if self.journal is not None:
+            self.journal.take_over()
+        else:
+            self.states.clear()  # reload from the offsets synced from the old writer
+
+    def adopt(self, states: dict[tuple[str, str, int], QueueState]) -> None:
+        """Serve from ``states`` (rebuilt from the replicated log): deadlines and receipt sequence follow them."""
+        self.states = states
+        self._deadlines = []
+        top = self.now_ms() * 1000
+        for (group, topic, qid), st in states.items():
+            committed = self.offsets.get(group, topic, qid)
+            if committed is not None:
+                st.advance_to(committed)
+            marks = list(st.inflight) + list(st.acked)
+            st.next_pop = max(st.committed, st.next_pop, max(marks) + 1 if marks else 0)
+            for off, entry in st.inflight.items():
+                heapq.heappush(self._deadlines, (entry.deadline_ms, entry.seq, group, topic, qid, off))
+                top = max(top, entry.seq + 1)
+        self._seq = itertools.count(top)  # never reissue a predecessor's receipt sequence
+        self._revive_wake.set()
 
     # ------------------------------------------------------------------ states
     def state(self, group: str, topic: str, queue_id: int) -> QueueState:
@@ -159,6 +230,13 @@ class PopService:
     def _commit(self, group: str, topic: str, queue_id: int, st: QueueState) -> None:
         self.offsets.commit(group, topic, queue_id, st.committed)
 
+    def _mark_acked(self, group: str, topic: str, queue_id: int, st: QueueState, offset: int) -> bool:
+        """``st.mark_acked`` plus its record in the replicated journal (DLedger and controller mode)."""
+        moved = st.mark_acked(offset)
+        if self.journal is not None:
+            self.journal.op("a", group, topic, queue_id, offset, st.committed)
+        return moved
+
     # --------------------------------------------------------------- hand out
     def _hand_out(self, group: str, st: QueueState, topic: str, queue_id: int, msg: StoredMessage,
                   invisible_ms: int) -> Delivery:
@@ -167,6 +245,8 @@ class PopService:
         deadline = now + invisible_ms
         st.inflight[msg.queue_offset] = Inflight(seq, deadline, now)
         heapq.heappush(self._deadlines, (deadline, seq, group, topic, queue_id, msg.queue_offset))
+        if self.journal is not None:
+            self.journal.op("h", group, topic, queue_id, msg.queue_offset, st.committed, seq, deadline)
         handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline)
         attempt = msg.reconsume_times + 1 + st.attempts.get(msg.queue_offset, 0)
         return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg), request_id(seq))
@@ -179,6 +259,8 @@ class PopService:
         of the topic on this broker is served, starting from a rotating position so queues
         are drained fairly; the queue a client named only chose this broker.
         """
+        if not self.ready():
+            return []  # a new writer: what its predecessors handed out and acked is not all known yet
         fifo = self.is_fifo(group)
         out = [] if fifo else self._pop_retries(group, topic, batch, invisible_ms, tags)
         if not queue_ids:
@@ -197,13 +279,18 @@ class PopService:
 
     def _pop_fifo_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
                         tags: set[str] | None) -> list[Delivery]:
-        """FIFO: at most one message of each message group in flight, in queue order.
+        """FIFO: one run of each message group's messages in flight at a time, in queue order.
 
         The scan starts at the committed offset; a message group with a message in flight
-        (or an earlier message not yet acked) is blocked, so its next message is handed
-        out only after the previous one is acked or dead-lettered.  Messages without a
-        message group are not ordered.  Redelivery happens in place (same offset), never
-        through the retry topic, which would break the order.
+        from an earlier receive (or an earlier message not yet acked) is blocked, so its
+        next messages are handed out only after those are acked or dead-lettered.  One
+        receive hands out a group's consecutive messages together, in order, as RocketMQ's
+        orderly POP does and as the official clients expect (their FIFO push consumption
+        runs a batch's messages of one group one after the other): one message per group
+        and receive let a SimpleConsumer that polls several topics fall hundreds of
+        messages behind its producer (tests/chaos, the "fifo_stalled" failures).  Messages
+        without a message group are not ordered.  Redelivery happens in place (same
+        offset), never through the retry topic, which would break the order.
         """
         st = self.state(group, topic, queue_id)
         end = self.store.max_offset(topic, queue_id)
@@ -217,7 +304,7 @@ class PopService:
             returned = {m.queue_offset for m in got.messages}
             for off in range(pos, got.next_offset):
                 if off not in returned and off >= st.committed and off not in st.inflight:
-                    moved |= st.mark_acked(off)  # unreadable entry: nothing to deliver
+                    moved |= self._mark_acked(group, topic, queue_id, st, off)  # unreadable entry: nothing to deliver
             for msg in got.messages:
                 scanned += 1
                 off = msg.queue_offset
@@ -225,11 +312,10 @@ class PopService:
                     continue
                 key = msg.properties.get(SHARDING_KEY) or f"#{off}"
                 if off in st.inflight or key in blocked:
-                    blocked.add(key)
+                    blocked.add(key)  # in flight from an earlier receive: the rest of its group waits
                     continue
-                blocked.add(key)
                 if tags is not None and msg.tags not in tags:
-                    moved |= st.mark_acked(off)
+                    moved |= self._mark_acked(group, topic, queue_id, st, off)
                     continue
                 out.append(self._hand_out(group, st, topic, queue_id, msg, invisible_ms))
                 if len(out) >= batch:
@@ -252,14 +338,14 @@ class PopService:
         moved = False
         for msg in got.messages:
             if tags is not None and msg.tags not in tags:
-                moved |= st.mark_acked(msg.queue_offset)
+                moved |= self._mark_acked(group, topic, queue_id, st, msg.queue_offset)
                 continue
             out.append(self._hand_out(group, st, topic, queue_id, msg, invisible_ms))
         # entries the store skipped (unreadable, corrupt) are consumed too: nothing to deliver
         returned = {m.queue_offset for m in got.messages}
         for off in range(st.next_pop, got.next_offset):
             if off not in returned and off not in st.inflight and off >= st.committed and off not in st.acked:
-                moved |= st.mark_acked(off)
+                moved |= self._mark_acked(group, topic, queue_id, st, off)
         st.next_pop = max(st.next_pop, got.next_offset)
         if moved:
             self._commit(group, topic, queue_id, st)
@@ -288,7 +374,7 @@ class PopService:
                 if off in st.inflight or off in st.acked or origin_topic(msg) != topic:
                     continue
                 if tags is not None and msg.tags not in tags:
-                    moved |= st.mark_acked(off)
+                    moved |= self._mark_acked(group, rtopic, 0, st, off)
                     continue
                 out.append(self._hand_out(group, st, rtopic, 0, msg, invisible_ms))
                 if len(out) >= batch:
@@ -307,6 +393,9 @@ class PopService:
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
+            if not self.ready():
+                await asyncio.sleep(min(remaining, 0.01))
+                continue
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             qw = self._topic_waiters.setdefault(topic, set())
             gw = self._group_waiters.setdefault(group, set())
@@ -342,6 +431,8 @@ class PopService:
         """Set a group's committed offset (UpdateOffset, admin reset); in-flight hand-outs are dropped."""
         self.states[(group, topic, queue_id)] = QueueState(offset, offset)
         self.offsets.commit(group, topic, queue_id, offset)
+        if self.journal is not None:
+            self.journal.op("c", group, topic, queue_id, offset, offset)
 
     def _on_dispatch(self, msg: StoredMessage) -> None:
         if msg.topic.startswith(RETRY_PREFIX):
@@ -378,7 +469,7 @@ class PopService:
         """Acknowledge one hand-out; return its handle and when it was handed out (ms)."""
         handle, st = self._resolve(group, handle_text)
         handed_ms = st.inflight[handle.offset].handed_ms
-        if st.mark_acked(handle.offset):
+        if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
         if self.is_fifo(group):
             self._wake_topic(handle.topic)  # the message group's next message is now visible
@@ -390,6 +481,8 @@ class PopService:
         deadline = self.now_ms() + invisible_ms
         st.inflight[handle.offset] = Inflight(seq, deadline)
         heapq.heappush(self._deadlines, (deadline, seq, group, handle.topic, handle.queue_id, handle.offset))
+        if self.journal is not None:
+            self.journal.op("h", group, handle.topic, handle.queue_id, handle.offset, st.committed, seq, deadline)
         self._revive_wake.set()
         return ReceiptHandle(self.broker_name, handle.topic, handle.queue_id, handle.offset, seq, deadline).encode()
 
@@ -399,7 +492,7 @@ class PopService:
         if msg is None:
             raise PopError("MESSAGE_NOT_FOUND", "the message of this receipt_handle is no longer stored")
         await self._to_dlq(group, msg)
-        if st.mark_acked(handle.offset):
+        if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
         self._wake_topic(handle.topic)
         return msg
@@ -418,7 +511,7 @@ class PopService:
                 log.exception("revive pass failed; will retry")
 
     async def revive_due(self) -> int:
-        if not self.writable():
+        if not self.writable() or not self.ready():
             return 0
         now = self.now_ms()
         revived = 0
@@ -450,6 +543,8 @@ class PopService:
             if self.is_fifo(group) and not topic.startswith(RETRY_PREFIX) and redelivered < max_times:
                 st.inflight.pop(offset, None)  # redeliver in place, keeping the group's order
                 st.attempts[offset] = st.attempts.get(offset, 0) + 1
+                if self.journal is not None:
+                    self.journal.op("r", group, topic, qid, offset, st.committed)
                 self._wake_topic(topic)
                 return True
             if redelivered >= max_times:
@@ -457,7 +552,7 @@ class PopService:
                     return False
             elif not await self._to_retry(group, msg):
                 return False
-        if st.mark_acked(offset):
+        if self._mark_acked(group, topic, qid, st, offset):
             self._commit(group, topic, qid, st)
         return True
 
