@@ -149,8 +149,11 @@ class RemotingCommand:
 def _json_header(cmd: RemotingCommand) -> bytes:
     """fastjson's form: keys in alphabetical order, nulls left out, every extFields value a string."""
     obj: dict[str, Any] = {"code": cmd.code}
-    if cmd.ext_fields is not None:
-        obj["extFields"] = {str(k): str(v) for k, v in cmd.ext_fields.items() if v is not None}
+    ext = cmd.ext_fields
+    if ext is not None:
+        # the common case (every key and value already a string) is kept as is: no copy per answer
+        obj["extFields"] = ext if all(type(v) is str for v in ext.values()) and all(type(k) is str for k in ext) \
+            else {str(k): str(v) for k, v in ext.items() if v is not None}
     obj["flag"] = cmd.flag
     obj["language"] = cmd.language
     obj["opaque"] = cmd.opaque
@@ -243,13 +246,16 @@ def _decode_json(header: bytes) -> RemotingCommand:
     if ext_raw is not None:
         if not isinstance(ext_raw, dict):
             raise FrameError("JSON header field extFields is not an object", opaque)
-        ext = {}
-        for k, v in ext_raw.items():
-            if v is None:
-                continue
-            if isinstance(v, dict | list):
-                raise FrameError(f"extFields value of {k} is not a string", opaque)
-            ext[str(k)] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        if all(type(v) is str for v in ext_raw.values()):
+            ext = ext_raw  # what every client sends: JSON object keys are strings already
+        else:
+            ext = {}
+            for k, v in ext_raw.items():
+                if v is None:
+                    continue
+                if isinstance(v, dict | list):
+                    raise FrameError(f"extFields value of {k} is not a string", opaque)
+                ext[str(k)] = ("true" if v else "false") if isinstance(v, bool) else str(v)
     lang = obj.get("language", "JAVA")
     if isinstance(lang, int) and not isinstance(lang, bool):
         lang = LANGUAGES[lang] if 0 <= lang < len(LANGUAGES) else "OTHER"
@@ -258,11 +264,15 @@ def _decode_json(header: bytes) -> RemotingCommand:
     remark = obj.get("remark")
     if remark is not None and not isinstance(remark, str):
         remark = str(remark)
-    known = {"code", "extFields", "flag", "language", "opaque", "remark", "version", "serializeTypeCurrentRPC"}
     return RemotingCommand(code=code, ext_fields=ext, remark=remark, opaque=_int_field(obj, "opaque", 0, opaque),
                            flag=_int_field(obj, "flag", 0, opaque), language=lang,
                            version=_int_field(obj, "version", 0, opaque),
-                           extra={k: v for k, v in obj.items() if k not in known})
+                           extra={k: v for k, v in obj.items() if k not in _KNOWN_JSON_KEYS}
+                           if len(obj) > len(obj.keys() & _KNOWN_JSON_KEYS) else {})
+
+
+_KNOWN_JSON_KEYS = frozenset({"code", "extFields", "flag", "language", "opaque", "remark", "version",
+                              "serializeTypeCurrentRPC"})
 
 
 def _decode_binary(header: bytes) -> RemotingCommand:
