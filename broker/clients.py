@@ -28,7 +28,10 @@ class ClientInfo:
     address: str = ""
     topics: set[str] = field(default_factory=set)
     last_seen: float = field(default_factory=time.time)
-    outbox: asyncio.Queue[object] | None = None  # server-to-client Telemetry commands
+    outbox: asyncio.Queue[object] | None = None  # server-to-client Telemetry commands (the newest stream's)
+    # every open Telemetry stream of this client: the official client opens one per set of endpoints a
+    # route names, so a route change leaves it with several (the newest one is used)
+    outboxes: list[asyncio.Queue[object]] = field(default_factory=list)
 
     @property
     def type_name(self) -> str:
@@ -57,6 +60,23 @@ class ClientRegistry:
             log.info("client connected: id=%s type=%s group=%s language=%s address=%s", client_id, info.type_name,
                      info.group or "-", info.language or "-", info.address or "-")
         return info
+
+    def attach(self, client_id: str, outbox: asyncio.Queue[object]) -> ClientInfo:
+        """A Telemetry stream of ``client_id`` opened here (or was relayed here by another member)."""
+        info = self.touch(client_id)
+        info.outboxes.append(outbox)
+        info.outbox = outbox
+        log.info("telemetry stream of client %s opened (%d open)", client_id, len(info.outboxes))
+        return info
+
+    def detach(self, client_id: str, outbox: asyncio.Queue[object]) -> None:
+        """That stream ended; commands go to the client's newest stream still open, if any."""
+        info = self.clients.get(client_id)
+        if info is None or outbox not in info.outboxes:
+            return
+        info.outboxes.remove(outbox)
+        info.outbox = info.outboxes[-1] if info.outboxes else None
+        log.info("telemetry stream of client %s closed (%d open)", client_id, len(info.outboxes))
 
     def remove(self, client_id: str, reason: str) -> None:
         info = self.clients.pop(client_id, None)

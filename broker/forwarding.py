@@ -338,32 +338,140 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
 
     async def stream_stream(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
                             ) -> AsyncIterator[Any]:
-        fwd = broker.forwarder
-        try:
-            addr = await fwd.target(method_name, context)
-        except NoLeader as exc:
-            yield error(exc)
-            return
-        if addr is None:
+        if FORWARDED_HEADER in request_metadata(context):
+            # a member relays a client's stream here: serve it, the relaying member follows the writer
             async for item in handler(request_iterator, context):
                 yield item
             return
-        call = fwd._channel(addr).stream_stream(path, request_serializer=lambda m: m.SerializeToString(),
-                                                response_deserializer=resp_type.FromString)
+        relay = StreamRelay(broker, method_name, path, handler, request_type, resp_type, context)
+        async for item in relay.run(request_iterator):
+            yield item
+    return stream_stream
 
-        async def upstream() -> AsyncIterator[Any]:
+
+LOCAL = ""  # StreamRelay target: this node serves the stream itself
+
+
+class StreamRelay:
+    """A client's Telemetry stream that follows the writer for as long as the client keeps it open (issue 15).
+
+    The writer asks a producer to check a transaction back, and pushes settings, down the
+    producer's Telemetry stream; the official Python client opens that stream once per set
+    of endpoints and does not open it again when it ends (only its settings sync, every
+    300 s, notices).  A stream pinned to whichever node was the writer when it opened
+    therefore left every new writer without a way to reach the producer: half messages
+    recovered after a leader change were never checked back (the chaos harness'
+    ``tx_unchecked``).  Here the member the client reached keeps the client's side open
+    and serves it itself while it is the writer, else relays it to the writer, and moves
+    the relay (replaying the client's last Settings, so the new writer registers it) when
+    the writer changes.  Only a kill of this member ends the client's stream.
+    """
+
+    def __init__(self, broker: Broker, method: str, path: str, handler: Callable[..., Any], request_type: type,
+                 resp_type: type, context: grpc.aio.ServicerContext) -> None:
+        self.broker = broker
+        self.fwd = broker.forwarder
+        self.method, self.path, self.handler = method, path, handler
+        self.request_type, self.resp_type = request_type, resp_type
+        self.context = context
+        self.out: asyncio.Queue[Any] = asyncio.Queue()
+        self.up: asyncio.Queue[Any] = asyncio.Queue()  # the current attempt's upstream
+        self.last_settings: Any = None
+        self.client_done = False
+        self.moves = 0
+
+    def target(self) -> str | None:
+        """LOCAL when this node is the writer, the writer's address, or None when unknown now."""
+        if self.broker.is_master:
+            return LOCAL
+        return self.fwd.writer_now()
+
+    async def _read_client(self, request_iterator: AsyncIterator[Any]) -> None:
+        try:
             async for item in request_iterator:
-                if isinstance(item, request_type):
-                    yield item
+                if isinstance(item, self.request_type) and item.WhichOneof("command") == "settings":
+                    self.last_settings = item
+                await self.up.put(item)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        finally:
+            self.client_done = True
+            await self.up.put(None)
 
-        stream = call(upstream(), metadata=fwd.metadata(context))
+    @staticmethod
+    async def _drain(up: asyncio.Queue[Any], remote: bool, request_type: type) -> AsyncIterator[Any]:
+        while True:
+            item = await up.get()
+            if item is None:
+                return
+            if remote and not isinstance(item, request_type):
+                continue  # an unparseable command is answered by a local handler only
+            yield item
+
+    async def _pump(self, target: str, up: asyncio.Queue[Any]) -> None:
+        if target == LOCAL:
+            async for item in self.handler(self._drain(up, False, self.request_type), self.context):
+                await self.out.put(item)
+            return
+        call = self.fwd._channel(target).stream_stream(self.path, request_serializer=lambda m: m.SerializeToString(),
+                                                       response_deserializer=self.resp_type.FromString)
+        stream = call(self._drain(up, True, self.request_type), metadata=self.fwd.metadata(self.context),
+                      wait_for_ready=True)
         try:
             async for item in stream:
-                yield item
-        except grpc.aio.AioRpcError as exc:
-            log.info("forwarded %s stream to %s ended: %s", method_name, addr, exc.code().name)
+                await self.out.put(item)
         finally:
             with contextlib.suppress(Exception):
                 stream.cancel()
+
+    async def _attempts(self) -> None:
+        first = True
+        try:
+            while not self.client_done:
+                target = self.target()
+                if target is None:
+                    await asyncio.sleep(WATCH_S)
+                    continue
+                if not first:
+                    self.up = asyncio.Queue()
+                    if self.last_settings is not None:
+                        await self.up.put(self.last_settings)  # the new writer registers the client from it
+                first = False
+                up = self.up
+                began = time.monotonic()
+                task = asyncio.ensure_future(self._pump(target, up))
+                try:
+                    while not task.done():
+                        await asyncio.wait({task}, timeout=WATCH_S)
+                        now = self.target()
+                        if now is not None and now != target:
+                            self.moves += 1
+                            log.info("%s stream of %s follows the writer: %s -> %s", self.method,
+                                     request_metadata(self.context).get("x-mq-client-id", "?"),
+                                     target or "this node", now or "this node")
+                            break
+                finally:
+                    if not task.done():
+                        await up.put(None)
+                        task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+                if not self.client_done:  # an attempt that ended at once (writer refusing, going away): back off
+                    await asyncio.sleep(RETRY_PAUSE_S if time.monotonic() - began > 1.0 else 0.5)
+        finally:
+            await self.out.put(None)
+
+    async def run(self, request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        reader = asyncio.ensure_future(self._read_client(request_iterator))
+        manager = asyncio.ensure_future(self._attempts())
+        try:
+            while True:
+                item = await self.out.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            for t in (manager, reader):
+                t.cancel()
             await asyncio.sleep(0)
-    return stream_stream
+

@@ -242,9 +242,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             yield svc.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED, "metadata x-mq-client-id is missing"))
             return
         self._client(context)
-        client = self.broker.clients.clients[cid]
         outbox: asyncio.Queue[object] = asyncio.Queue()
-        client.outbox = outbox
+        self.broker.clients.attach(cid, outbox)
 
         async def reader() -> None:
             try:
@@ -266,8 +265,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 yield item  # type: ignore[misc]
         finally:
             task.cancel()
-            if client.outbox is outbox:
-                client.outbox = None
+            self.broker.clients.detach(cid, outbox)
 
     async def _on_telemetry(self, cmd: svc.TelemetryCommand, cid: str, outbox: asyncio.Queue[object]) -> None:
         if isinstance(cmd, Unparseable):
