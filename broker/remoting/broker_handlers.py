@@ -165,6 +165,8 @@ class RemotingBroker:
         s = broker.settings
         port = s.remotingListenPort or s.listenPort
         self.store_addr = f"{s.brokerIP1}:{port}"
+        # offset_msg_id(store_addr, offset) is this prefix + the offset as 16 hex digits: built once, not per send
+        self._msg_id_prefix = offset_msg_id(self.store_addr, 0)[:-16]
         self.delay_levels_ms = parse_delay_levels(s.messageDelayLevel)
         self.consumers: dict[str, dict[str, RemoteClient]] = {}
         self.producers: dict[str, dict[str, RemoteClient]] = {}
@@ -406,7 +408,7 @@ class RemotingBroker:
             if res.message is not None:
                 b.trace_hooks.on_stored(res.message, client_id=cid, client_traced=False, cost_ms=cost_ms,
                                         status=res.status.value)
-                ids.append(offset_msg_id(self.store_addr, res.message.physical_offset))
+                ids.append(f"{self._msg_id_prefix}{res.message.physical_offset:016X}")
                 first = first or res.message
         code = next((c for c in codes if c != RC.SUCCESS), RC.SUCCESS)
         if first is None:
