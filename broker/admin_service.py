@@ -194,6 +194,7 @@ class BrokerAdminService(admin_pb2_grpc.BrokerAdminServicer):
             "topicNumber": str(len(b.topics.topics)), "consumerGroupNumber": str(len(b.groups.groups)),
             "clients": str(len(b.clients.clients)), "bootTimestamp": str(int(b.started_at * 1000)),
             "flushDiskType": b.settings.flushDiskType, "corruptRanges": str(len(store.commit_log.corrupt)),
+            **b.timer.status(),  # RocketMQ's runtime info has timer* keys too (timerOffsetBehind, ...)
         }
         return admin_pb2.BrokerStatusResponse(status=ok(), table=table)
 

@@ -167,6 +167,7 @@ class TimerService:
         if self.index is None:
             self._open()
         self._takeover = True
+        self._ready_at = 0
         self._reset_writer()
 
     def _reset_writer(self) -> None:
@@ -197,6 +198,14 @@ class TimerService:
     def pending(self) -> int:
         """Delayed messages not yet delivered (by the index's per-topic counts)."""
         return self.index.pending if self.index is not None else 0
+
+    def status(self) -> dict[str, str]:
+        """The timer's part of brokerStatus (strings, like the rest of that table)."""
+        behind = self.store.max_offset(TIMER_TOPIC, 0) - self.enqueue_offset
+        return {"timerPending": str(self.pending), "timerOffsetBehind": str(behind),
+                "timerReadMs": str(self.read_ms), "timerWriterReady": str(self.broker.is_master and not self._takeover),
+                "timerDelivered": str(self.delivered_total), "timerDeduplicated": str(self.deduplicated_total),
+                "timerLogBytes": str(self.index.log.end - self.index.log.min_pos) if self.index else "0"}
 
     def pending_by_topic(self) -> dict[str, int]:
         return dict(self.index.cp.topic_counts) if self.index is not None else {}
@@ -309,11 +318,16 @@ class TimerService:
         if self.index is None:
             return
         caught_up = self._enqueue()
-        while not caught_up:  # a long backlog (a rebuilt index): index it in slices, serving meanwhile
-            await asyncio.sleep(0)
-            caught_up = self._enqueue()
+        if not caught_up:  # a long backlog (a rebuilt index): index it in slices, serving meanwhile
+            started, first = time.monotonic(), self.enqueue_offset
+            while not caught_up:
+                await asyncio.sleep(0)
+                caught_up = self._enqueue()
+            log.info("timer: indexed %d timer-topic records in %.2f s (caught up at offset %d, %d pending)",
+                     self.enqueue_offset - first, time.monotonic() - started, self.enqueue_offset, self.pending)
         b = self.broker
         if not b.is_master:
+            self._ready_at = 0
             if not self._takeover:
                 self._takeover = True
                 self._reset_writer()
@@ -423,7 +437,7 @@ class TimerService:
                 due = slot if u.kind == KIND_ROLL else u.deliver_ms
                 heapq.heappush(self.near, Due(due, u.queue_offset, u.phy, u.size, u.kind,
                                               idx.topic_name(u.topic_id), u.deliver_ms, slot,
-                                              u.deliver_ms <= self._check_until))
+                                              due <= self._check_until))
             if pos < 0 or left <= 0:
                 self._cursor = None
                 self.read_ms = slot + self.precision
@@ -458,7 +472,13 @@ class TimerService:
             batch.append((d, self._roll(d, timer_msg) if d.kind == KIND_ROLL else self._unwrap(d, timer_msg)))
         if not batch:
             return 0
-        results = await self.store.put([m for _, m in batch])
+        try:
+            results = await self.store.put([m for _, m in batch])
+        except Exception:
+            for d, _m in batch:  # written or not, nobody knows: look in the log before writing again
+                d.check = True
+                heapq.heappush(self.near, d)
+            raise
         delivered = 0
         for (d, out), res in zip(batch, results, strict=True):
             if res.message is None:  # not written: try again on the next pass
