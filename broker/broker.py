@@ -154,6 +154,20 @@ class Broker:
         self._route_cache: dict[str, tuple[float, namesrv_pb2.TopicRouteData | None]] = {}
         self.started_at = time.time()
 
+    def _register_created_topics(self) -> None:
+        """Send the registration as soon as the broker creates a topic itself (the retry and DLQ topics of
+        broker/pop.py), as Apache RocketMQ registers a new topic at once: otherwise the name servers'
+        topic list lacks them until the next periodic registration (registerNameServerPeriod)."""
+        metrics_hook = self.topics.on_created
+
+        def on_created(name: str, system: bool, elapsed_ms: float, ok: bool) -> None:
+            if metrics_hook is not None:
+                metrics_hook(name, system, elapsed_ms, ok)
+            if ok:
+                self.topics_on_change()
+
+        self.topics.on_created = on_created
+
     # ----------------------------------------------------------- properties
     @property
     def writable(self) -> bool:
@@ -218,6 +232,7 @@ class Broker:
                                          serve=self.security.metrics_serve())
         self.metrics = BrokerMetrics(self, self.telemetry)
         self.pop.on_dead_letter = self.metrics.on_dead_lettered
+        self._register_created_topics()
         await self.store.start()
         if self.dledger is not None:
             self.dledger.open()
