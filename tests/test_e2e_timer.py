@@ -47,13 +47,13 @@ def admin_status(addr: str) -> dict[str, Any]:
         return json.loads(admin_pb2_grpc.BrokerAdminStub(ch).HaStatus(common_pb2.Empty(), timeout=5).json)
 
 
-def collect(endpoint: str, group: str, topic: str, keys: set[str], timeout: float, quiet: float = 3.0
-            ) -> dict[str, list[tuple[float, int, str]]]:
+def collect(endpoint: str, group: str, topic: str, keys: set[str], timeout: float, quiet: float = 3.0,
+            await_s: int = 2) -> dict[str, list[tuple[float, int, str]]]:
     """key -> [(receive wall time, attempt, message id)] until every key arrived, then ``quiet`` s more."""
     got: dict[str, list[tuple[float, int, str]]] = {}
     deadline = time.monotonic() + timeout
     done_at = None
-    with simple_consumer(endpoint, group, topic) as c:
+    with simple_consumer(endpoint, group, topic, await_s=await_s) as c:
         while time.monotonic() < deadline:
             if keys <= got.keys():
                 done_at = done_at or time.monotonic()
@@ -208,3 +208,51 @@ def test_dledger_leader_kill_with_pending_delays_delivers_each_once(cluster: Loc
     assert not f["n_missing"] and not f["n_twice"] and not f["early"], f
     if f["late_max_s"] is not None:
         assert f["late_max_s"] <= 1 + PRECISION_S + LATE_SLACK_S, f
+
+
+def test_controller_master_kill_with_pending_delays_delivers_each_once(cluster: LocalCluster) -> None:
+    """Controller mode (the chaos harness lost delayed messages here): kill -9 of the master with delays pending."""
+    from test_e2e_controller import BROKER_TIMING, start_controllers
+
+    controllers, ports = start_controllers(cluster.root)
+    try:
+        addrs = ";".join(f"127.0.0.1:{p}" for p in ports)
+        nodes = [cluster.start_broker(f"tc{i}", brokerName="broker-tc", enableControllerMode="true",
+                                      controllerAddr=addrs, allAckInSyncStateSet="true", minInSyncReplicas=1,
+                                      flushDiskType="SYNC_FLUSH", timerMaxDelaySec=3600, **BROKER_TIMING)
+                 for i in range(2)]
+        endpoint = ";".join(n.endpoint for n in nodes)
+
+        def master(synced: bool = False) -> tuple[int] | None:
+            for i, n in enumerate(nodes):
+                try:
+                    st = admin_status(n.admin_addr) if n.proc.alive else {}
+                except grpc.RpcError:
+                    continue
+                if st.get("role") in ("SYNC_MASTER", "MASTER") and (not synced or len(st.get("syncStateSet", ())) > 1):
+                    return (i,)
+            return None
+
+        (m,) = wait_until(lambda: master(synced=True), timeout=90, what="a master with its slave in sync")
+        cluster.admin("updateTopic", "-c", "DefaultCluster", "-t", "TopicTimerCtl", "-r", "4", "-w", "4")
+        t0 = time.time()
+        due_ms = {i: int((t0 + 3 + 10 * i / 60) * 1000) for i in range(60)}
+        res = send_delayed(nodes[m].admin_addr, "TopicTimerCtl", 60, lambda i: due_ms[i], key_prefix="ck")
+        assert res["failed"] == 0, res
+        due = {f"ck{i}": due_ms[i] / 1000 for i in range(60)}
+        with simple_consumer(endpoint, "GroupTimerCtl", "TopicTimerCtl") as c:
+            c.receive(1, 30)
+        wait_until(lambda: time.time() > t0 + 6, timeout=30, what="some delayed messages due")
+        nodes[m].proc.kill9()
+        killed = time.time()
+        (new,) = wait_until(lambda: master(), timeout=90, what="a new master")
+        elected = time.time()
+        print(f"master tc{m} killed; tc{new} is master after {elected - killed:.2f} s")
+        got = collect(endpoint, "GroupTimerCtl", "TopicTimerCtl", set(due), timeout=120)
+        f = check(got, due, up_from=elected + 1.0)
+        assert not f["n_missing"] and not f["n_twice"] and not f["early"], f
+        if f["late_max_s"] is not None:
+            assert f["late_max_s"] <= 1 + PRECISION_S + LATE_SLACK_S, f
+    finally:
+        for p in controllers:
+            p.stop()
