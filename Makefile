@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha1sum | cut
 DEBS   := prometheus chromium
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-full test-unit lint setup debs bench clean proto peers go-clients otelcol prometheus3
+.PHONY: demo test test-full test-unit lint typecheck setup debs bench clean proto peers go-clients otelcol prometheus3
 
 $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,8 +43,16 @@ prometheus3:
 	  || echo "the Prometheus 3 build failed (above): the tests that need it will say so"; \
 	else echo "go is not installed: no Prometheus 3 build; the tests that need it will say so"; fi
 
-lint: $(STAMP)
+lint: $(STAMP) typecheck
 	$(BIN)/ruff check .
+
+# mypy over the package as installed: a tree of links named like the import paths (setup.py's
+# package_dir), checked with pyproject.toml's [tool.mypy] settings.
+typecheck: $(STAMP)
+	@rm -rf build/typecheck/rocketscope && mkdir -p build/typecheck/rocketscope
+	@for f in rocketscope/*; do ln -s "$(CURDIR)/$$f" build/typecheck/rocketscope/; done
+	@for d in broker telemetry trace spark dashboards; do ln -s "$(CURDIR)/$$d" build/typecheck/rocketscope/$$d; done
+	cd build/typecheck && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" -p rocketscope
 
 # `make test` leaves out the tests marked `long` (minutes each: the chaos schedules, the
 # differential suite against Apache RocketMQ, the Java client run, the ground-truth latency run)

@@ -76,7 +76,7 @@ def _fixture_timeline(msg_id: str, failing: bool) -> dict[str, Any]:
         return {"request_id": req, "group": group, "begin": _t(begin), "end": _t(begin + cost), "cost_time": cost,
                 "retry_times": retry, "status": status, "context_code": 0, "region_id": ""}
 
-    groups = [{"group": "cg-billing", "status": "success", "retries_scheduled": [], "dlq": None,
+    groups: list[dict[str, Any]] = [{"group": "cg-billing", "status": "success", "retries_scheduled": [], "dlq": None,
                "deliveries": [delivery("r1", "cg-billing", 15, 7, 0, "success")]}]
     if failing:
         groups.append({"group": "cg-audit", "status": "failed", "retries_scheduled": [_t(1030)], "dlq": None,
@@ -318,9 +318,7 @@ class LiveSource:
         from rocketscope.trace.lookup import TraceLookupError
 
         try:
-            result = TraceLookup(self.namesrv).lookup(msg_id)
-            if asyncio.iscoroutine(result):
-                result = asyncio.run(result)
+            result = asyncio.run(TraceLookup(self.namesrv).lookup(msg_id))
         except TraceLookupError as exc:
             if str(exc).startswith("unknown message id"):
                 return None  # the page explains "no trace found"; anything else is a real failure
@@ -329,7 +327,7 @@ class LiveSource:
             raise SourceError(f"trace lookup of {msg_id} failed: {exc}") from None
         if result is None:
             return None
-        data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        data = result.to_dict()
         if not data.get("sends") and not data.get("groups") and not data.get("store"):
             return None
         return data
@@ -412,7 +410,8 @@ def scrape_nodes(namesrv: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
         raise SourceError("no node answered on /metrics: " + "; ".join(errors))
     flow_df = pd.DataFrame([{"topic": t, "direction": d, "messages": v} for (t, d), v in sorted(flows.items())],
                            columns=["topic", "direction", "messages"])
-    hist, previous = [], 0.0
+    hist: list[dict[str, Any]] = []
+    previous = 0.0
     for le in sorted(buckets):  # cumulative Prometheus buckets -> count per bucket
         label = "+Inf" if le == float("inf") else f"≤ {le:g} ms"
         hist.append({"bucket": label, "order": len(hist), "requests": buckets[le] - previous})

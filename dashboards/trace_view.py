@@ -60,7 +60,7 @@ SYMLOG_CONSTANT_MS = 1.0
 """Below this many ms after the first event the axis is linear, above it logarithmic."""
 
 
-def timeline_chart(df: pd.DataFrame) -> alt.LayerChart:
+def timeline_chart(df: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Bars on an axis of milliseconds since the first event, on a symlog scale.
 
     A message's life spans milliseconds (receive, store, replica acks, commit) to seconds or minutes

@@ -336,8 +336,8 @@ def markdown(instruments: Iterable[Instrument] = CATALOGUE) -> str:
             " (at least 5 s; 5 min until its interval is known). It also serves these rocketmq-exporter"
             " gauges, computed from the pushed series:", ""]
     out += ["| name | labels | derived from |", "|---|---|---|"]
-    for name, labels, doc in LEGACY_DOC:
-        out.append(f"| `{name}` | {', '.join(labels)} | {doc} |")
+    for name, legacy_labels, doc in LEGACY_DOC:
+        out.append(f"| `{name}` | {', '.join(legacy_labels)} | {doc} |")
     out += ["", "## configuration keys", "", "Read from the node's properties file (RocketMQ's keys and defaults).", "",
             keys_table(), ""]
     return "\n".join(out)

@@ -265,13 +265,13 @@ class PromText:
         it has one series per observation, all fit and none was written before: one comprehension
         that formats values. Otherwise one dict lookup and one string concatenation per sample."""
         prepared = reg.prepared
-        if prepared is not None and prepared[0] is observed and prepared[1] is not None and not seen \
-                and len(prepared[0]) <= room:
+        if prepared is not None and prepared[0] is observed and type(observed) is tuple \
+                and prepared[1] is not None and not seen and len(observed) <= room:
             cache = reg.render_cache
             lines.append("".join([f"{cache[id(labels)][2]}{value if type(value) is int else number(value)}\n"
                                   for value, labels in observed]))
             seen.update(prepared[1])
-            return len(prepared[0]), 0, 0.0
+            return len(observed), 0, 0.0
         old = reg.render_cache
         cache = {}
         base = reg.base

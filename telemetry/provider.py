@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -136,7 +136,7 @@ class _Core:
                 def totals(options: CallbackOptions, guard: CardinalityGuard = guard) -> list[Observation]:
                     return [Observation(c.value, c.attrs) for c in guard.cells()]
 
-                create = (self.meter.create_observable_counter if spec.kind is Kind.COUNTER
+                create: Callable[..., Any] = (self.meter.create_observable_counter if spec.kind is Kind.COUNTER
                           else self.meter.create_observable_up_down_counter)
                 inst = create(spec.name, callbacks=[totals], unit=spec.unit, description=spec.description)
             elif spec.kind is Kind.HISTOGRAM:

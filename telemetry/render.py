@@ -79,6 +79,6 @@ def families(points: Iterable[Point]) -> list[Metric]:
                     continue
                 family.add_metric(list(values), buckets=buckets, sum_value=point.total)  # type: ignore[call-arg]
             else:
-                family.add_metric(list(values), point.value)  # type: ignore[call-arg]
+                family.add_metric(list(values), point.value)  # type: ignore[call-arg, arg-type]
         out.append(family)
     return out

@@ -400,12 +400,13 @@ def _trace_transactions(producer: Any, disp: AsyncTraceDispatcher, group: str = 
     if checker is None or original_check is None:
         return  # not a transactional producer (or another client version): commit/rollback are still traced
     answers = threading.local()
+    found_checker: Any = checker  # non-None from here on (the closure below keeps it)
 
     class _Checker:
         """Remembers the checker's answer for the check-back that is running on this thread."""
 
         def check(self, message: Any) -> Any:
-            answers.result = checker.check(message)
+            answers.result = found_checker.check(message)
             return answers.result
 
     producer._Producer__checker = _Checker()

@@ -11,7 +11,7 @@ from typing import Any
 from rocketscope import topic_reader
 from rocketscope.admin_client import AdminClient
 from rocketscope.broker.ha.events import HaEvent
-from rocketscope.trace.codec import TraceDecodeError, decode
+from rocketscope.trace.codec import TraceDecodeError, TraceRecord, decode
 from rocketscope.trace.timeline import StoreInfo, Timeline, build_timeline
 
 HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
@@ -75,7 +75,7 @@ class TraceLookup:
             raise TraceLookupError(f"trace topic {trace_topic} has no route (is traceTopicEnable on?): {e}") from e
         if not route.route.queue_datas:
             raise TraceLookupError(f"trace topic {trace_topic} has no route")
-        records = []
+        records: list[TraceRecord] = []
         for view in await admin.query_message(msg_id, trace_topic):
             try:
                 records.extend(r for r in decode(view.body, skip_unknown=True) if r.msg_id == msg_id)

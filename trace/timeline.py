@@ -573,7 +573,7 @@ def _delivery(before: SubBeforeRecord | None, after: SubAfterRecord | None) -> D
         end = None
     status = STATUS_UNKNOWN if after is None else STATUS_SUCCESS if after.success else STATUS_FAILED
     return DeliveryNode(
-        request_id=(before or after).request_id if (before or after) else "",
+        request_id=first.request_id if (first := before or after) is not None else "",
         group=group,
         begin=begin,
         end=end,

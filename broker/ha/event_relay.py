@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -139,10 +139,10 @@ def read_events(broker: Broker, limit: int) -> list[HaEvent]:
     return sorted(found.values(), key=lambda e: (e.ts, e.node, e.type))
 
 
-def dedupe(texts: list[str]) -> list[dict[str, object]]:
+def dedupe(texts: list[str]) -> list[dict[str, Any]]:
     """Parsed events without duplicates (several replicas answer the same topic), oldest first."""
-    seen: dict[str, dict[str, object]] = {}
+    seen: dict[str, dict[str, Any]] = {}
     for t in texts:
         d = json.loads(t)
         seen.setdefault(json.dumps(d, sort_keys=True), d)
-    return sorted(seen.values(), key=lambda d: (d["ts"], d["node"], d["type"]))  # type: ignore[return-value]
+    return sorted(seen.values(), key=lambda d: (d["ts"], d["node"], d["type"]))

@@ -53,6 +53,7 @@ def families(snapshot: Iterable[tuple[NodeKey, Series]]) -> list[Metric]:
     sums: dict[str, dict[tuple[str, ...], float]] = {name: defaultdict(float) for name in _LABELS}
     lag: dict[tuple[str, str], float] = defaultdict(float)
     online: dict[tuple[str, NodeKey], float] = defaultdict(float)
+    node_tps: dict[tuple[str, NodeKey], float] = defaultdict(float)  # keyed by node until broker_ip is known
     broker_ip: dict[NodeKey, str] = {}
     broker_addr: dict[NodeKey, str] = {}
     broker_name: dict[NodeKey, str] = {}
@@ -78,7 +79,7 @@ def families(snapshot: Iterable[tuple[NodeKey, Series]]) -> list[Metric]:
         if point.name == "rocketmq_messages_in_total":
             rate = series.rate()
             if rate is not None:
-                sums["rocketmq_broker_tps"][(cluster, key)] += rate  # type: ignore[index]
+                node_tps[(cluster, key)] += rate
                 sums["rocketmq_producer_tps"][(cluster, broker, topic)] += rate
         elif point.name == "rocketmq_messages_out_total":
             rate = series.rate()
@@ -93,11 +94,10 @@ def families(snapshot: Iterable[tuple[NodeKey, Series]]) -> list[Metric]:
         elif point.name == "rocketmq_consumer_connections":
             online[(group, key)] += point.value
     # broker tps: resolve the node key into (cluster, brokerIP, broker) now that broker_ip is known
-    tps = sums["rocketmq_broker_tps"]
-    sums["rocketmq_broker_tps"] = {  # type: ignore[misc]
-        (c, broker_ip.get(k) or broker_addr.get(k, ""), broker_name.get(k, k[2])): v for (c, k), v in tps.items()}
-    for name, rows in offsets.items():
-        for labels, per_node in rows.items():
+    for (c, k), rate in node_tps.items():
+        sums["rocketmq_broker_tps"][(c, broker_ip.get(k) or broker_addr.get(k, ""), broker_name.get(k, k[2]))] += rate
+    for name, per_labels in offsets.items():
+        for labels, per_node in per_labels.items():
             sums[name][labels] = max(per_node.values())
     consumers: dict[str, float] = defaultdict(float)
     for (group, _node), count in online.items():

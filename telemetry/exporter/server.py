@@ -126,8 +126,9 @@ class ExporterServer:
         self._started = False
         self._stop.set()
         self._grpc.stop(grace=1).wait(2)
-        self._http.shutdown()
-        self._http.server_close()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
         self._metrics.shutdown()
         self._metrics.server_close()
         self._sweeper.join(timeout=2)
