@@ -24,6 +24,8 @@ and, per setup, the load generators that are cheaper per message than the server
   ``depth / batch`` batches (rounded up to at least 2) in flight;
 * ``java gRPC``: Apache's rocketmq-client-java 5 (peers/java/src/GrpcLoad.java, ``sendAsync`` with
   ``depth`` in flight), against RocketScope's gRPC port and Apache's proxy;
+* ``go nats``: nats.go (tests/clients/go natspub), ``depth`` goroutines each publishing to the
+  JetStream stream and waiting for its ack (the ratios use this row);
 * ``nats-py``: JetStream publishes awaiting their acks, ``depth`` in flight split over
   ``--nats-procs`` processes (one nats-py process costs more CPU per message than nats-server).
 
@@ -157,14 +159,18 @@ class Load:
 
 
 def generator_cmds(load: Load, t: Target, topic: str, n: int, depth: int, batch: int, warmup: int,
-                   nats_procs: int) -> list[list[str]]:
+                   nats_procs: int, java_warmup: int = 0) -> list[list[str]]:
     if load.kind in ("go", "go-batch"):
         b = batch if load.kind == "go-batch" else 1
         d = max(2, -(-depth // b)) if b > 1 else depth
         return [[go_binary(), "produce", "-ns", t.namesrv, "-topic", topic, "-n", str(n), "-size", str(BODY),
                  "-depth", str(d), "-batch", str(b), "-warmup", str(warmup), "-quiet"]]
-    if load.kind == "java":
-        return [[*java_cmd(), t.grpc, topic, str(n), str(depth), str(BODY), str(warmup)]]
+    if load.kind == "java":  # a JVM (client, and Apache's proxy) needs far more warm-up for its JIT
+        return [[*java_cmd(), t.grpc, topic, str(n), str(depth), str(BODY), str(max(warmup, java_warmup))]]
+    if load.kind == "natsgo":
+        exe = str(Path(go_binary()).with_name("natspub"))
+        return [[exe, "-url", t.nats[0], "-subject", SUBJECT, "-n", str(n), "-size", str(BODY), "-depth", str(depth),
+                 "-warmup", str(warmup)]]
     if load.kind == "nats":
         per = max(1, depth // nats_procs)
         return [[sys.executable, str(Path(__file__).resolve()), "--nats-load", t.nats[i % len(t.nats)],
@@ -177,7 +183,10 @@ def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profil
     """Start the generator(s), wait for every ``warm`` line, read every process's CPU, wait for the summaries."""
     if t.create_topic is not None:
         t.create_topic(topic)
-    cmds = generator_cmds(load, t, topic, args.messages, args.depth, args.batch, args.warmup, args.nats_procs)
+    # a JVM server (Apache's broker and proxy) needs the JIT's warm-up too, whatever the client
+    warmup = max(args.warmup, args.java_warmup) if t.name == "apache" else args.warmup
+    cmds = generator_cmds(load, t, topic, args.messages, args.depth, args.batch, warmup, args.nats_procs,
+                          args.java_warmup)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
              for c in cmds]
     try:
@@ -339,8 +348,8 @@ LOADS = {
     "rs-sync": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
-    "js-r1": [Load("nats", "nats-py")],
-    "js-r3": [Load("nats", "nats-py")],
+    "js-r1": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
+    "js-r3": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
     "apache": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC")],
 }
 PEER_OF = {"rs-async": "js-r1", "rs-sync": "js-r1", "rs-master": "js-r3", "rs-dledger": "js-r3"}
@@ -354,7 +363,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
             rows.append([setup_name, label, "error", "", "", "", "", "", "", r["error"][:60]])
             continue
         peer = PEER_OF.get(setup_name)
-        js = next((v for k, v in results.items() if peer and k.startswith(peer + " /") and "error" not in v), None)
+        js = results.get(f"{peer} / go nats") if peer else None  # the Go client: nats-py is the slower side
+        js = js if js and "error" not in js else None
         ap = results.get(f"apache / {label}")
         ratio_js = f"{r['msgs_per_s'] / js['msgs_per_s']:.2f}" if js and setup_name.startswith("rs") else ""
         ratio_ap = (f"{r['msgs_per_s'] / ap['msgs_per_s']:.2f}" if ap and "error" not in ap
@@ -376,6 +386,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2000)
     ap.add_argument("--depth", type=int, default=64)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--java-warmup", type=int, default=10000,
+                    help="untimed sends of the Java gRPC rows and of every row against Apache (JIT warm-up)")
     ap.add_argument("--nats-procs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated setups (" + ",".join(SETUPS) + ")")
     ap.add_argument("--paths", default="", help="comma-separated path labels to keep (e.g. 'go remoting')")
