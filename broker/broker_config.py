@@ -42,8 +42,8 @@ BROKER_KEYS: list[Key] = [
     Key("haEventAckIntervalMillis", int, 100, "ms between replica-ack events of one replica (throttle)",
         check=positive),
     Key("haEventCommitIntervalMillis", int, 100, "ms between commit_advanced events of one node (throttle: at most "
-        "1000/this a second; the newest of an interval is written when it ends, the others are counted in "
-        "rocketmq_ha_events_throttled_total)", check=positive),
+        "1000/this a second; the newest of an interval is written when it ends and keeps the others' offsets and "
+        "times in its steps; they are counted in rocketmq_ha_events_throttled_total)", check=positive),
     Key("enableDLegerCommitLog", bool, False, "replicate the commit log with Raft (DLedger mode)"),
     Key("dLegerGroup", str, "", "Raft group name (default: brokerName)"),
     Key("dLegerPeers", str, "", "members, `n0-host:port;n1-host:port;n2-host:port` (Raft ports)"),

@@ -290,3 +290,14 @@ def test_order_and_repetition_invariance(spec, rnd, copies: int) -> None:
     for g in got["groups"]:
         begins = [d["begin"] for d in g["deliveries"]]
         assert begins == sorted(begins)
+
+
+def test_a_throttled_event_times_the_message_by_the_step_that_covered_it() -> None:
+    """The commit past P happened at T0 + 8 but was folded into an event written at T0 + 95 (one per
+    interval): the timeline takes T0 + 8 from the event's steps, not the event's own time."""
+    folded = [ha(REPLICA_ACK, T0 + 90, P + 900, "a-1", steps=((P, T0 + 3), (P + 200, T0 + 4))),
+              ha(COMMIT_ADVANCED, T0 + 95, P + 900, steps=((P, T0 + 5), (P + 200, T0 + 8)))]
+    rep = build_timeline(MID, RECORDS, folded, STORE).replication
+    assert rep is not None
+    assert [(a.replica, a.timestamp, a.latency_ms) for a in rep.replicas] == [("a-1", T0 + 4, 2)]
+    assert (rep.commit_timestamp, rep.commit_offset, rep.commit_latency_ms) == (T0 + 8, P + 200, 6)

@@ -468,7 +468,8 @@ def _replication(store: StoreNode, events: Sequence[HaEvent], lower_bound: int |
     p = store.physical_offset
     if not store.broker_group or p < 0:
         return None
-    relevant = [e for e in events if e.group == store.broker_group]
+    # a throttled event stands for several advances (its steps): each is joined with its own time
+    relevant = [x for e in events if e.group == store.broker_group for x in e.expand()]
     recent = _ordered(e for e in relevant if lower_bound is None or e.ts >= lower_bound)
     first_ack: dict[str, HaEvent] = {}
     for event in recent:

@@ -13,9 +13,14 @@ drops the oldest events, counted in ``dropped``.  The writer may receive an even
 Two event types would flood the topic and are throttled (docs/STORAGE.md, "Replication
 events"): ``replica_ack`` at most one per replica every ``haEventAckIntervalMillis`` and
 ``commit_advanced`` at most one every ``haEventCommitIntervalMillis``.  A throttled event
-is not lost silently: the newest one of an interval is emitted when the interval ends
-(so the last offset is always recorded) and every event it replaced is counted in
-``throttled`` (the metric ``rocketmq_ha_events_throttled_total``).
+is not lost: the newest one of an interval is emitted when the interval ends, with its own
+time (not the interval's end), and carries in ``steps`` the offset and time of every event
+of the interval it replaced (broker/ha/events.py, ``HaEvent.expand``), so per-message
+replication times stay exact to the millisecond while the topic gets at most one event per
+interval.  Each replaced event is counted in ``throttled`` (the metric
+``rocketmq_ha_events_throttled_total``: folded into a later event, not written on its own).
+At most ``MAX_STEPS`` are kept per event (the oldest beyond are dropped: a message behind
+one of those is then timed by the next step kept, an upper bound).
 """
 
 from __future__ import annotations
@@ -36,7 +41,18 @@ log = logging.getLogger(__name__)
 
 Append = Callable[[list[HaEvent]], Awaitable[bool]]
 THROTTLED_TYPES = (REPLICA_ACK, COMMIT_ADVANCED)
+MAX_STEPS = 4096  # folded advances kept per throttled event (about 25 bytes of JSON each)
 FORWARD_LINGER_S = 0.25  # a slave or follower sends its events to the writer at most this often (unless 256 wait)
+
+
+def _folded(deferred: dict[str, Any] | None, before_offset: int) -> list[tuple[int, int]]:
+    """The (offset, ts) steps a newer event at ``before_offset`` takes over from the deferred one it
+    supersedes: the deferred event's own steps, then the deferred event itself; the newest
+    MAX_STEPS that lie below ``before_offset`` (an offset going back, after a truncation, drops the rest)."""
+    if deferred is None:
+        return []
+    steps = [*deferred["_steps"], (int(deferred.get("offset", -1)), int(deferred["_at"]))]
+    return [step for step in steps if step[0] < before_offset][-MAX_STEPS:]
 
 
 class HaEventLog:
@@ -87,14 +103,16 @@ class HaEventLog:
             offset = int(fields.get("offset", -1))
             if self.data_end <= self._last_offset.get(key, -1) or offset <= self._last_offset.get(key, -1):
                 return None
+            deferred = self._deferred.pop(key, None)
+            steps = _folded(deferred, offset)
+            if deferred is not None:  # superseded: written only as a step of this newer event
+                self._count_throttled(type_)
             if now - self._last_emit.get(key, 0) < self._interval_ms(type_):
-                if key in self._deferred:  # the deferred one is superseded: it will never be written
-                    self._count_throttled(type_)
-                self._deferred[key] = {"type_": type_, **fields}
+                self._deferred[key] = {**fields, "_type": type_, "_at": now, "_steps": steps}
                 self._wake.set()
                 return None
-            if self._deferred.pop(key, None) is not None:
-                self._count_throttled(type_)
+            if steps:
+                fields["steps"] = tuple(steps)
             self._last_emit[key] = now
             self._last_offset[key] = offset
         return self._record(type_, now, fields)
@@ -128,14 +146,16 @@ class HaEventLog:
         now = int(time.time() * 1000)
         wait = 0.5
         for key, fields in list(self._deferred.items()):
-            type_ = fields["type_"]
+            type_ = fields["_type"]
             due = self._last_emit.get(key, 0) + self._interval_ms(type_)
             if now >= due:
                 del self._deferred[key]
-                rest = {k: v for k, v in fields.items() if k != "type_"}
+                rest = {k: v for k, v in fields.items() if not k.startswith("_")}
+                if fields["_steps"]:
+                    rest["steps"] = tuple(fields["_steps"])
                 self._last_emit[key] = now
                 self._last_offset[key] = int(rest.get("offset", -1))
-                self._record(type_, now, rest)
+                self._record(type_, fields["_at"], rest)  # the time it happened, not the interval's end
             else:
                 wait = min(wait, (due - now) / 1000)
         return max(wait, 0.005)

@@ -11,12 +11,20 @@ byte below it.  Replication always moves whole records, so an ack offset is alwa
 record boundary: a message stored at physical offset ``p`` is held by a replica as soon
 as that replica acks an offset ``> p``.  This is what lets the Spark job as-of join a
 message to the first ack past its offset without knowing the record's stored size.
+
+``replica_ack`` and ``commit_advanced`` come once per round trip, so they are throttled
+(broker/ha/event_log.py): at most one event per interval, but no advance is lost.  The
+event written at the end of an interval carries, in ``steps``, the ``(offset, ts)`` of every
+earlier advance of that interval that it folds in, oldest first; its own ``offset`` and
+``ts`` are the newest.  ``expand()`` turns such an event back into one event per advance, so
+a reader joining a message to "the first ack past its offset" gets the time that ack really
+happened, not the end of the interval (an upper bound off by up to the interval).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
@@ -78,11 +86,23 @@ class HaEvent:
     role: str = ""
     leader: str = ""
     members: tuple[str, ...] = field(default_factory=tuple)
+    steps: tuple[tuple[int, int], ...] = field(default_factory=tuple)
 
     def to_json(self) -> str:
         data = asdict(self)
         data["members"] = list(self.members)
+        if self.steps:
+            data["steps"] = [list(step) for step in self.steps]
+        else:
+            del data["steps"]  # most events have none: keep their bodies as before
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+    def expand(self) -> list[HaEvent]:
+        """One event per advance this event stands for: its folded ``steps`` (oldest first), then itself."""
+        if not self.steps:
+            return [self]
+        earlier = [replace(self, offset=offset, ts=ts, steps=()) for offset, ts in self.steps]
+        return [*earlier, replace(self, steps=())]
 
     @classmethod
     def from_json(cls, text: str | bytes) -> HaEvent:
@@ -107,7 +127,12 @@ class HaEvent:
                 raise HaEventError(f"replication event field '{name}' must be an integer, got {value!r}")
             if kind is str and not isinstance(value, str):
                 raise HaEventError(f"replication event field '{name}' must be a string, got {value!r}")
-            if kind is tuple:
+            if kind is tuple and name == "steps":
+                if not isinstance(value, list) or not all(
+                        isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v) for v in value):
+                    raise HaEventError(f"replication event field '{name}' must be a list of [offset, ts] pairs")
+                value = tuple((v[0], v[1]) for v in value)
+            elif kind is tuple:
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     raise HaEventError(f"replication event field '{name}' must be a list of strings")
                 value = tuple(value)
@@ -138,4 +163,5 @@ _FIELD_KINDS: dict[str, type] = {
     "role": str,
     "leader": str,
     "members": tuple,
+    "steps": tuple,
 }
