@@ -12,7 +12,6 @@ import logging
 import signal
 import time
 import uuid
-import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
 from .timer import TIMER_TOPIC, RecallError, TimerService
-from .topics import TopicConfig, TopicManager, is_system_topic
+from .topics import TopicConfig, TopicManager, group_queue, is_system_topic
 from .trace_hooks import NoTrace, TraceHooks
 from .transaction import HALF_TOPIC, TransactionError, TransactionService
 from .validation import RequestError, check_topic
@@ -525,9 +524,14 @@ class Broker:
                                                f"{self.broker_name}")
         return cfg
 
-    def select_queue(self, cfg: TopicConfig, message_group: str) -> int:
+    def select_queue(self, cfg: TopicConfig, message_group: str, client_queue: int | None = None) -> int:
+        """A send's queue, as Apache RocketMQ's proxy picks it: a message group's consistent hash, otherwise round
+        robin; with sendMessageQueueSelection=CLIENT, the queue the client named (``client_queue``) when it exists."""
+        if client_queue is not None and self.settings.sendMessageQueueSelection == "CLIENT" \
+                and 0 <= client_queue < cfg.write_queue_nums:
+            return client_queue
         if message_group:
-            return zlib.crc32(message_group.encode("utf-8")) % cfg.write_queue_nums
+            return group_queue(message_group, cfg.write_queue_nums)
         return next(self._rr) % cfg.write_queue_nums
 
     def check_send_type(self, msg: pb.Message, index: int, topic: TopicConfig | None) -> None:
@@ -536,8 +540,11 @@ class Broker:
         mtype = sp.message_type
         where = f"messages[{index}].system_properties"
         if mtype in (pb.LITE, pb.PRIORITY):
-            raise RequestError(Code.UNSUPPORTED, f"{where}.message_type {pb.MessageType.Name(mtype)} is not "
-                                                 "supported by this broker")
+            # Apache RocketMQ 5.3.3 stores these as normal messages, lite_topic and priority dropped
+            # (docs/COMPATIBILITY.md): the request's message is rewritten so it is stored that way
+            mtype = sp.message_type = pb.NORMAL
+            sp.ClearField("lite_topic")
+            sp.ClearField("priority")
         has_delay = sp.HasField("delivery_timestamp")
         if mtype == pb.DELAY and not has_delay:
             raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{where}: a DELAY message needs "

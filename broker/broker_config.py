@@ -75,6 +75,13 @@ BROKER_KEYS: list[Key] = [
     Key("cleanResourceInterval", int, 10000, "ms between retention checks", check=positive),
     Key("autoCreateTopicEnable", bool, True, "create a topic on first route query or send"),
     Key("autoCreateSubscriptionGroup", bool, True, "create a consumer group on first use"),
+    Key("enablePropertyFilter", bool, False, "serve SQL92 subscriptions to pulls (remoting PULL_MESSAGE and gRPC "
+        "PullMessage); false refuses them, as RocketMQ. ReceiveMessage (POP) evaluates SQL92 either way, as Apache "
+        "RocketMQ 5.3.3 does (broker/filter/)"),
+    Key("sendMessageQueueSelection", str, "PROXY", "queue of a gRPC SendMessage: `PROXY` picks it as Apache "
+        "RocketMQ's proxy does (a FIFO message group's consistent hash over the write queues, otherwise round "
+        "robin) and ignores the client's system_properties.queue_id; `CLIENT` stores the message in the queue the "
+        "client chose (RocketScope)", choices=("PROXY", "CLIENT")),
     Key("defaultTopicQueueNums", int, 8, "queues of an auto-created topic", check=positive),
     Key("brokerPermission", int, 6, "6 read-write, 4 read-only, 2 write-only",
         check=lambda v: None if v in (2, 4, 6) else "must be 2, 4 or 6"),

@@ -316,7 +316,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                                          "request carries messages of one topic")
                 cfg = await b.topic_for_send(msg.topic.name)
                 b.check_send_type(msg, i, cfg)
-                queue_id = b.select_queue(cfg, msg.system_properties.message_group)
+                queue_id = b.select_queue(cfg, msg.system_properties.message_group, msg.system_properties.queue_id)
                 stored.append(to_stored(msg, queue_id, host))
         except RequestError as exc:
             for msg in request.messages:
@@ -371,7 +371,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             ts = svc.ReceiveMessageResponse()
             ts.delivery_timestamp.GetCurrentTime()
             yield ts
-            ns = request.message_queue.topic.resource_namespace
+            ns = ""  # Apache RocketMQ 5.3.3's proxy answers messages without the namespace (docs/COMPATIBILITY.md)
             for d in deliveries:
                 yield svc.ReceiveMessageResponse(message=to_grpc(d.message, d.topic, ns, d.handle, d.attempt,
                                                                  d.invisible_ms))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .filter import accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
 from .receipt import ReceiptHandle, ReceiptHandleError
@@ -314,7 +315,7 @@ class PopService:
                 if off in st.inflight or key in blocked:
                     blocked.add(key)  # in flight from an earlier receive: the rest of its group waits
                     continue
-                if tags is not None and msg.tags not in tags:
+                if tags is not None and not accepts(tags, msg):
                     moved |= self._mark_acked(group, topic, queue_id, st, off)
                     continue
                 out.append(self._hand_out(group, st, topic, queue_id, msg, invisible_ms))
@@ -337,7 +338,7 @@ class PopService:
         got = self.store.get(topic, queue_id, st.next_pop, batch)
         moved = False
         for msg in got.messages:
-            if tags is not None and msg.tags not in tags:
+            if tags is not None and not accepts(tags, msg):
                 moved |= self._mark_acked(group, topic, queue_id, st, msg.queue_offset)
                 continue
             out.append(self._hand_out(group, st, topic, queue_id, msg, invisible_ms))
@@ -373,7 +374,7 @@ class PopService:
                 off = msg.queue_offset
                 if off in st.inflight or off in st.acked or origin_topic(msg) != topic:
                     continue
-                if tags is not None and msg.tags not in tags:
+                if tags is not None and not accepts(tags, msg):
                     moved |= self._mark_acked(group, rtopic, 0, st, off)
                     continue
                 out.append(self._hand_out(group, st, rtopic, 0, msg, invisible_ms))

@@ -17,8 +17,9 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketscope.topic_reader import COMMITLOG_OFFSET_PROPERTY
 
 from .convert import to_grpc
+from .filter import keep, store_tags
 from .pop import origin_topic
-from .validation import RequestError, check_group, check_topic, parse_tag_filter
+from .validation import RequestError, check_group, check_topic, parse_filter
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -54,7 +55,7 @@ class PullService:
         try:
             check_group(request.group.name)
             cfg = self._queue(request.message_queue)
-            tags = parse_tag_filter(request.filter_expression)
+            tags = parse_filter(request.filter_expression, b.settings.enablePropertyFilter)
             if not 0 < request.batch_size <= MAX_PULL_BATCH:
                 raise RequestError(Code.BAD_REQUEST, f"batch_size must be between 1 and {MAX_PULL_BATCH}")
         except RequestError as exc:
@@ -72,10 +73,11 @@ class PullService:
             else 0.0
         if remaining_s is not None:
             poll_s = max(0.0, min(poll_s, remaining_s - 0.5))
-        got = b.store.get(topic, qid, offset, request.batch_size, tags)
+        got = b.store.get(topic, qid, offset, request.batch_size, store_tags(tags))
         if not got.messages and got.next_offset == offset and poll_s > 0:
             await b.pop.wait_for_topic(topic, poll_s, lambda: b.store.max_offset(topic, qid) > offset)
-            got = b.store.get(topic, qid, offset, request.batch_size, tags)
+            got = b.store.get(topic, qid, offset, request.batch_size, store_tags(tags))
+        got.messages = keep(tags, got.messages)  # SQL92: the store gave every message of the range
         ns = request.message_queue.topic.resource_namespace
         b.metrics.on_pulled(request.group.name, got.messages)
         if not got.messages:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from .convert import RESERVED_PROPERTIES
+from .filter import FilterRefused, MessageFilter, compile_filter, grpc_expression_type
 from .groups import group_name_problem
 from .topics import topic_name_problem
 
@@ -90,15 +91,22 @@ def check_message(msg: pb.Message, max_body: int, index: int) -> None:
                            f"{where}.user_properties are {size} bytes, more than {MAX_USER_PROPERTIES_BYTES}")
 
 
-def parse_tag_filter(expr: pb.FilterExpression) -> set[str] | None:
-    """The tag set of a filter expression; None means every tag."""
-    if expr.type == pb.SQL:
-        raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION,
-                           "filter_expression: SQL92 filtering is not supported by this broker; use TAG")
-    text = expr.expression.strip()
-    if not text or text == "*":
-        return None
-    tags = {t.strip() for t in text.split("||") if t.strip()}
-    if not tags:
-        raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, f"filter_expression {text!r} names no tag")
-    return tags
+def parse_filter(expr: pb.FilterExpression, property_filter_enabled: bool) -> MessageFilter:
+    """The filter of a v2 FilterExpression: None (every message), a tag set, or a SQL92 filter.
+
+    Codes as Apache RocketMQ 5.3.3's proxy answers them where it has one (a blank SQL92 expression:
+    ILLEGAL_FILTER_EXPRESSION "Expression can't be null! SQL92"); an invalid SQL92 expression is
+    ILLEGAL_FILTER_EXPRESSION naming the expression (Apache's proxy: INTERNAL_SERVER_ERROR,
+    docs/COMPATIBILITY.md); SQL92 while the broker's enablePropertyFilter is false is UNSUPPORTED.
+    """
+    try:
+        return compile_filter(grpc_expression_type(expr), expr.expression, property_filter_enabled)
+    except FilterRefused as exc:
+        code = Code.UNSUPPORTED if exc.kind == "disabled" else Code.ILLEGAL_FILTER_EXPRESSION
+        raise RequestError(code, f"filter_expression: {exc.message}") from None
+
+
+def parse_tag_filter(expr: pb.FilterExpression) -> MessageFilter:
+    """The filter of a ReceiveMessage (RocketMQ's POP): SQL92 is evaluated whatever enablePropertyFilter says,
+    as Apache RocketMQ 5.3.3's PopMessageProcessor does (only PULL checks the key; docs/COMPATIBILITY.md)."""
+    return parse_filter(expr, True)

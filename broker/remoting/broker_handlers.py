@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
 from ..store.message_store import PutStatus
@@ -475,12 +476,15 @@ class RemotingBroker:
         cfg = self._topic(topic, read=True)
         self._queue_id(cfg, queue_id)
         sub = self._subscription(h, group, topic, sys_flag)
-        if sub.expression_type.upper() not in ("TAG", ""):
-            raise HeaderError(f"expression type {sub.expression_type} is not supported over remoting (TAG only)",
-                              RC.SUBSCRIPTION_PARSE_FAILED)
+        try:  # RocketMQ's PullMessageProcessor: SQL92 needs enablePropertyFilter; a bad expression does not parse
+            sub_filter = compile_filter(sub.expression_type, sub.sub_string, self.b.settings.enablePropertyFilter)
+        except FilterRefused as exc:
+            raise HeaderError(exc.message if exc.kind in ("disabled", "type") else
+                              f"parse the consumer's subscription failed: {exc.message}",
+                              RC.SYSTEM_ERROR if exc.kind == "disabled" else RC.SUBSCRIPTION_PARSE_FAILED) from None
         if sys_flag & PULL_COMMIT_OFFSET and commit_offset >= 0:
             self._commit(group, topic, queue_id, commit_offset)
-        resp = self._pull_once(cmd, group, cfg.name, queue_id, offset, max_nums, sub.tags)
+        resp = self._pull_once(cmd, group, cfg.name, queue_id, offset, max_nums, sub_filter)
         if resp.code == RC.PULL_NOT_FOUND and sys_flag & PULL_SUSPEND and suspend_ms > 0 and not conn.closed:
             me = asyncio.current_task()
             if me is not None:
@@ -490,11 +494,11 @@ class RemotingBroker:
             finally:
                 if me is not None:
                     conn.holding.discard(me)
-            resp = self._pull_once(cmd, group, cfg.name, queue_id, offset, max_nums, sub.tags)
+            resp = self._pull_once(cmd, group, cfg.name, queue_id, offset, max_nums, sub_filter)
         return resp
 
     def _pull_once(self, cmd: RemotingCommand, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
-                   tags: set[str] | None) -> RemotingCommand:
+                   tags: MessageFilter) -> RemotingCommand:
         store = self.b.store
         lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
 
@@ -508,8 +512,9 @@ class RemotingBroker:
             return answer(RC.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", hi if hi else 0)
         if offset == hi:
             return answer(RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE" if hi else "NO_MESSAGE_IN_QUEUE", offset)
-        got = store.get(topic, queue_id, offset, max(1, min(max_nums, MAX_PULL_MESSAGES)), tags,
+        got = store.get(topic, queue_id, offset, max(1, min(max_nums, MAX_PULL_MESSAGES)), store_tags(tags),
                         max_bytes=MAX_PULL_BYTES)
+        got.messages = keep(tags, got.messages)  # SQL92: the store gave every message of the range
         if not got.messages:
             if got.next_offset > offset:  # entries there, none matching the filter: skip past them
                 return answer(RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", got.next_offset)
