@@ -50,12 +50,14 @@ KNOWN_DEFECTS = {
     # reconnects to it, yet none is checked back in the next 90 s (seen at 8cc5544).
     "tx_unchecked": "open transactions never checked back after a leader change",
 }
-# Controller mode only: acknowledged delayed messages sent around a master change are not
-# delivered to some or all groups, even 240 s after the load stopped (seen at 22816e0 in 1 of
-# 3 runs: 17 delayed messages missing from every group, 37-39 from the SimpleConsumer groups;
-# in the other runs they came up to 64 s late).  Tolerated and printed until that is fixed;
-# every other lost message fails the test.
-KNOWN_LOST_DELAYED = {"controller"}
+# Modes where acknowledged delayed messages may still be lost (reported, not failed on).  Controller
+# mode lost them around a master change until the disk-backed timer (seen at 22816e0: a delivery
+# written but never replicated was marked done); since bd33bb6 a new writer re-checks what is due
+# against its log and nothing unconfirmed counts as delivered (broker/timer.py): 0 lost in 3 runs at
+# 047b713, one record per delayed message on every replica.
+# Delayed messages are written at most 1.9 s after their time through the faults; the lateness the
+# checker prints is the time to the consumer, which normal messages share (replication and POP).
+KNOWN_LOST_DELAYED: set[str] = set()
 
 # Client-visible send failures (a send that raised after the official client's 3 attempts)
 # tolerated per fault, by mode and fault kind, and why.  None means "not bounded here".
