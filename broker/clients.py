@@ -32,6 +32,7 @@ class ClientInfo:
     # every open Telemetry stream of this client: the official client opens one per set of endpoints a
     # route names, so a route change leaves it with several (the newest one is used)
     outboxes: list[asyncio.Queue[object]] = field(default_factory=list)
+    no_stream_since: float = field(default_factory=time.monotonic)  # when its last stream here ended (monotonic)
 
     @property
     def type_name(self) -> str:
@@ -76,6 +77,8 @@ class ClientRegistry:
             return
         info.outboxes.remove(outbox)
         info.outbox = info.outboxes[-1] if info.outboxes else None
+        if info.outbox is None:
+            info.no_stream_since = time.monotonic()
         log.info("telemetry stream of client %s closed (%d open)", client_id, len(info.outboxes))
 
     def remove(self, client_id: str, reason: str) -> None:

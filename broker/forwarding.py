@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 FORWARDED_HEADER = "x-rocketscope-forwarded"
 LOCAL_METHODS = frozenset({"QueryRoute", "QueryAssignment"})
+ROUTE_METHODS = frozenset({"QueryRoute"})  # asked of the writer first, answered here when it does not answer
+ROUTE_ASK_S = 1.0  # how long a member waits for the writer's route answer before giving its own
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 RETRY_PAUSE_S = 0.025  # between two attempts while the writer changes
 NO_DEADLINE_S = 10.0  # wait budget of a request that carries no deadline
@@ -86,9 +88,62 @@ def writer_changed(resp: Any) -> bool:
     return st.message == "SERVICE_NOT_AVAILABLE" or any(m in st.message for m in WRITER_CHANGED)
 
 
+class StreamRevival:
+    """Routes that make the official Python client open a Telemetry stream again after losing it (issue 15).
+
+    The client opens a Telemetry stream for each set of endpoints a route names, when that
+    set is new to it, and otherwise only re-opens one at its settings sync, every 300 s.  A
+    stream ends for good when the member holding it is killed, and the writer then cannot
+    check the producer's transactions back for up to five minutes (tests/chaos,
+    ``tx_unchecked``).  So the writer, answering a route to a producer that has had no
+    stream here (served or relayed, see StreamRelay) for ``GRACE_S``, names every queue's
+    endpoints without one of the members: a set the client has not seen, for which it
+    opens a channel and a stream at once.  The member left out changes every ``STEP_S`` while
+    the stream stays missing; once it is back, routes name every member again (the client
+    then opens one more stream for that set, which is harmless).  The client asks for routes
+    every 30 s, which bounds how long a producer stays unreachable.
+    """
+
+    GRACE_S = 5.0
+    STEP_S = 20.0
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._variant: dict[str, tuple[int, float]] = {}  # producer -> (member left out, since)
+        self.routes_varied = 0
+
+    def apply(self, client_id: str, queues: Any) -> None:
+        """Leave one member out of ``queues``' endpoints when ``client_id`` is a producer that lost its stream."""
+        info = self.broker.clients.clients.get(client_id) if client_id else None
+        if info is None or info.client_type != pb.PRODUCER or not self.broker.is_master:
+            return
+        now = time.monotonic()
+        if info.outbox is not None:
+            self._variant.pop(client_id, None)
+            return
+        if now - info.no_stream_since < self.GRACE_S:
+            return
+        k, since = self._variant.get(client_id, (-1, 0.0))
+        if now - since >= self.STEP_S:
+            k, since = k + 1, now
+            self._variant[client_id] = (k, since)
+            self.routes_varied += 1
+            log.info("producer %s has no Telemetry stream: its routes leave member %d out so it opens one", client_id,
+                     k)
+        for mq in queues:
+            addrs = sorted(mq.broker.endpoints.addresses, key=lambda a: (a.host, a.port))
+            if len(addrs) < 2:
+                continue
+            keep = [a for i, a in enumerate(addrs) if i != k % len(addrs)]
+            del mq.broker.endpoints.addresses[:]
+            for a in keep:
+                mq.broker.endpoints.addresses.add(host=a.host, port=a.port)
+
+
 class LeaderForwarder:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.revival = StreamRevival(broker)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._ns_checked = 0.0
         self._ns_leader: str | None = None
@@ -261,6 +316,22 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
 
     def error(exc: Exception) -> Any:
         return resp_type(status=pb.Status(code=pb.HA_NOT_AVAILABLE, message=str(exc)))
+
+    if kind == (False, False) and method_name in ROUTE_METHODS:
+        async def route(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            """The writer answers when it can (it knows which clients lost their Telemetry stream), else this member."""
+            fwd = broker.forwarder
+            addr = fwd.writer_now()
+            if addr and FORWARDED_HEADER not in request_metadata(context):
+                deadline = min(fwd.deadline(context), time.monotonic() + ROUTE_ASK_S)
+                try:
+                    resp = await fwd.call_unary(addr, path, request, resp_type, context, deadline)
+                    if resp.status.code == pb.OK:
+                        return resp
+                except (WriterMoved, grpc.aio.AioRpcError):
+                    pass
+            return await handler(request, context)
+        return route
 
     if kind == (False, False):
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -462,6 +533,8 @@ class StreamRelay:
             await self.out.put(None)
 
     async def run(self, request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        cid = request_metadata(self.context).get("x-mq-client-id", "?")
+        log.info("%s stream of client %s opened on this member (it follows the writer)", self.method, cid)
         reader = asyncio.ensure_future(self._read_client(request_iterator))
         manager = asyncio.ensure_future(self._attempts())
         try:
@@ -473,5 +546,6 @@ class StreamRelay:
         finally:
             for t in (manager, reader):
                 t.cancel()
+            log.info("%s stream of client %s on this member ended (moved %d times)", self.method, cid, self.moves)
             await asyncio.sleep(0)
 

@@ -168,6 +168,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         if route is None:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"topic.name: topic {request.topic.name} does not exist")
         queues = message_queues(request.topic.name, route, request.topic.resource_namespace)
+        # a producer that lost its Telemetry stream gets endpoints that make it open one (broker/forwarding.py)
+        self.broker.forwarder.revival.apply(metadata_value(context, "x-mq-client-id"), queues)
         return svc.QueryRouteResponse(status=status(), message_queues=queues)
 
     @guarded(svc.QueryAssignmentResponse)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from cluster import LocalCluster, cluster_with_namesrv, start_dledger_group, wait_until
@@ -28,6 +29,26 @@ TOPIC = "TopicCheckBack"
 def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     with cluster_with_namesrv(tmp_path_factory.mktemp("checkback"), lambda: failed_call(request)) as c:
         yield c
+
+
+def route_ready(nodes: list[Any]) -> bool:
+    """Every member answers the topic's route with queues (the producer reads it once at start-up)."""
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as svc
+    from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+
+    for n in nodes:
+        req = svc.QueryRouteRequest()
+        req.topic.name = TOPIC
+        with grpc.insecure_channel(n.endpoint) as ch:
+            try:
+                resp = svc_grpc.MessagingServiceStub(ch).QueryRoute(req, timeout=5)
+            except grpc.RpcError:
+                return False
+        if resp.status.code != pb.OK or not resp.message_queues:
+            return False
+    return True
 
 
 class PhasedChecker(TransactionChecker):
@@ -64,8 +85,7 @@ def test_open_transactions_are_checked_back_by_a_new_leader(cluster: LocalCluste
     (lead,) = wait_until(lambda: leader_index(c, nodes), timeout=60, what="a leader")
     c.admin("updateTopic", "-b", nodes[lead].admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
     # the producer reads the route once at start-up: wait until the name server has it
-    wait_until(lambda: c.admin("topicRoute", "-t", TOPIC, check=False).returncode == 0, timeout=60,
-               what="the topic's route at the name server")
+    wait_until(lambda: route_ready(nodes), timeout=120, what="the topic's route at the name server")
     checker = PhasedChecker()
     p = Producer(config(";".join(n.endpoint for n in nodes)), (TOPIC,), checker)
     p.startup()
@@ -91,3 +111,63 @@ def test_open_transactions_are_checked_back_by_a_new_leader(cluster: LocalCluste
     finally:
         p.shutdown()
     print(f"open transactions checked back {took:.1f} s after the leader change")
+
+
+def stream_holder(nodes: list[Any], client_id: str) -> tuple[int] | None:
+    """(index,) of the only member whose log shows an open Telemetry stream of ``client_id`` (opened, not ended)."""
+    holders = []
+    for i, n in enumerate(nodes):
+        text = n.proc.log_path.read_text(errors="replace")
+        opened = text.count(f"Telemetry stream of client {client_id} opened on this member")
+        ended = text.count(f"Telemetry stream of client {client_id} on this member ended")
+        if opened > ended:
+            holders.append(i)
+    return (holders[0],) if len(holders) == 1 else None
+
+
+@pytest.mark.long  # waits for the official client's route refresh, every 30 s
+@pytest.mark.timeout(300)
+def test_producer_whose_stream_member_was_killed_is_checked_back(cluster: LocalCluster) -> None:
+    """The member holding the producer's Telemetry stream is killed and restarted: the client never
+    re-opens that stream by itself (only at its settings sync, every 300 s, or for a route naming a
+    new set of members), so the writer's routes must make it open another one, and open transactions
+    are checked back within about one route refresh (30 s) plus GRACE_S (broker/forwarding.py).
+
+    The member the test kills is the one whose log says it holds the producer's stream.
+    """
+    c = cluster
+    timing = {"transactionTimeOut": 2000, "transactionCheckInterval": 1000}
+    nodes = start_dledger_group(c, "broker-ck", flushDiskType="SYNC_FLUSH", **timing)
+    (lead,) = wait_until(lambda: leader_index(c, nodes), timeout=60, what="a leader")
+    c.admin("updateTopic", "-b", nodes[lead].admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
+    wait_until(lambda: route_ready(nodes), timeout=120, what="the topic's route at the name server")
+    checker = PhasedChecker()
+    p = Producer(config(";".join(n.endpoint for n in nodes)), (TOPIC,), checker)
+    p.startup()
+    started = time.monotonic()
+    try:
+        ids = set()
+        for i in range(3):
+            tx = p.begin_transaction()
+            ids.add(p.send(message(TOPIC, f"ck-{i}".encode()), tx).message_id)
+        (edge,) = wait_until(lambda: stream_holder(nodes, p.client_id), timeout=30,
+                             what="the one member holding the producer's Telemetry stream")
+        # the client writes its settings down the stream 1 s after start-up and reads routes 10 s after it
+        # (either may open a stream), then only every 300 s and 30 s: the kill comes after both
+        wait_until(lambda: time.monotonic() - started > 15, timeout=60, what="the client's first route refresh")
+        (edge,) = wait_until(lambda: stream_holder(nodes, p.client_id), timeout=30,
+                             what="the one member holding the producer's Telemetry stream")
+        nodes[edge].proc.kill9()
+        killed = time.monotonic()
+        # restarted at once: the routes the client reads next name the same members as before, so a
+        # route change does not make it open a stream by itself (it does when a member stays away)
+        c.start_broker(nodes[edge].name)
+        wait_until(lambda: leader_index(c, nodes), timeout=60, what="a leader")
+        checker.commit_now.set()
+        wait_until(lambda: ids <= checker.committed_after(killed), timeout=120, interval=0.5,
+                   what="every open transaction checked back after the stream's member was killed")
+        took = time.monotonic() - killed
+    finally:
+        p.shutdown()
+    print(f"member holding the producer's stream killed and restarted ({'the leader' if edge == lead else 'a follower'}"
+          f"): open transactions checked back {took:.1f} s later")

@@ -250,7 +250,9 @@ class Workload:
             with self.lock:
                 done = all(must <= s for s in self.seen.values())
                 count = sum(len({k for k in must & s if not k.startswith("f-")}) for s in self.seen.values())
-                delays_due = any(k.startswith("d-") for s in self.seen.values() for k in must - s)
+                # delayed messages, and committed transactions that await their check-back (after a kill the
+                # producer's Telemetry stream comes back with its next route read, up to 30 s), are waited for
+                delays_due = any(k.startswith(("d-", "t-")) for s in self.seen.values() for k in must - s)
             if done:
                 break
             if count != last_count:
