@@ -404,3 +404,35 @@ def scenario_transaction(side: Side) -> dict[str, Any]:
         p.shutdown()
     return {"received": sorted(m.body.decode() for m in got),
             "checked": sorted({b.decode() for b in checker.checked})}
+
+
+# ---------------------------------------------------------------------------- Apache's Java gRPC client
+# The same scenarios run by Apache's rocketmq-client-java 5.0.8 (peers/java/src/GrpcTool.java, built by
+# `make peers`), one JVM per step: what the Java client observes of each server.
+def java_scenario_normal(side: Side) -> dict[str, Any]:
+    """The Java client sends three tagged, keyed messages and a Java simple consumer receives and acks them."""
+    from peers_support import java_tool, json_lines
+
+    topic, group = side.unique("DiffJava"), side.unique("GID_diff_java")
+    side.create_topic(topic, "NORMAL")
+    side.create_group(group, False, 16)
+    sent = java_tool("GrpcTool", "send", side.endpoint, topic, "3", timeout=400)
+    assert sent.returncode == 0, sent.stderr[-2000:]
+    got = java_tool("GrpcTool", "receive", side.endpoint, topic, group, "3", "120", timeout=400)
+    ids = [m["msgId"] for m in json_lines(sent.stdout)]
+    received = json_lines(got.stdout)
+    return {"exit": got.returncode, "sent": len(ids),
+            "same_ids": sorted(ids) == sorted(m["msgId"] for m in received),
+            "bodies": sorted(m["body"] for m in received),
+            "delivery_attempts": sorted(m["deliveryAttempt"] for m in received)}
+
+
+def java_scenario_send_to_missing_topic(side: Side) -> dict[str, Any]:
+    """The Java producer started on a topic the server does not have (no topic created first)."""
+    from peers_support import java_tool, json_lines
+
+    topic = side.unique("DiffJavaMissing")
+    res = java_tool("GrpcTool", "send", side.endpoint, topic, "1", timeout=400)
+    error = next((line for line in res.stderr.splitlines() if line.startswith("java.")), "")
+    return {"exit": res.returncode, "sent": len(json_lines(res.stdout)), "error_class": error.split(":")[0],
+            "topic_created": topic in side.topics()}
