@@ -103,7 +103,8 @@ def parse_filter(expr: pb.FilterExpression, property_filter_enabled: bool) -> Me
         return compile_filter(grpc_expression_type(expr), expr.expression, property_filter_enabled)
     except FilterRefused as exc:
         code = Code.UNSUPPORTED if exc.kind == "disabled" else Code.ILLEGAL_FILTER_EXPRESSION
-        raise RequestError(code, f"filter_expression: {exc.message}") from None
+        # Apache's own text for a blank expression; the others name the field
+        raise RequestError(code, exc.message if exc.kind == "empty" else f"filter_expression: {exc.message}") from None
 
 
 def parse_tag_filter(expr: pb.FilterExpression) -> MessageFilter:
