@@ -177,16 +177,25 @@ class PopStateLog:
 
     def ready(self) -> bool:
         if self._ready_at is None:
-            return True
+            return self._lease_valid()
         store = self.store
-        if store.confirm_offset < min(self._ready_at, store.commit_log.max_offset):
+        if min(store.confirm_offset, store.dispatched) < min(self._ready_at, store.commit_log.max_offset):
             return False
         self._ready_at = None
         self.broker.pop.adopt({k: _copy(st) for k, st in self.shadow.items()})
         self._dirty = True  # the next record carries a snapshot of what this writer serves from
         log.info("POP state: serving as writer from the replicated state of %d queues (%d in flight)",
                  len(self.shadow), sum(len(st.inflight) for st in self.shadow.values()))
-        return True
+        return self._lease_valid()
+
+    def _lease_valid(self) -> bool:
+        """Whether this writer is sure of its role: a leader resumed after a pause, deposed without knowing it
+        yet, would hand out messages its successor has seen acknowledged (broker/dledger/node.py lease_valid)."""
+        b = self.broker
+        if b.dledger is not None:
+            return b.dledger.lease_valid()
+        rm = getattr(b, "replicas", None)
+        return rm is None or not rm.lease_expired
 
     def op(self, kind: str, group: str, topic: str, queue_id: int, offset: int, committed: int, *extra: int) -> None:
         self._ops.append([kind, group, topic, queue_id, offset, committed, *extra])
@@ -246,7 +255,8 @@ class PopStateLog:
         upto = self._appended
         snap = None
         now = time.monotonic()
-        ready = self.ready()
+        self.ready()  # adopts the shadow once the predecessors' log is confirmed
+        ready = self._ready_at is None
         if ready and self._dirty and now - self._last_snapshot >= self.snapshot_s:
             snap = snapshot_of(b.pop.states)  # taken with the batch: it covers exactly the ops written so far
             self._last_snapshot, self._dirty = now, False
