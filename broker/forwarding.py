@@ -72,6 +72,11 @@ WRITER_CHANGED = ("not the leader", "the leader may have changed", "transferring
                   "no leader yet", "no master yet", "stale forward")
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class NoLeader(Exception):
     pass
 
@@ -276,6 +281,7 @@ class LeaderForwarder:
                                                response_deserializer=resp_type.FromString)
         task = asyncio.ensure_future(call(request, metadata=self.metadata(context), wait_for_ready=True,
                                           timeout=max(0.001, deadline - time.monotonic())))
+        task.add_done_callback(_retrieve)  # an abandoned call's late failure is not an unhandled error
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=WATCH_S)
@@ -423,6 +429,30 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
 LOCAL = ""  # StreamRelay target: this node serves the stream itself
 
 
+class _QueueIterator:
+    """The items of a queue until None, as an async iterator (a class, not an async generator: a
+    generator closed by the event loop's finalizer while a gRPC task still awaits it fails with
+    "aclose(): asynchronous generator is already running")."""
+
+    def __init__(self, queue: asyncio.Queue[Any], only: type | None) -> None:
+        self.queue = queue
+        self.only = only  # relayed to another member: only parsed commands (a local handler answers the rest)
+        self.done = False
+
+    def __aiter__(self) -> _QueueIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self.done:
+            item = await self.queue.get()
+            if item is None:
+                self.done = True
+                break
+            if self.only is None or isinstance(item, self.only):
+                return item
+        raise StopAsyncIteration
+
+
 class StreamRelay:
     """A client's Telemetry stream that follows the writer for as long as the client keeps it open (issue 15).
 
@@ -470,14 +500,8 @@ class StreamRelay:
             await self.up.put(None)
 
     @staticmethod
-    async def _drain(up: asyncio.Queue[Any], remote: bool, request_type: type) -> AsyncIterator[Any]:
-        while True:
-            item = await up.get()
-            if item is None:
-                return
-            if remote and not isinstance(item, request_type):
-                continue  # an unparseable command is answered by a local handler only
-            yield item
+    def _drain(up: asyncio.Queue[Any], remote: bool, request_type: type) -> _QueueIterator:
+        return _QueueIterator(up, request_type if remote else None)
 
     async def _pump(self, target: str, up: asyncio.Queue[Any]) -> None:
         if target == LOCAL:

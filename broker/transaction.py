@@ -80,6 +80,7 @@ class TransactionService:
         self._half_pos = 0  # next queue offset of HALF_TOPIC / OP_TOPIC that refresh() reads
         self._op_pos = 0
         self._ready_at = 0  # log end when this node last took over as writer (see writer_caught_up)
+        self._resolving: set[str] = set()  # transactions whose commit or rollback is being stored now
 
     # ---------------------------------------------------------------- recover
     def recover(self) -> None:
@@ -194,6 +195,18 @@ class TransactionService:
             raise TransactionError("ILLEGAL_MESSAGE_ID", f"message_id {msg_id} does not belong to transaction {tx_id}")
         if resolution == pb.TRANSACTION_RESOLUTION_UNSPECIFIED:
             return "UNKNOW"
+        if tx_id in self._resolving:
+            # a second answer while the first is being stored (a check-back repeated because the commit took
+            # longer than transactionCheckInterval): storing it again would deliver the message twice
+            log.info("transaction %s of message %s: already being resolved; answer ignored", tx_id, half.msg_id)
+            return "COMMIT_MESSAGE" if resolution == pb.COMMIT else "ROLLBACK_MESSAGE"
+        self._resolving.add(tx_id)
+        try:
+            return await self._resolve(tx_id, half, resolution, from_check)
+        finally:
+            self._resolving.discard(tx_id)
+
+    async def _resolve(self, tx_id: str, half: Half, resolution: int, from_check: bool) -> str:
         if resolution == pb.COMMIT:
             msg = self.store.message_at(HALF_TOPIC, 0, half.offset)
             if msg is None:
@@ -267,6 +280,8 @@ class TransactionService:
         for tx_id, half in list(self.pending.items()):
             if now - half.stored_ms < s.transactionTimeOut or now - half.last_check_ms < s.transactionCheckInterval:
                 continue
+            if tx_id in self._resolving:
+                continue  # its answer is being stored: asking again would get a second answer
             if half.checks >= s.transactionCheckMax:
                 log.warning("transaction %s of message %s discarded after %d check-backs", tx_id, half.msg_id,
                             half.checks)
