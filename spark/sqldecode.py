@@ -24,9 +24,11 @@ characters, the last 16 the big-endian int64 offset; IDs whose port or offset fi
 broker could have written give a null offset, as ``parse_offset_msg_id`` raises for them.
 
 Why it matters: the ``mapInArrow`` decoder spent 235 of the 707 s of all jobs at 10M
-messages moving bodies to Python and records back (docs/ANALYTICS.md, "Decoding").  The
-per-record validity test needs the whole body (one bad record drops its neighbours), so
-it runs as one ``forall`` over the split records before the ``explode``.
+messages moving bodies to Python and records back (docs/ANALYTICS.md, "Decoding").  One
+bad record drops its neighbours, so validity is a property of the whole body: it is one
+regular expression (:data:`INVALID_RECORD`) per body, run in generated code, before the
+records are split and exploded.  A first version tested each record inside a ``forall``
+lambda; Spark evaluates lambda bodies interpreted, and that cost milliseconds per body.
 """
 
 from __future__ import annotations
@@ -38,12 +40,6 @@ from rocketscope.spark.schema import HA_EVENTS_TOPIC, RECORD_SCHEMA
 
 FIELD_SEP = "\x01"
 RECORD_SEP = "\x02"
-INTEGER = "^[+-]?[0-9]+\\z"
-"""``trace.codec._INTEGER_RE`` (fullmatch): ASCII digits with an optional sign, no spaces.
-
-``\\z``, not ``$``: Java's ``$`` also matches before a final line break, and the cast
-after it would then trim the break away and accept ``"12\\n"``, which the codec rejects.
-"""
 HEX_ID = "^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})\\z"
 
 
@@ -63,55 +59,59 @@ def _nullable_text(f: Column, pos: int) -> Column:
     return F.when(value == "null", F.lit("")).otherwise(value)
 
 
-def _int_ok(f: Column, pos: int, kind: str = "int") -> Column:
-    """Field ``pos`` is present, an integer by the codec's pattern, and fits ``kind``."""
-    value = _field(f, pos)
-    return F.coalesce(value.rlike(INTEGER) & value.try_cast(kind).isNotNull(), F.lit(False))
-
-
 def _int(f: Column, pos: int, kind: str = "int") -> Column:
     return _field(f, pos).try_cast(kind)
-
-
-def _bool_ok(f: Column, pos: int) -> Column:
-    """Java ``Boolean.parseBoolean`` on true/false/empty/null; anything else is not trace data."""
-    return F.coalesce(F.lower(_field(f, pos)).isin("true", "false", "", "null"), F.lit(False))
 
 
 def _bool(f: Column, pos: int) -> Column:
     return F.lower(_field(f, pos)) == "true"
 
 
-def _msg_type_ok(f: Column, pos: int) -> Column:
-    return _int_ok(f, pos) & _int(f, pos).between(0, 4)
+def _upto(bound: str) -> str:
+    """A regex of the decimal numbers 0..``bound`` (leading zeros allowed), for range checks without a cast."""
+    alts = [f"[0-9]{{1,{len(bound) - 1}}}"] if len(bound) > 1 else []
+    for i, ch in enumerate(bound):
+        if ch != "0":
+            low = "0" if ch == "1" else f"[0-{int(ch) - 1}]"
+            rest = f"[0-9]{{{len(bound) - i - 1}}}" if i < len(bound) - 1 else ""
+            alts.append(bound[:i] + low + rest)
+    alts.append(bound)
+    return "(?:" + "|".join(alts) + ")"
 
 
-def _valid(f: Column) -> Column:
-    """False for a record of a known type that the Python decoder would reject (the body is then skipped)."""
-    n = F.size(f)
-    kind = _field(f, 0)
-    pub = (
-        (n >= 12) & _int_ok(f, 1, "long") & _int_ok(f, 9) & _int_ok(f, 10) & _msg_type_ok(f, 11)
-        & F.when(n == 13, _bool_ok(f, 12)).when(n >= 14, _bool_ok(f, 13)).otherwise(F.lit(True))
-    )
-    sub_before = (n >= 7) & _int_ok(f, 1, "long") & _int_ok(f, 6)
-    sub_after = (
-        (n >= 5) & _int_ok(f, 3) & _bool_ok(f, 4)
-        & ((n < 7) | _int_ok(f, 6)) & ((n < 8) | _int_ok(f, 7, "long"))
-    )
-    end_tx = (
-        (n >= 13) & _int_ok(f, 1, "long") & _msg_type_ok(f, 9)
-        & F.when(n >= 14, _bool_ok(f, 13)).otherwise(_bool_ok(f, 12))
-    )
-    recall = (n >= 7) & _int_ok(f, 1, "long") & _bool_ok(f, 6)
-    return (
-        F.when(kind == "Pub", pub)
-        .when(kind == "SubBefore", sub_before)
-        .when(kind == "SubAfter", sub_after)
-        .when(kind == "EndTransaction", end_tx)
-        .when(kind == "Recall", recall)
-        .otherwise(F.lit(True))
-    )
+def _integer(bits: int) -> str:
+    """The integers the codec accepts for a signed ``bits``-bit field: sign, ASCII digits, in range."""
+    top = 2 ** (bits - 1)
+    return f"(?:\\+?0*{_upto(str(top - 1))}|-0*{_upto(str(top))})"
+
+
+_X = "[^\x01\x02]*"  # any field
+_S = "\x01"
+_END = "(?=[\x01\x02]|\\z)"  # a typed field ends at a separator: "12abc" is not an integer
+_I32, _I64 = _integer(32) + _END, _integer(64) + _END
+_B = "(?i:true|false|null)?" + _END  # Boolean.parseBoolean's true/false, empty or null; anything else is garbage
+_MT = "(?:\\+?0*[0-4]|-0+)" + _END  # message type ordinal 0..4
+_REST = "[^\x02]*"  # any further fields
+_VALID = {
+    # 12 fields; 13: + success; 14+: offsetMsgId, success, anything
+    "Pub": f"Pub{_S}{_I64}(?:{_S}{_X}){{7}}{_S}{_I32}{_S}{_I32}{_S}{_MT}(?:{_S}{_B}|{_S}{_X}{_S}{_B}{_REST})?",
+    "SubBefore": f"SubBefore{_S}{_I64}(?:{_S}{_X}){{4}}{_S}{_I32}{_REST}",
+    # 5 fields; then keys, contextCode, timestamp, anything
+    "SubAfter": f"SubAfter{_S}{_X}{_S}{_X}{_S}{_I32}{_S}{_B}(?:{_S}{_X}(?:{_S}{_I32}(?:{_S}{_I64}{_REST})?)?)?",
+    # 13 fields, from_check at 12; the 14-field build: at 13
+    "EndTransaction": f"EndTransaction{_S}{_I64}(?:{_S}{_X}){{7}}{_S}{_MT}"
+                      f"(?:{_S}{_X}{_S}{_X}{_S}{_B}|{_S}{_X}{_S}{_X}{_S}{_X}{_S}{_B}{_REST})",
+    "Recall": f"Recall{_S}{_I64}(?:{_S}{_X}){{4}}{_S}{_B}{_REST}",
+}
+INVALID_RECORD = (
+    "(?:^|\x02)(?=(?:" + "|".join(_VALID) + ")(?:\x01|\x02|\\z))"
+    "(?!(?:" + "|".join(_VALID.values()) + ")\x01*(?:\x02|\\z))"
+)
+"""Finds a record of a known type that the codec would reject: at a record start, a known type
+name as the whole first field, not followed by that type's valid layout up to the record's end
+(trailing empty fields allowed, as Java's split drops them).  One ``rlike`` per body, compiled
+once and run in generated code: the per-record checks inside a ``forall`` lambda were
+interpreted and cost milliseconds per body."""
 
 
 def phys_offset(offset_msg_id: Column) -> Column:
@@ -128,13 +128,10 @@ def phys_offset(offset_msg_id: Column) -> Column:
     return F.when(ok, F.conv(offset_hex, 16, 10).try_cast("long"))
 
 
-def _records(body: Column) -> Column:
-    """The records of a body as arrays of fields, Java-split (trailing empty fields removed)."""
+def _body_text(body: Column) -> Column:
+    """The body as text, null when it is not valid UTF-8 or holds a malformed record (not trace data)."""
     text = F.when(F.is_valid_utf8(body), body.cast("string"))
-    return F.transform(
-        F.split(text, RECORD_SEP, -1),
-        lambda chunk: F.split(F.regexp_replace(chunk, FIELD_SEP + "+\\z", ""), FIELD_SEP, -1),
-    )
+    return F.when(~text.rlike(INVALID_RECORD), text)
 
 
 USED_TYPES = ("Pub", "SubBefore", "SubAfter")
@@ -148,7 +145,7 @@ def decode_trace_sql(rows: DataFrame) -> DataFrame:
     over the same input, in no particular order.
     """
     bodies = rows.where(F.col("topic") != HA_EVENTS_TOPIC).select(
-        _records(F.col("body")).alias("recs"), F.col("tags").alias("origin_topic"))
+        _body_text(F.col("body")).alias("text"), F.col("tags").alias("origin_topic"))
     f = F.col("f")
     n = F.size(f)
     kind = _field(f, 0)
@@ -157,9 +154,11 @@ def decode_trace_sql(rows: DataFrame) -> DataFrame:
     after_ts = F.when(n >= 8, _int(f, 7, "long"))
     after_grp = _text(f, 8)
     records = (
-        bodies.where(F.forall("recs", _valid))
-        .select(F.explode("recs").alias("f"), "origin_topic")
-        .where(kind.isin(*USED_TYPES))
+        bodies.where(F.col("text").isNotNull())
+        .select(F.explode(F.split("text", RECORD_SEP, -1)).alias("chunk"), "origin_topic")
+        .where(F.col("chunk").rlike("^(?:" + "|".join(USED_TYPES) + ")(?:\\x01|\\z)"))
+        .select(F.split(F.regexp_replace("chunk", FIELD_SEP + "+\\z", ""), FIELD_SEP, -1).alias("f"),
+                "origin_topic")
         .select(
             kind.alias("rec_type"),
             F.when(is_after, F.when(after_ts != 0, after_ts)).otherwise(_int(f, 1, "long")).alias("ts"),
