@@ -393,11 +393,11 @@ def main() -> None:
     ap.add_argument("--paths", default="", help="comma-separated path labels to keep (e.g. 'go remoting')")
     ap.add_argument("--profile", type=Path, default=None, help="py-spy profiles of the RocketScope rows into DIR")
     ap.add_argument("--profile-seconds", type=float, default=6.0)
-    ap.add_argument("--quick", action="store_true", help="2,000 messages, rs-async and js-r1 only")
+    ap.add_argument("--quick", action="store_true", help="2,000 messages (short warm-ups), rs-async and js-r1 only")
     ap.add_argument("--out", type=Path, default=RESULTS / "datapath.json")
     args = ap.parse_args()
     if args.quick:
-        args.messages, args.warmup = 2000, 500
+        args.messages, args.warmup, args.java_warmup = 2000, 500, 1000
         args.only = args.only or "rs-async,js-r1"
     chosen = [s for s in SETUPS if not args.only or s in args.only.split(",")]
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
