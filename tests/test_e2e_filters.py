@@ -28,7 +28,8 @@ from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode, ResponseCode, decode_messages
 from rocketscope.trace.client_trace import close_client_metrics
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+# minutes on a loaded machine (two brokers, every consume path): `.venv/bin/pytest tests/test_e2e_filters.py -m long`
+pytestmark = [pytest.mark.e2e, pytest.mark.long, pytest.mark.timeout(600)]
 QUEUES = 4
 MD = (("x-mq-client-id", "filters-test"), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
 
@@ -325,3 +326,24 @@ def test_fifo_groups_land_in_apaches_queues_and_client_queue_choice_is_opt_in(cl
             assert got == expect
         else:  # PROXY (the default, as Apache's proxy): round robin over the 4 queues whatever the client named
             assert len(set(got.values())) == QUEUES, got
+
+
+def test_check_client_config_answers_as_rocketmq(cluster: LocalCluster) -> None:
+    """CHECK_CLIENT_CONFIG (46), which Apache's Java push consumer sends at start for a SQL92 subscription."""
+    import json
+
+    def check(broker: str, expression_type: str, sub: str) -> tuple[int, str | None]:
+        body = json.dumps({"clientId": "c1", "group": "G46", "subscriptionData": {
+            "topic": "T46", "subString": sub, "expressionType": expression_type, "classFilterMode": False,
+            "tagsSet": [], "codeSet": [], "subVersion": 0}}).encode()
+        with RemotingClient(cluster.brokers[broker].admin_addr) as r:
+            resp = r.invoke(46, {}, body)
+        return resp.code, resp.remark
+
+    assert check("broker-a", "SQL92", "n > 5")[0] == ResponseCode.SUCCESS
+    assert check("broker-a", "TAG", "TA || TB")[0] == ResponseCode.SUCCESS
+    code, remark = check("broker-a", "SQL92", "n >")
+    assert code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "'n >'" in (remark or "")
+    assert check("broker-b", "SQL92", "n > 5") == (
+        ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter message by SQL92")
+    assert check("broker-b", "TAG", "*")[0] == ResponseCode.SUCCESS

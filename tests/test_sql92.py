@@ -18,7 +18,7 @@ from rocketscope.broker.store.record import StoredMessage
 from rocketscope.broker.topics import consistent_hash, group_queue, java_string_hash
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(expr=st.one_of(cases.expressions, st.text(max_size=60)), props=cases.properties)
 def test_parser_and_evaluator_never_fail_other_than_as_documented(expr: str, props: dict[str, str]) -> None:
     try:

@@ -27,6 +27,7 @@ from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
 from ..topics import RETRY_PREFIX, topic_name_problem
 from ..validation import RequestError
+from .client_config import CHECK_CLIENT_CONFIG, client_config_handler
 from .codec import (
     BatchEntry,
     FrameError,
@@ -200,6 +201,7 @@ class RemotingBroker:
             R.LOCK_BATCH_MQ: self.lock_batch, R.UNLOCK_BATCH_MQ: self.unlock_batch,
             R.QUERY_MESSAGE: self.query_message, R.VIEW_MESSAGE_BY_ID: self.view_message,
             R.END_TRANSACTION: self.end_transaction,
+            CHECK_CLIENT_CONFIG: client_config_handler(self.b),
         }
 
     def _record(self, code: int, response_code: int, seconds: float) -> None:
