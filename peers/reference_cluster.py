@@ -44,6 +44,9 @@ RMQGO = CACHE / "bin" / "rmqgo"
 CLUSTER = "DefaultCluster"
 BROKER = "broker-a"
 PROBE_TOPIC = "RS_PEERS_READY"
+# the proxy exits when its start-up call creating DefaultHeartBeatSyncerTopic times out (its name-server
+# calls wait under a second): at a load average of 30 with four JVMs starting, three attempts were not enough
+PROXY_START_ATTEMPTS = 6
 # Settings of the test clusters (--test-conf); the differential tests give RocketScope the same keys
 # (tests/test_diff_grpc.py), so both sides are compared under one configuration.
 TEST_PROXY_CONF = {"minInvisibleTimeMillsForRecv": 1000}
@@ -56,6 +59,7 @@ JDK17_OPENS = ["--add-opens", "java.base/java.lang=ALL-UNNAMED", "--add-opens", 
                "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED"]
 MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
         "broker": "org.apache.rocketmq.broker.BrokerStartup",
+        "slave": "org.apache.rocketmq.broker.BrokerStartup",
         "proxy": "org.apache.rocketmq.proxy.ProxyStartup"}
 
 
@@ -133,7 +137,11 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str, alive: Callab
 @dataclass
 class ReferenceCluster:
     """One Apache RocketMQ name server, one broker (``broker-a`` of ``DefaultCluster``) and one proxy
-    in cluster mode, under ``root``.  A port left at 0 is picked free at :meth:`start`."""
+    in cluster mode, under ``root``.  A port left at 0 is picked free at :meth:`start`.
+
+    ``slave``: also a slave of ``broker-a`` (brokerId 1, brokerRole SLAVE, replicating from the master's
+    HA port), for the replication benchmarks; give the master ``brokerRole=SYNC_MASTER`` in
+    ``broker_conf`` to have sends wait for it."""
 
     root: Path
     namesrv_port: int = 0
@@ -146,6 +154,8 @@ class ReferenceCluster:
     proxy_conf: dict[str, Any] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    slave: bool = False
+    slave_port: int = 0
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -155,6 +165,10 @@ class ReferenceCluster:
     @property
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def slave_addr(self) -> str:
+        return f"127.0.0.1:{self.slave_port}"
 
     @property
     def endpoint(self) -> str:
@@ -173,7 +187,8 @@ class ReferenceCluster:
     def describe(self) -> dict[str, Any]:
         return {"root": str(self.root), "namesrv": self.namesrv_addr, "broker": self.broker_addr,
                 "grpc": self.endpoint, "proxyRemoting": self.proxy_remoting_addr, "metrics": self.metrics_url,
-                "cluster": CLUSTER, "brokerName": BROKER, "pids": self.pids}
+                "cluster": CLUSTER, "brokerName": BROKER, "pids": self.pids,
+                **({"slave": self.slave_addr} if self.slave else {})}
 
     # ------------------------------------------------------------------ life cycle
     def start(self, timeout: float = 240.0, detach: bool = False) -> ReferenceCluster:
@@ -190,6 +205,8 @@ class ReferenceCluster:
         self.grpc_port = self.grpc_port or _free_port()
         self.proxy_remoting_port = self.proxy_remoting_port or _free_port()
         self.prom_port = self.prom_port or _free_port()
+        if self.slave:
+            self.slave_port = self.slave_port or _broker_port()
         deadline = time.monotonic() + timeout
         left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
         try:
@@ -199,8 +216,12 @@ class ReferenceCluster:
             self._launch("broker", ["-c", str(self.root / "broker.conf")], heap=self.heap, detach=detach,
                          extra=[f"-XX:MaxDirectMemorySize={self.heap}"])
             wait_until(self._broker_routed, left(), "the broker in the name server's route of TBW102", self._dead)
+            if self.slave:
+                self._launch("slave", ["-c", str(self.root / "broker-slave.conf")], heap=self.heap, detach=detach,
+                             extra=[f"-XX:MaxDirectMemorySize={self.heap}"])
+                wait_until(self._slave_routed, left(), "the slave in the name server's route of TBW102", self._dead)
             remoting.create_topic(self.broker_addr, PROBE_TOPIC)
-            for attempt in range(1, 4):
+            for attempt in range(1, PROXY_START_ATTEMPTS + 1):
                 # under a heavy load the proxy's start-up call that creates its system topic
                 # (DefaultHeartBeatSyncerTopic) on the brokers can time out, and the proxy exits: start it again
                 self._launch("proxy", ["-pm", "cluster", "-pc", str(self.root / "rmq-proxy.json")], heap=self.heap,
@@ -209,7 +230,7 @@ class ReferenceCluster:
                     wait_until(lambda: _port_open(self.grpc_port), left(), "the proxy's gRPC port", self._dead)
                     break
                 except RuntimeError:
-                    if attempt == 3 or self.procs["proxy"].poll() is None:
+                    if attempt == PROXY_START_ATTEMPTS or self.procs["proxy"].poll() is None:
                         raise
                     print(f"Apache RocketMQ proxy exited during start-up (attempt {attempt}): starting it again",
                           file=sys.stderr)
@@ -220,6 +241,11 @@ class ReferenceCluster:
             raise
         self._save()
         return self
+
+    def _slave_routed(self) -> bool:
+        data = remoting.route(self.namesrv_addr, "TBW102")
+        return any(b.get("brokerName") == BROKER and "1" in {str(k) for k in b.get("brokerAddrs", {})}
+                   for b in data.get("brokerDatas", []))
 
     def _broker_routed(self) -> bool:
         data = remoting.route(self.namesrv_addr, "TBW102")
@@ -267,6 +293,11 @@ class ReferenceCluster:
         }
         broker.update(self.broker_conf)
         (self.root / "broker.conf").write_text(props(broker))
+        if self.slave:
+            slave = dict(broker, brokerId=1, brokerRole="SLAVE", listenPort=self.slave_port,
+                         haListenPort=self.slave_port + 1, storePathRootDir=self.root / "slave" / "store",
+                         metricsExporterType="DISABLE")
+            (self.root / "broker-slave.conf").write_text(props(slave))
         proxy = {
             "rocketMQClusterName": CLUSTER, "proxyMode": "cluster", "namesrvAddr": self.namesrv_addr,
             "grpcServerPort": self.grpc_port, "remotingListenPort": self.proxy_remoting_port,
@@ -282,7 +313,8 @@ class ReferenceCluster:
         home = self.root / role
         home.mkdir(parents=True, exist_ok=True)
         cmd = ["java", "-server", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseSerialGC", *JDK17_OPENS, *(extra or []),
-               f"-Duser.home={home}", f"-Drmq.logback.configurationFile=rmq.{role}.logback.xml",
+               f"-Duser.home={home}",
+               f"-Drmq.logback.configurationFile=rmq.{'broker' if role == 'slave' else role}.logback.xml",
                "-cp", f"{LIB}/*", MAIN[role], *args]
         env = dict(os.environ, ROCKETMQ_HOME=str(self.root), RMQ_PROXY_HOME=str(self.root))
         with open(self.root / f"{role}.out", "ab") as out:
@@ -298,7 +330,7 @@ class ReferenceCluster:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM proxy, broker, name server (in that order), then SIGKILL any that did not exit."""
-        for role in ("proxy", "broker", "namesrv"):
+        for role in ("proxy", "slave", "broker", "namesrv"):
             pid = self.pids.get(role)
             if pid is None or not _is_ours(pid, MAIN[role]):
                 continue
@@ -331,6 +363,8 @@ class ReferenceCluster:
         c = cls(root, namesrv_port=port("namesrv"), broker_port=port("broker"), grpc_port=port("grpc"),
                 proxy_remoting_port=port("proxyRemoting"), prom_port=int(data["metrics"].split(":")[2].split("/")[0]))
         c.pids = {k: int(v) for k, v in data["pids"].items()}
+        if "slave" in data:
+            c.slave, c.slave_port = True, port("slave")
         return c
 
     # ------------------------------------------------------------------ admin
@@ -362,8 +396,9 @@ class ReferenceCluster:
 
     def logs(self, tail: int = 4000) -> str:
         parts = []
-        for role in ("namesrv", "broker", "proxy"):
-            for path in (self.root / f"{role}.out", self.root / role / "logs" / "rocketmqlogs" / f"{role}.log"):
+        for role in ("namesrv", "broker", "slave", "proxy"):
+            log = "broker" if role == "slave" else role
+            for path in (self.root / f"{role}.out", self.root / role / "logs" / "rocketmqlogs" / f"{log}.log"):
                 if path.exists():
                     parts.append(f"----- {path} -----\n{path.read_text(errors='replace')[-tail:]}")
         return "\n".join(parts)
@@ -386,13 +421,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(f"--{name}", type=int, default=0, help="default: a free port")
     ap.add_argument("--heap", default="512m", help="-Xms/-Xmx of the broker and the proxy (name server: 256m)")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for readiness")
+    ap.add_argument("--slave", action="store_true", help="also start a SLAVE of broker-a (brokerId 1)")
     ap.add_argument("--test-conf", action="store_true",
                     help="the settings of the test clusters (TEST_BROKER_CONF, TEST_PROXY_CONF)")
     args, rest = ap.parse_known_args(argv)
     root = args.dir.resolve()
     if args.command in ("start", "run"):
         c = ReferenceCluster(root, args.namesrv_port, args.broker_port, args.grpc_port, args.proxy_remoting_port,
-                             args.prom_port, heap=args.heap)
+                             args.prom_port, heap=args.heap, slave=args.slave)
         if args.test_conf:
             c.broker_conf, c.proxy_conf = dict(TEST_BROKER_CONF), dict(TEST_PROXY_CONF)
         t0 = time.monotonic()
