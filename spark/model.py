@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from rocketscope.spark.asof import asof_join
-from rocketscope.spark.decode import decode_events, decode_trace, drop_exact_duplicates
+from rocketscope.spark.decode import decode_events, decode_trace
 from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 
 NEG_INF = -(2**62)
@@ -47,6 +47,8 @@ POS_INF = 2**62
 DLQ_PREFIX = "%DLQ%"
 MSG_KEY = "msg_key"
 """``xxhash64(msg_id)``: the leading key of every msgId join, grouping and window (module docstring)."""
+COPY_KEY = [MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset"]
+"""What tells one copy (send attempt) of a msgId from another."""
 
 
 def leaderships(events: DataFrame) -> DataFrame:
@@ -85,6 +87,7 @@ class Model:
     spark: SparkSession
     rows: DataFrame
     asof_method: str = "interval"
+    decoder: str = "sql"
     bucket: int | None = None
     persist: bool = True
     # Where the shared tables are kept.  On disk by default: the operating system's page
@@ -114,13 +117,38 @@ class Model:
             df.unpersist()
         self._cache.clear()
 
+    def __post_init__(self) -> None:
+        # Joins on (msg_key, msg_id, more keys) may then reuse the tables' partitioning by
+        # (msg_key, msg_id) instead of shuffling both sides again (module docstring).
+        self.spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
+
+    @property
+    def partitions(self) -> int:
+        """The one partition count every msgId-partitioned table uses (so joins between them need no shuffle)."""
+        return int(self.spark.conf.get("spark.sql.shuffle.partitions") or 200)
+
+    def by_message(self, df: DataFrame) -> DataFrame:
+        """``df`` hash-partitioned by (msg_key, msg_id) into :attr:`partitions` partitions.
+
+        An explicit count: adaptive execution does not coalesce it, so two tables
+        partitioned here stay co-partitioned.
+        """
+        return df.repartition(self.partitions, MSG_KEY, "msg_id")
+
     # ------------------------------------------------------------------ inputs
     @property
     def records(self) -> DataFrame:
-        """Decoded trace records, exact duplicates (a trace message sent twice) removed."""
+        """Decoded trace records with ``msg_key``, hash-partitioned by message: the one shuffle of every record.
+
+        Exact duplicates (a trace message written twice) are not removed here: a
+        duplicated Pub is removed in :attr:`pubs`, duplicated Sub records collapse in
+        :attr:`attempts` (one SubBefore and one SubAfter per request id), which is
+        what the plain-Python reference does too.  Removing them from all records was a
+        sort of every record by the whole row.
+        """
         if "records" not in self._cache:
-            records = drop_exact_duplicates(decode_trace(self.rows))
-            self._keep("records", records.withColumn(MSG_KEY, F.xxhash64("msg_id")))
+            records = decode_trace(self.rows, self.decoder).withColumn(MSG_KEY, F.xxhash64("msg_id"))
+            self._keep("records", self.by_message(records))
         return self._cache["records"]
 
     @property
@@ -137,10 +165,15 @@ class Model:
 
     # ------------------------------------------------------------------ copies
     @property
-    def copies(self) -> DataFrame:
-        """One row per Pub record with group, gen, truncated flag and quorum commit time."""
-        if "copies" in self._cache:
-            return self._cache["copies"]
+    def pubs(self) -> DataFrame:
+        """One row per distinct Pub record with broker group, gen, mode and truncated flag.
+
+        Narrow work on the message-partitioned records: the exact-duplicate removal is an
+        aggregate within each partition (the keys include msg_key and msg_id, so no
+        shuffle), the leadership and truncation tables are broadcast.
+        """
+        if "pubs" in self._cache:
+            return self._cache["pubs"]
         pubs = self.records.where(F.col("rec_type") == "Pub").select(
             MSG_KEY,
             "msg_id",
@@ -152,7 +185,8 @@ class Model:
             "store_host",
             "phys_offset",
             F.coalesce(F.col("success"), F.lit(False)).alias("success"),
-        )
+            "origin_topic",
+        ).dropDuplicates().drop("origin_topic")
         lead = F.broadcast(self.leaderships.alias("ld"))
         mapped = pubs.join(
             lead,
@@ -183,40 +217,40 @@ class Model:
             lambda t: (t["gen"] > F.col("gen")) & (t["ts"] >= F.col("stored_ts"))
             & (t["lo"] <= F.col("phys_offset")) & (F.col("phys_offset") < t["hi"]),
         )
-        copies = (
+        out = (
             mapped.join(trunc, on=F.col("broker_group") == F.col("t_group"), how="left")
             .withColumn("truncated", F.coalesce(stored & covered, F.lit(False)))
             .drop("t_group", "truncs")
         )
-        quorum = self.replication.where(F.col("replica") == QUORUM).select(
-            MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset", F.col("ack_ts").alias("committed_ts")
+        return self._keep("pubs", out)
+
+    @property
+    def copies(self) -> DataFrame:
+        """:attr:`pubs` with the quorum commit time and the replicas' acks of each copy.
+
+        ``replicas`` is the sorted array of (replica, ack_ts, latency_ms) the timeline
+        shows; both come from one aggregate of :attr:`replication` per copy, brought back
+        to the message partitioning, so the join with :attr:`pubs` shuffles neither side.
+        """
+        if "copies" in self._cache:
+            return self._cache["copies"]
+        rep = self.by_message(self.replication).groupBy(*COPY_KEY).agg(
+            F.max(F.when(F.col("replica") == QUORUM, F.col("ack_ts"))).alias("committed_ts"),
+            F.array_sort(F.collect_list(F.when(F.col("replica") != QUORUM, F.struct(
+                F.col("replica"),
+                F.timestamp_millis(F.col("ack_ts")).alias("ack_ts"),
+                (F.col("ack_ts") - F.col("born_ts")).alias("latency_ms"),
+            )))).alias("replicas"),
         )
-        copies = copies.join(quorum, on=[MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset"], how="left")
+        copies = self.pubs.join(rep, on=COPY_KEY, how="left")
         return self._keep("copies", copies)
 
     @property
     def stored_copies(self) -> DataFrame:
         """Successful copies whose broker group and generation are known, before the truncation flag."""
-        pubs = self.records.where((F.col("rec_type") == "Pub") & F.col("success") & F.col("phys_offset").isNotNull())
-        pubs = pubs.select(
-            MSG_KEY,
-            "msg_id",
-            "topic",
-            F.col("ts").alias("born_ts"),
-            (F.col("ts") + F.coalesce(F.col("cost_time"), F.lit(0))).alias("stored_ts"),
-            "store_host",
-            "phys_offset",
-        )
-        lead = F.broadcast(self.leaderships.alias("ld"))
-        return pubs.join(
-            lead,
-            on=(pubs["store_host"] == F.col("ld.address"))
-            & (F.col("ld.valid_from") <= pubs["stored_ts"])
-            & (pubs["stored_ts"] < F.col("ld.valid_to")),
-            how="inner",
-        ).select(
-            *[pubs[c] for c in pubs.columns], F.col("ld.group").alias("broker_group"), F.col("ld.gen").alias("gen")
-        )
+        return self.pubs.where(
+            F.col("success") & F.col("phys_offset").isNotNull() & F.col("broker_group").isNotNull()
+        ).select(MSG_KEY, "msg_id", "topic", "born_ts", "stored_ts", "store_host", "phys_offset", "broker_group", "gen")
 
     # ------------------------------------------------------------- replication
     @property
@@ -279,7 +313,8 @@ class Model:
         a = self.attempts
         failed_final = (F.col("success") == F.lit(False)) & (F.col("retry_times") >= MAX_RECONSUME_TIMES)
         stats = a.groupBy(MSG_KEY, "msg_id", "grp").agg(
-            F.countDistinct("request_id").alias("deliveries"),
+            # attempts are unique per (msgId, request id) after the join: a plain count, no distinct aggregate
+            F.count("request_id").alias("deliveries"),
             F.min("begin_ts").alias("first_delivery_ts"),
             F.min(F.when(F.col("success"), F.col("end_ts"))).alias("first_ack_ts"),
             F.max("retry_times").alias("max_retry_times"),
@@ -321,12 +356,19 @@ class Model:
         """
         if "messages" in self._cache:
             return self._cache["messages"]
-        c = self.copies
         live = F.col("success") & ~F.col("truncated")
-        w = Window.partitionBy(MSG_KEY, "msg_id").orderBy(
-            live.desc(), F.col("success").desc(), F.col("stored_ts").asc(), F.col("store_host").asc()
-        )
-        flags = c.groupBy(MSG_KEY, "msg_id").agg(
+        # The effective copy as the minimum of a struct whose leading fields are the order
+        # (live first, then successful, then earliest stored, then store host): one
+        # aggregate within the message partitions, instead of a window sort, an aggregate
+        # and a join back.
+        eff = F.min(F.struct(
+            (~live).alias("o1"), (~F.col("success")).alias("o2"), F.col("stored_ts").alias("o3"),
+            F.col("store_host").alias("o4"),
+            *[F.col(c) for c in ("topic", "producer_group", "keys", "broker_group", "ha_mode", "gen", "born_ts",
+                                 "phys_offset", "success", "stored_ts", "committed_ts", "replicas")],
+        )).alias("eff")
+        flags = self.copies.groupBy(MSG_KEY, "msg_id").agg(
+            eff,
             F.min("born_ts").alias("first_born_ts"),
             F.count(F.lit(1)).cast("int").alias("send_attempts"),
             F.count(F.when(~F.col("success"), True)).cast("int").alias("failed_sends"),
@@ -334,14 +376,14 @@ class Model:
             F.max(F.when(live, F.col("stored_ts"))).alias("last_live_ts"),
             F.min(F.when(F.col("truncated"), F.col("stored_ts"))).alias("first_truncated_ts"),
         )
-        eff = c.withColumn("__rn", F.row_number().over(w)).where(F.col("__rn") == 1).drop("__rn")
-        msgs = eff.join(flags, on=[MSG_KEY, "msg_id"]).select(
-            MSG_KEY, "msg_id", "topic", "producer_group", "keys",
+        msgs = flags.select(
+            MSG_KEY, "msg_id", "eff.topic", "eff.producer_group", "eff.keys",
             F.col("first_born_ts").alias("born_ts"),
-            F.when(F.col("success"), F.col("stored_ts")).alias("stored_ts"),
-            "store_host", "broker_group", "ha_mode", "gen",
-            F.col("born_ts").alias("eff_born_ts"),
-            "phys_offset", "success", "committed_ts", "send_attempts", "failed_sends", "truncated_copies",
+            F.when(F.col("eff.success"), F.col("eff.stored_ts")).alias("stored_ts"),
+            F.col("eff.o4").alias("store_host"), "eff.broker_group", "eff.ha_mode", "eff.gen",
+            F.col("eff.born_ts").alias("eff_born_ts"),
+            "eff.phys_offset", "eff.success", "eff.committed_ts", "eff.replicas",
+            "send_attempts", "failed_sends", "truncated_copies",
             ((F.col("truncated_copies") > 0) & (F.col("last_live_ts") > F.col("first_truncated_ts"))).alias("resent"),
             ((F.col("truncated_copies") > 0) & F.col("last_live_ts").isNull()).alias("lost"),
         )

@@ -36,9 +36,9 @@ def resolve_jobs(names: Iterable[str]) -> list[str]:
 
 
 def run_jobs(spark: SparkSession, rows: DataFrame, output: str | Path, jobs: Iterable[str],
-             *, asof_method: str = "interval", progress: bool = True) -> dict[str, float]:
+             *, asof_method: str = "interval", decoder: str = "sql", progress: bool = True) -> dict[str, float]:
     """Build and write each job; returns seconds per job.  Shared tables are computed once."""
-    model = Model(spark, rows, asof_method=asof_method)
+    model = Model(spark, rows, asof_method=asof_method, decoder=decoder)
     timings: dict[str, float] = {}
     try:
         for name in resolve_jobs(jobs):

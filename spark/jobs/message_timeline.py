@@ -15,30 +15,16 @@ from pyspark.sql import functions as F
 
 from rocketscope.spark.jobs.common import ts, utc_date
 from rocketscope.spark.model import MSG_KEY, Model
-from rocketscope.spark.schema import QUORUM
-
-COPY_KEY = [MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset"]
 
 
 def build(model: Model) -> DataFrame:
+    """One aggregate of the consumers per msgId and one full outer join with the messages.
+
+    Both inputs are partitioned by (msg_key, msg_id) (:meth:`Model.by_message`), so neither
+    the aggregate nor the join shuffles; the replicas of the effective copy were already
+    gathered per copy in :attr:`Model.copies`.
+    """
     msgs = model.messages
-    rep = (
-        model.replication.where(F.col("replica") != QUORUM)
-        .groupBy(*COPY_KEY)
-        .agg(
-            F.array_sort(
-                F.collect_list(
-                    F.struct(
-                        F.col("replica"),
-                        ts("ack_ts").alias("ack_ts"),
-                        (F.col("ack_ts") - F.col("born_ts")).alias("latency_ms"),
-                    )
-                )
-            ).alias("replicas")
-        )
-        .withColumnRenamed("born_ts", "eff_born_ts")
-    )
-    msgs = msgs.join(rep, on=[MSG_KEY, "msg_id", "eff_born_ts", "store_host", "phys_offset"], how="left")
     cons = model.consumers.groupBy(MSG_KEY, "msg_id").agg(
         F.array_sort(
             F.collect_list(
