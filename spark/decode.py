@@ -1,10 +1,10 @@
 """Decoding of input rows: trace bodies into flat records, HA event bodies into columns.
 
-Trace bodies are RocketMQ's text format, which only the Python codec understands, so
-they are decoded in Python with ``mapInArrow``: one Arrow batch in, one out, with plain
-lists in between.  That avoids a per-row UDF call and pandas conversions; the cost left
-is the codec itself.  HA events are JSON, which Spark's own ``from_json`` parses in the
-JVM with no Python round trip.
+Trace bodies are RocketMQ's text format.  The jobs decode them with Spark SQL expressions
+in the JVM (:mod:`rocketscope.spark.sqldecode`); the Python codec through ``mapInArrow``
+(``decode_trace_python``: one Arrow batch in, one out, plain lists in between) is kept as
+the reference the tests compare it with, and as ``--decoder python``.  HA events are JSON,
+which Spark's own ``from_json`` parses in the JVM with no Python round trip.
 """
 
 from __future__ import annotations
