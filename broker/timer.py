@@ -130,6 +130,10 @@ class TimerService:
         self._takeover = True
         self._ready_at = 0
         self._check_until = 0
+        self._open_offset = 0  # enqueue offset when the index was opened: what came before is not in _below
+        self._below: dict[int, Due] = {}  # replica: units enqueued under its read time (a new writer needs them)
+        self._below_recalls: dict[int, int] = {}
+        self._skip = (0, 0)  # writer: units in a slot below T and below offset E are the claim's (delivered)
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._last_flush = 0.0
@@ -157,6 +161,7 @@ class TimerService:
         self.enqueue_offset = max(idx.cp.enqueue_offset, self.store.min_offset(TIMER_TOPIC, 0))
         self.claim = (idx.cp.claim_t, idx.cp.claim_e)
         self.read_ms = idx.cp.claim_t
+        self._open_offset = self.enqueue_offset
         log.info("timer index opened: enqueued up to timer offset %d, delivered below %d (offset %d), %d pending "
                  "by the checkpoint, timer log %d bytes%s", self.enqueue_offset, self.claim[0], self.claim[1],
                  idx.pending, idx.log.end - idx.log.min_pos, " (new index: rebuilt from the timer topic)"
@@ -260,6 +265,10 @@ class TimerService:
                 self.claim = (t, e)
                 if not self.broker.is_master:
                     self._follow_to(t)
+                for q in [q for q, d in self._below.items() if q < e and d.slot_ms < t]:
+                    del self._below[q]
+                for q in [q for q, slot in self._below_recalls.items() if q < e and slot < t]:
+                    del self._below_recalls[q]
             return
         if RECALL_OF in p:
             target, topic = int(p[RECALL_OF]), p.get(REAL_TOPIC, "")
@@ -269,6 +278,8 @@ class TimerService:
                 idx.count_down(topic)
             if writing:
                 self.recalled[target] = slot
+            elif slot < self.read_ms:
+                self._below_recalls[target] = slot
             return
         topic = p.get(REAL_TOPIC, "")
         deliver_ms = int(p.get(DELIVER_MS, "0") or 0)
@@ -283,6 +294,9 @@ class TimerService:
             self._slot_seen.add(msg.queue_offset)
             heapq.heappush(self.near, Due(slot if kind == KIND_ROLL else deliver_ms, msg.queue_offset,
                                           msg.physical_offset, msg.size, kind, topic, deliver_ms, slot, False))
+        elif not writing and slot < self.read_ms:  # kept for a takeover (few: late arrivals only)
+            self._below[msg.queue_offset] = Due(slot if kind == KIND_ROLL else deliver_ms, msg.queue_offset,
+                                                msg.physical_offset, msg.size, kind, topic, deliver_ms, slot, True)
 
     def _follow_to(self, t: int) -> None:
         """A replica moves its read time to the writer's claim, counting the slots passed as delivered."""
@@ -334,7 +348,7 @@ class TimerService:
         elif self.enabled:
             if self._takeover:
                 if self.may_deliver(for_takeover=True):
-                    self._take_over()
+                    await self._take_over()
             elif self.may_deliver():
                 self._check_in_doubt()
                 self._load_slots()
@@ -362,11 +376,19 @@ class TimerService:
             return store.confirm_offset >= min(self._ready_at, store.commit_log.max_offset)
         return True
 
-    def _take_over(self) -> None:
-        """Become the writer: start from the best claim, re-read what fell below it, check what is due."""
+    async def _take_over(self) -> None:
+        """Become the writer: start from the best claim, re-read what fell below it, check what is due.
+
+        The wheel is walked from this node's own read time (every unit at or above it is in the
+        wheel), skipping units the claim covers; what this process enqueued below its read time is
+        in ``_below``; what an earlier process enqueued from the claim's E on is read again from
+        the timer topic (little, unless the claim is old).
+        """
         started = time.monotonic()
         if not self._enqueue(budget=1 << 30):
             return
+        enq_read = self.read_ms
+        below, below_recalls = self._below, self._below_recalls
         self._reset_writer()
         idx = self.index
         assert idx is not None
@@ -374,11 +396,19 @@ class TimerService:
         t, e = max(own, self.claim)
         now = int(time.time() * 1000)
         floor = now - idx.wheel.span_ms + self.precision
-        self.read_ms = max(t - t % self.precision, floor - floor % self.precision)
+        start = min(enq_read, t)
+        self.read_ms = max(start - start % self.precision, floor - floor % self.precision)
         self.claim = (t, e)
+        self._skip = (t, e)
         self._check_until = now + CHECK_MARGIN_MS
+        self.recalled.update({q: slot for q, slot in below_recalls.items() if q >= e or slot >= t})
         late = 0
-        pos, end = max(e, self.store.min_offset(TIMER_TOPIC, 0)), self.enqueue_offset
+        for d in below.values():
+            if d.queue_offset >= e and d.slot_ms < self.read_ms:
+                heapq.heappush(self.near, d)
+                late += 1
+        pos = max(e, self.store.min_offset(TIMER_TOPIC, 0))
+        end = min(self._open_offset, self.enqueue_offset)
         while pos < end:
             got = self.store.get(TIMER_TOPIC, 0, pos, 256)
             for msg in got.messages:
@@ -388,20 +418,21 @@ class TimerService:
                 elif CHECKPOINT not in p:
                     deliver_ms = int(p.get(DELIVER_MS, "0") or 0)
                     slot, kind = self._slot_of(deliver_ms, msg.store_timestamp)
-                    if slot < self.read_ms:
+                    if slot < self.read_ms and msg.queue_offset not in below:
                         topic = p.get(REAL_TOPIC, "")
-                        idx.cp.topic_counts[topic] = idx.cp.topic_counts.get(topic, 0) + 1
                         heapq.heappush(self.near, Due(slot if kind == KIND_ROLL else deliver_ms, msg.queue_offset,
                                                       msg.physical_offset, msg.size, kind, topic, deliver_ms, slot,
                                                       True))
                         late += 1
             pos = got.next_offset if got.next_offset > pos else pos + 1
+            await asyncio.sleep(0)  # a long re-read (an old claim) must not stall the broker
+        self._below, self._below_recalls = {}, {}
         self._takeover = False
         self._ready_at = 0
         self._recorded_claim = (t, e)
         self.last_takeover_s = time.monotonic() - started
-        log.info("timer: writer from slot %d (claim offset %d), %d messages below it re-read, %d pending; "
-                 "took %.3f s", self.read_ms, e, late, idx.pending, self.last_takeover_s)
+        log.info("timer: writer from slot %d (claim %d, offset %d), %d messages below it re-read, %d pending; "
+                 "took %.3f s", self.read_ms, t, e, late, idx.pending, self.last_takeover_s)
 
     def _load_slots(self) -> None:
         """Move the units of every slot that starts within the next tick into the heap (bounded)."""
@@ -433,6 +464,9 @@ class TimerService:
                     continue
                 if u.queue_offset in self._slot_seen or u.queue_offset in self._slot_deleted:
                     continue  # enqueued twice (a crash before the checkpoint), or recalled
+                if slot < self._skip[0] and u.queue_offset < self._skip[1]:
+                    idx.count_down(idx.topic_name(u.topic_id))
+                    continue  # the claim says it was delivered
                 self._slot_seen.add(u.queue_offset)
                 due = slot if u.kind == KIND_ROLL else u.deliver_ms
                 heapq.heappush(self.near, Due(due, u.queue_offset, u.phy, u.size, u.kind,

@@ -79,3 +79,19 @@ def test_a_new_precision_rebuilds_the_index(tmp_path: Path) -> None:
     idx.close()
     other = TimerIndex(tmp_path, 100)
     assert other.fresh and other.cp.enqueue_offset == 0 and other.log.end == 0
+
+
+def test_an_index_reopened_after_a_crash_keeps_the_keys_flushed_before_it(tmp_path: Path) -> None:
+    """The timer's re-check after a kill -9 asks the store's index; a slot pointing past the flushed count
+    used to cut off every older key of that slot (a delayed message delivered twice after a restart)."""
+    from rocketscope.broker.store.index import IndexFile
+
+    f = IndexFile(tmp_path / "idx", slot_num=1, index_num=100)  # one slot: every key shares one chain
+    f.put("T#old", 100, 1_000_000)
+    f.flush()
+    f.put("T#new", 200, 1_000_001)  # reaches the file through the mmap, the header's count does not
+    f.mm.flush()
+    again = IndexFile(tmp_path / "idx", slot_num=1, index_num=100)  # no close(): the process died
+    assert again.query("T#old", 0, 2**62, 10) == [100]
+    again.put("T#new", 200, 1_000_001)  # recovery indexes the records past the checkpoint again
+    assert again.query("T#old", 0, 2**62, 10) == [100] and again.query("T#new", 0, 2**62, 10) == [200]

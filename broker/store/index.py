@@ -58,7 +58,29 @@ class IndexFile:
             (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slots_used,
              self.count) = HEADER.unpack_from(self.mm, 0)
             self.count = max(self.count, 1)
+            self._rewind_slots()
         self.dirty = fresh
+
+    def _rewind_slots(self) -> None:
+        """After a crash, point every slot back at its newest entry below the header's count.
+
+        The header's count is written only at flush, but slot heads and entries reach the file
+        through the mmap at any time: a slot may point at an entry past the count, which the next
+        put treats as "none", cutting off every older entry of that slot (a kill -9 lost index
+        keys of records written long before it).  Entries past the count carry the link to the
+        older chain, so following them back to the count restores the slot; recovery then
+        indexes the records past the store's checkpoint again.
+        """
+        count, mm = self.count, self.mm
+        for i, (head,) in enumerate(SLOT.iter_unpack(mm[HEADER_SIZE:HEADER_SIZE + self.slot_num * SLOT.size])):
+            if head < count:
+                continue
+            cur, steps = head, 0
+            while cur >= count and cur < self.index_num and steps < self.index_num:
+                prev = ENTRY.unpack_from(mm, self._entries_at + cur * ENTRY_SIZE)[3]
+                cur = prev if prev < cur else 0
+                steps += 1
+            SLOT.pack_into(mm, HEADER_SIZE + i * SLOT.size, cur if cur < count else 0)
 
     @property
     def full(self) -> bool:
