@@ -79,11 +79,14 @@ class QueueState:
     inflight: dict[int, Inflight] = field(default_factory=dict)
     acked: set[int] = field(default_factory=set)
     attempts: dict[int, int] = field(default_factory=dict)  # in-place redeliveries (FIFO groups)
+    # FIFO: receipt sequence of a hand-out whose invisible time ran out, until the message is handed out again
+    expired: dict[int, int] = field(default_factory=dict)
 
     def mark_acked(self, offset: int) -> bool:
         """Record an ack; return True when the committed offset moved."""
         self.inflight.pop(offset, None)
         self.attempts.pop(offset, None)
+        self.expired.pop(offset, None)
         if offset < self.committed:
             return False
         self.acked.add(offset)
@@ -104,6 +107,7 @@ class QueueState:
         self.acked = {o for o in self.acked if o >= offset}
         self.inflight = {o: e for o, e in self.inflight.items() if o >= offset}
         self.attempts = {o: n for o, n in self.attempts.items() if o >= offset}
+        self.expired = {o: n for o, n in self.expired.items() if o >= offset}
         while self.committed in self.acked:
             self.acked.discard(self.committed)
             self.committed += 1
@@ -116,6 +120,8 @@ class PopJournal(Protocol):
            *extra: int) -> None: ...
 
     def ready(self) -> bool: ...
+
+    def serving(self) -> bool: ...
 
     def take_over(self) -> None: ...
 
@@ -176,6 +182,10 @@ class PopService:
     def ready(self) -> bool:
         """False while a new writer has not yet seen every record its predecessors committed."""
         return self.journal is None or self.journal.ready()
+
+    def serving(self) -> bool:
+        """``ready``, and (replicated) sure to be the writer: a deposed leader must not hand messages out."""
+        return self.journal is None or self.journal.serving()
 
     async def until_ready(self, timeout_s: float) -> bool:
         """Wait (bounded) until ``ready``: an ack reaching a new writer waits for its predecessors' records."""
@@ -245,6 +255,7 @@ class PopService:
         now = self.now_ms()
         deadline = now + invisible_ms
         st.inflight[msg.queue_offset] = Inflight(seq, deadline, now)
+        st.expired.pop(msg.queue_offset, None)
         heapq.heappush(self._deadlines, (deadline, seq, group, topic, queue_id, msg.queue_offset))
         if self.journal is not None:
             self.journal.op("h", group, topic, queue_id, msg.queue_offset, st.committed, seq, deadline)
@@ -260,7 +271,7 @@ class PopService:
         of the topic on this broker is served, starting from a rotating position so queues
         are drained fairly; the queue a client named only chose this broker.
         """
-        if not self.ready():
+        if not self.serving():
             return []  # a new writer: what its predecessors handed out and acked is not all known yet
         fifo = self.is_fifo(group)
         out = [] if fifo else self._pop_retries(group, topic, batch, invisible_ms, tags)
@@ -394,7 +405,7 @@ class PopService:
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
-            if not self.ready():
+            if not self.serving():
                 await asyncio.sleep(min(remaining, 0.01))
                 continue
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -460,6 +471,11 @@ class PopService:
                            f"receipt_handle belongs to broker {handle.broker}, not {self.broker_name}")
         st = self.states.get((group, handle.topic, handle.queue_id))
         entry = st.inflight.get(handle.offset) if st else None
+        if st is not None and entry is None and st.expired.get(handle.offset) == handle.seq:
+            # FIFO: its invisible time ran out but it was not handed out again yet (an ack slowed by
+            # replication under load): the hand-out is still the newest, so its ack counts
+            entry = Inflight(handle.seq, handle.deadline_ms)
+            st.inflight[handle.offset] = entry
         if st is None or entry is None or entry.seq != handle.seq:
             raise PopError("INVALID_RECEIPT_HANDLE",
                            "receipt_handle has expired: the invisible duration passed and the message was "
@@ -512,7 +528,7 @@ class PopService:
                 log.exception("revive pass failed; will retry")
 
     async def revive_due(self) -> int:
-        if not self.writable() or not self.ready():
+        if not self.writable() or not self.serving():
             return 0
         now = self.now_ms()
         revived = 0
@@ -542,7 +558,9 @@ class PopService:
             max_times = cfg.retry_max_times if cfg else 16
             redelivered = msg.reconsume_times + st.attempts.get(offset, 0)
             if self.is_fifo(group) and not topic.startswith(RETRY_PREFIX) and redelivered < max_times:
-                st.inflight.pop(offset, None)  # redeliver in place, keeping the group's order
+                gone = st.inflight.pop(offset, None)  # redeliver in place, keeping the group's order
+                if gone is not None:
+                    st.expired[offset] = gone.seq
                 st.attempts[offset] = st.attempts.get(offset, 0) + 1
                 if self.journal is not None:
                     self.journal.op("r", group, topic, qid, offset, st.committed)

@@ -175,9 +175,14 @@ class PopStateLog:
         log.info("POP state: taking over as writer (token %s); serving once the log up to %d is confirmed",
                  self.token, self._ready_at)
 
+    def serving(self) -> bool:
+        """Ready, and sure of the role: what gates hand-outs and revives (acks need ``ready`` only)."""
+        return self.ready() and self._lease_valid()
+
     def ready(self) -> bool:
+        """True once this writer serves from the replicated state (adopted after its predecessors' log)."""
         if self._ready_at is None:
-            return self._lease_valid()
+            return True
         store = self.store
         if min(store.confirm_offset, store.dispatched) < min(self._ready_at, store.commit_log.max_offset):
             return False
@@ -186,7 +191,7 @@ class PopStateLog:
         self._dirty = True  # the next record carries a snapshot of what this writer serves from
         log.info("POP state: serving as writer from the replicated state of %d queues (%d in flight)",
                  len(self.shadow), sum(len(st.inflight) for st in self.shadow.values()))
-        return self._lease_valid()
+        return True
 
     def _lease_valid(self) -> bool:
         """Whether this writer is sure of its role: a leader resumed after a pause, deposed without knowing it
@@ -255,8 +260,7 @@ class PopStateLog:
         upto = self._appended
         snap = None
         now = time.monotonic()
-        self.ready()  # adopts the shadow once the predecessors' log is confirmed
-        ready = self._ready_at is None
+        ready = self.ready()  # adopts the shadow once the predecessors' log is confirmed
         if ready and self._dirty and now - self._last_snapshot >= self.snapshot_s:
             snap = snapshot_of(b.pop.states)  # taken with the batch: it covers exactly the ops written so far
             self._last_snapshot, self._dirty = now, False

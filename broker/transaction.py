@@ -212,16 +212,18 @@ class TransactionService:
             if msg is None:
                 raise TransactionError("NOT_FOUND", f"half message of transaction {tx_id} is no longer stored")
             real = self._unwrap(msg)
-            (res,) = await self.store.put([real])
-            if res.message is None:
-                raise TransactionError("FAILED", f"cannot store the committed message: {res.reason}")
+            # the message and its op record in one write: a commit whose op record was lost with the
+            # writer left the half pending at the next writer, which checked it back and committed it again
+            res, op_res = await self.store.put([real, self._op(half.offset, "COMMIT_MESSAGE")])
+            if res.message is None or op_res.message is None:
+                raise TransactionError("FAILED", f"cannot store the committed message: {res.reason or op_res.reason}")
             self.broker.on_transaction_committed(real)
             self.committed_total += 1
             kind = "COMMIT_MESSAGE"
         else:
             self.rolled_back_total += 1
             kind = "ROLLBACK_MESSAGE"
-        await self._write_op(half.offset, kind)
+            await self._write_op(half.offset, kind)
         self._resolved.add(half.offset)
         self.pending.pop(tx_id, None)
         self.broker.on_transaction_resolved(half.topic, kind == "COMMIT_MESSAGE",
@@ -247,10 +249,13 @@ class TransactionService:
             self.refresh()
         return self.pending.get(tx_id)
 
+    @staticmethod
+    def _op(offset: int, kind: str) -> StoredMessage:
+        return StoredMessage(topic=OP_TOPIC, queue_id=0, body=kind.encode(), properties={OP_OF: str(offset),
+                                                                                           OP_KIND: kind})
+
     async def _write_op(self, offset: int, kind: str) -> None:
-        op = StoredMessage(topic=OP_TOPIC, queue_id=0, body=kind.encode(), properties={OP_OF: str(offset),
-                                                                                         OP_KIND: kind})
-        await self.store.put([op])
+        await self.store.put([self._op(offset, kind)])
 
     def _unwrap(self, msg: StoredMessage) -> StoredMessage:
         drop = (REAL_TOPIC, REAL_QID, PRODUCER_CLIENT, "TRAN_MSG")
