@@ -162,6 +162,7 @@ def test_delays_above_timer_max_delay_sec_are_refused(cluster: LocalCluster) -> 
     assert text.startswith(f"{pb.Code.ILLEGAL_DELIVERY_TIME},") and "timerMaxDelaySec" in text, text
 
 
+@pytest.mark.long  # a minute of sends; bench/timer_bench.py measures the same at a million pending
 def test_rss_flat_in_the_number_pending(cluster: LocalCluster) -> None:
     """20k delayed messages due in an hour: the broker's anonymous memory barely moves after the first 5k."""
     node = cluster.start_broker("broker-r", timerMaxDelaySec=7200, mappedFileSizeCommitLog=64 << 20,
