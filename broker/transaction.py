@@ -212,6 +212,15 @@ class TransactionService:
             if msg is None:
                 raise TransactionError("NOT_FOUND", f"half message of transaction {tx_id} is no longer stored")
             real = self._unwrap(msg)
+            if self._already_committed(real, msg):
+                # an earlier commit answered as failed (leader transfer, lost quorum) was stored all the same:
+                # only the op record is missing, storing the message again would deliver it twice
+                log.info("transaction %s of message %s: already committed; writing its op record only", tx_id,
+                         half.msg_id)
+                await self._write_op(half.offset, "COMMIT_MESSAGE")
+                self._resolved.add(half.offset)
+                self.pending.pop(tx_id, None)
+                return "COMMIT_MESSAGE"
             # the message and its op record in one write: a commit whose op record was lost with the
             # writer left the half pending at the next writer, which checked it back and committed it again
             res, op_res = await self.store.put([real, self._op(half.offset, "COMMIT_MESSAGE")])
@@ -248,6 +257,11 @@ class TransactionService:
             await asyncio.sleep(0.02)
             self.refresh()
         return self.pending.get(tx_id)
+
+    def _already_committed(self, real: StoredMessage, half: StoredMessage) -> bool:
+        """Whether the real topic already holds this half message's commit (same ID, from this half)."""
+        return any(m.prepared_tx_offset == half.physical_offset
+                   for m in self.store.lookup(real.topic, half.msg_id, limit=8))
 
     @staticmethod
     def _op(offset: int, kind: str) -> StoredMessage:
