@@ -97,11 +97,69 @@ def jvm_peak_rss_mb(spark: Any) -> float | None:
     return None
 
 
-def bench_size(data: Path, work: Path, driver_memory: str, messages: int) -> dict[str, Any]:
+def split_files(data: Path, new_fraction: float = 0.1) -> tuple[list[Path], list[Path]]:
+    """The data set's files as (earlier, new): the last ``new_fraction`` of the generator's chunks is "new traffic".
+
+    The generator writes one trace and one HA file per chunk of messages in born order, so
+    the last chunks are the newest messages; their records overlap the earlier chunks' in
+    time, as late records at a checkpoint would.
+    """
+    old: list[Path] = []
+    new: list[Path] = []
+    for sub in ("trace", "ha"):
+        files = sorted((data / sub).glob("*.parquet"))
+        keep = len(files) - max(1, round(len(files) * new_fraction))
+        old += files[:keep]
+        new += files[keep:]
+    return old, new
+
+
+class CpuClock:
+    """CPU seconds (user + system, from /proc) of this run's JVMs: the driver and, on a cluster, its executors.
+
+    Robust to a shared machine's load, unlike wall time: the work done, not the wait for a
+    core.  In local mode everything runs in the driver JVM; on a standalone cluster the
+    executors are JVMs started by the workers, recognised by this application's id on their
+    command line (other people's JVMs on the machine are not counted).
+    """
+
+    def __init__(self, spark: Any) -> None:
+        self.jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        self.app_id = spark.sparkContext.applicationId.encode()
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.base: dict[int, float] = {}
+
+    def _cpu(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            pid = int(proc.name)
+            try:
+                if pid != self.jvm_pid and self.app_id not in (proc / "cmdline").read_bytes():
+                    continue
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[pid] = (int(fields[11]) + int(fields[12])) / self.tick
+        return out
+
+    def start(self) -> None:
+        self.base = self._cpu()
+
+    def seconds(self) -> float:
+        now = self._cpu()
+        return round(sum(v - self.base.get(pid, 0.0) for pid, v in now.items()), 1)
+
+
+def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master: str = "local[2]",
+               jobs_only: bool = False, python_decode: bool = False, incremental: bool = True) -> dict[str, Any]:
     import duckdb
     from pyspark.sql import functions as F
 
     from rocketscope.spark.asof import asof_join
+    from rocketscope.spark.decode import decode_trace
+    from rocketscope.spark.incremental import run_incremental
     from rocketscope.spark.jobs import JOBS
     from rocketscope.spark.model import Model
     from rocketscope.spark.output import write_table
@@ -113,23 +171,49 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int) -> dic
     # first meant to cure (AGGREGATE_OUT_OF_MEMORY) came from the dropDuplicates() hash aggregate over whole
     # decoded records, now a sort (rocketscope.spark.decode.drop_exact_duplicates)
     partitions = max(8, messages // 150_000)
-    spark = get_session("local[2]", app_name="rocketscope-bench", driver_memory=driver_memory,
+    spark = get_session(master, app_name="rocketscope-bench", driver_memory=driver_memory,
                         shuffle_partitions=partitions)
-    # smaller Arrow batches into the Python decoder: the decode stage ran out of Java heap at 10M with 3 GB
+    # smaller Arrow batches into the Python decoder (--python-decode): it ran out of Java heap at 10M with 3 GB
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
     spark.sparkContext.setLogLevel("ERROR")
-    result: dict[str, Any] = {"jobs_s": {}}
+    result: dict[str, Any] = {"jobs_s": {}, "master": master, "decoder": "sql"}
+    cpu = CpuClock(spark)
     try:
         rows = read_rows(spark, [data / "trace", data / "ha"])
+        if python_decode:
+            # the Python codec through mapInArrow, on the same rows in the same session: the side-by-side ratio
+            result["decode_python_s"], _ = timed("decode trace records (Python codec, mapInArrow)",
+                                                 lambda: decode_trace(rows, "python").count())
+            result["decode_sql_only_s"], _ = timed("decode trace records (Spark SQL)",
+                                                   lambda: decode_trace(rows, "sql").count())
         model = Model(spark, rows)
         out = work / "tables"
         shutil.rmtree(out, ignore_errors=True)
+        cpu.start()
         result["decode_s"], counts = timed("decode trace records and events", lambda: (
             model.records.count(), model.events.count()))
         result["records"], result["events"] = counts
         for name, build in JOBS.items():
             result["jobs_s"][name], _ = timed(f"job {name}", lambda b=build, n=name: write_table(b(model), out, n))
         result["all_jobs_s"] = round(result["decode_s"] + sum(result["jobs_s"].values()), 2)
+        result["all_jobs_cpu_s"] = cpu.seconds()
+        log(f"all jobs: {result['all_jobs_s']:.1f} s wall, {result['all_jobs_cpu_s']} s CPU (driver JVM + workers)")
+        if jobs_only:
+            model.unpersist()
+            return result
+        if incremental:
+            model.unpersist()
+            old, new = split_files(data)
+            inc_out = work / "incremental"
+            shutil.rmtree(inc_out, ignore_errors=True)
+            first = run_incremental(spark, old, inc_out, ["all"])
+            result["incremental_first_run_s"] = first["seconds"]["total"]
+            log(f"incremental first run ({len(old)} files): {first['seconds']['total']:.1f} s")
+            second = run_incremental(spark, old + new, inc_out, ["all"])
+            result["incremental_s"] = second["seconds"]["total"]
+            result["incremental_steps_s"] = second["seconds"]
+            result["incremental_new_messages"] = round(messages * len(new) / (len(old) + len(new)))
+            log(f"incremental run over {len(new)} new files: {second['seconds']['total']:.1f} s")
 
         # The replication join alone, on the same Parquet inputs for every engine.
         cand_path, acks_path = work / "join" / "candidates", work / "join" / "acks"
@@ -254,6 +338,33 @@ def print_table(results: dict[str, Any]) -> None:
             print(f"{key}: {json.dumps(summary[key])}")
 
 
+def run_cluster(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """The four jobs on standalone clusters of 1, 2, ... workers (1 core each), one fresh driver per run."""
+    sys.path.insert(0, str(ROOT))
+    from rocketscope.spark.standalone import standalone_cluster
+
+    results.setdefault("cluster", {})
+    for size in [int(s) for s in args.sizes.split(",") if s]:
+        for workers in [int(w) for w in args.cluster_workers.split(",") if w]:
+            log(f"standalone cluster: master and {workers} worker(s) of 1 core, {size:,} messages")
+            with standalone_cluster(args.cache / f"cluster-{workers}", workers=workers, cores_per_worker=1,
+                                    worker_memory=args.executor_memory) as cluster:
+                env = dict(os.environ, PYSPARK_SUBMIT_ARGS=(
+                    f"--executor-memory {args.executor_memory} --total-executor-cores {cluster.cores} "
+                    "--conf spark.executor.cores=1 pyspark-shell"))
+                cmd = [sys.executable, __file__, "--one", str(size), "--seed", str(args.seed), "--rate",
+                       str(args.rate), "--cache", str(args.cache), "--driver-memory", args.driver_memory,
+                       "--master", cluster.url, "--jobs-only"]
+                done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True, env=env)
+            entry = json.loads(done.stdout.strip().splitlines()[-1])
+            entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            entry["workers"], entry["cores"] = workers, workers
+            results["cluster"].setdefault(str(size), {})[f"{workers}_workers"] = entry
+            RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+            log(f"{workers} worker(s), {size:,} messages: all jobs {entry['all_jobs_s']} s wall, "
+                f"{entry['all_jobs_cpu_s']} s CPU; results in {RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000000,10000000", help="comma-separated message counts")
@@ -263,6 +374,15 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--summary-only", action="store_true",
                         help="recompute the summary (rates, targets) of the stored results; run nothing")
+    parser.add_argument("--master", default="local[2]", help=argparse.SUPPRESS)
+    parser.add_argument("--jobs-only", action="store_true", help="only the four jobs (no incremental, no joins)")
+    parser.add_argument("--python-decode", action="store_true",
+                        help="also time the Python codec (mapInArrow) against the SQL decoder on the same rows")
+    parser.add_argument("--no-incremental", action="store_true", help="skip the incremental run")
+    parser.add_argument("--cluster-workers", default="",
+                        help="e.g. 1,2: the four jobs on a standalone cluster of that many workers (1 core each) "
+                             "started with spark-class on this machine, instead of local[2]")
+    parser.add_argument("--executor-memory", default="2g", help="per executor, with --cluster-workers")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -274,7 +394,9 @@ def main() -> None:
         data, summary = dataset(args.cache, args.one, args.seed, args.rate)
         entry: dict[str, Any] = {"generate_s": summary.get("seconds"), "trace_rows": summary.get("trace_rows"),
                                  "ha_rows": summary.get("ha_rows")}
-        entry.update(bench_size(data, args.cache / f"work-{args.one}", args.driver_memory, args.one))
+        entry.update(bench_size(data, args.cache / f"work-{args.one}", args.driver_memory, args.one,
+                                master=args.master, jobs_only=args.jobs_only, python_decode=args.python_decode,
+                                incremental=not args.no_incremental))
         entry["wall_s"] = round(time.monotonic() - started, 1)
         entry["load_avg_1m"] = {"start": load_before, "end": round(os.getloadavg()[0], 1)}
         print(json.dumps(entry))
@@ -286,14 +408,21 @@ def main() -> None:
     if RESULTS.exists():
         previous = json.loads(RESULTS.read_text())
         results["sizes"].update(previous.get("sizes", {}))
+        if "cluster" in previous:
+            results["cluster"] = previous["cluster"]
     if args.summary_only:
         results["summary"] = summarize(results)
         RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
         print_table(results)
         return
+    if args.cluster_workers:
+        run_cluster(args, results)
+        return
     for size in [int(s) for s in args.sizes.split(",") if s]:
         cmd = [sys.executable, __file__, "--one", str(size), "--seed", str(args.seed), "--rate", str(args.rate),
                "--cache", str(args.cache), "--driver-memory", args.driver_memory]
+        cmd += [flag for flag, on in (("--jobs-only", args.jobs_only), ("--python-decode", args.python_decode),
+                                      ("--no-incremental", args.no_incremental)) if on]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)
         entry = json.loads(done.stdout.strip().splitlines()[-1])
         entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

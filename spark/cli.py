@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from rocketscope.spark.decode import DECODERS
+from rocketscope.spark.incremental import DEFAULT_LATENESS_MS
 from rocketscope.spark.jobs import JOBS
 from rocketscope.spark.schema import HA_EVENTS_TOPIC, TRACE_TOPIC
 
@@ -48,6 +50,13 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--driver-memory", default=None, help="spark.driver.memory, e.g. 2g."),
         click.option("--quick-start", is_flag=True,
                      help="Serial GC and C1-only JIT: faster start-up, slower on large inputs."),
+        click.option("--decoder", type=click.Choice(DECODERS), default="sql", show_default=True,
+                     help="Trace decoding: Spark SQL expressions in the JVM, or the Python codec (mapInArrow)."),
+        click.option("--incremental", is_flag=True,
+                     help="Process only the --input files added since the last run and merge into --output "
+                          "(state in <output>/_incremental; docs/ANALYTICS.md)."),
+        click.option("--lateness-seconds", type=float, default=DEFAULT_LATENESS_MS / 1000, show_default=True,
+                     help="--incremental: how far before the earliest new row messages are recomputed."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -60,20 +69,31 @@ def _check_source(inputs: tuple[str, ...], namesrv: str | None) -> None:
 
 
 def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], namesrv: str | None, topics: str,
-         output: str, master: str, asof_method: str, driver_memory: str | None, quick_start: bool) -> None:
+         output: str, master: str, asof_method: str, driver_memory: str | None, quick_start: bool,
+         decoder: str = "sql", incremental: bool = False, lateness_seconds: float = DEFAULT_LATENESS_MS / 1000,
+         ) -> None:
     from rocketscope.spark.run import read_rows, run_jobs
     from rocketscope.spark.session import get_session
 
     _check_source(inputs, namesrv)
+    if incremental and namesrv:
+        raise click.UsageError("--incremental reads --input files; for a live cluster use `analyze stream`")
     spark = get_session(_master(ctx, master), driver_memory=driver_memory, quick_start=quick_start)
     try:
+        if incremental:
+            from rocketscope.spark.incremental import run_incremental
+
+            done = run_incremental(spark, inputs, output, jobs, asof_method=asof_method,
+                                   lateness_ms=int(lateness_seconds * 1000))
+            click.echo(json.dumps({"output": str(Path(output)), **done}))
+            return
         if namesrv:
             from rocketscope.spark.datasource import as_rows, read_topics
 
             rows = as_rows(read_topics(spark, namesrv, [t.strip() for t in topics.split(",") if t.strip()]))
         else:
             rows = read_rows(spark, inputs)
-        timings = run_jobs(spark, rows, output, jobs, asof_method=asof_method)
+        timings = run_jobs(spark, rows, output, jobs, asof_method=asof_method, decoder=decoder)
     finally:
         spark.stop()
     click.echo(json.dumps({"output": str(Path(output)), "seconds": timings}))
@@ -116,8 +136,11 @@ def all_jobs(ctx: click.Context, **kwargs: Any) -> None:
 @click.pass_context
 def stream(ctx: click.Context, inputs: tuple[str, ...], namesrv: str | None, topics: str, output: str, master: str,
            asof_method: str, driver_memory: str | None, quick_start: bool, checkpoint: str | None,
-           jobs: tuple[str, ...], trigger_seconds: float | None, available_now: bool) -> None:
+           jobs: tuple[str, ...], trigger_seconds: float | None, available_now: bool, decoder: str = "sql",
+           incremental: bool = False, lateness_seconds: float = 0.0) -> None:
     """Keep the tables current as new row files or new messages arrive (Ctrl-C stops)."""
+    if incremental:
+        raise click.UsageError("--incremental is for batch runs; a stream is incremental already")
     from rocketscope.spark.session import get_session
     from rocketscope.spark.streaming import start_stream
 
