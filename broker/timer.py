@@ -397,6 +397,11 @@ class TimerService:
         now = int(time.time() * 1000)
         floor = now - idx.wheel.span_ms + self.precision
         start = min(enq_read, t)
+        if t == 0 and idx.pending == 0:
+            # no writer ever delivered and nothing is indexed: no slot before now can hold anything.
+            # Walking the whole wheel from now - span (604,800 empty slots at the default precision)
+            # kept a fresh leader's loop busy past its election timeout, so it stepped down.
+            start = max(start, now)
         self.read_ms = max(start - start % self.precision, floor - floor % self.precision)
         self.claim = (t, e)
         self._skip = (t, e)
