@@ -7,6 +7,7 @@ the process RocketMQ 5 clients actually talk to.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 
@@ -67,7 +68,9 @@ BROKER_KEYS: list[Key] = [
         check=lambda v: None if v > 0 and v % 20 == 0 else "must be a positive multiple of 20"),
     Key("maxHashSlotNum", int, 500_000, "hash slots per index file", check=positive),
     Key("maxIndexNum", int, 2_000_000, "entries per index file", check=positive),
-    Key("maxMessageSize", int, 4 * 1024 * 1024, "largest message body accepted, bytes", check=positive),
+    Key("maxMessageSize", int, 4 * 1024 * 1024, "largest message body accepted, bytes (lowered at start, with a log "
+        "line, to what fits one commit-log segment: mappedFileSizeCommitLog minus 64 KiB for the record's header and "
+        "properties)", check=positive),
     Key("fileReservedTime", float, 72.0, "hours a commit-log file is kept", check=non_negative),
     Key("deleteWhen", str, "04", "hours (`;`-separated) when expired files are deleted"),
     Key("diskMaxUsedSpaceRatio", int, 75, "disk usage percent above which the oldest files are deleted at once",
@@ -161,7 +164,29 @@ def load_broker_config(raw: Mapping[str, str]) -> Settings:
 
         raise ConfigError("config key brokerId has bad value '0': a SLAVE needs brokerId > 0")
     _check_distinct_ports(settings)
+    _fit_message_size(settings)
     return settings
+
+
+RECORD_ROOM = 64 * 1024  # a record's header, topic and properties (at most 32767 bytes of them) besides the body
+
+
+def _fit_message_size(settings: Settings) -> None:
+    """A record never spans two commit-log segments: a body that cannot fit one was accepted by the
+    writer's checks and then failed every replica's append (a DLedger follower's apply loop died on
+    it). RocketMQ's segments (1 GiB) dwarf its 4 MiB maxMessageSize; small test segments do not."""
+    from rocketscope.config import ConfigError
+
+    segment = settings.mappedFileSizeCommitLog
+    if segment <= RECORD_ROOM:
+        raise ConfigError(f"config key mappedFileSizeCommitLog has bad value '{segment}': a segment must be larger "
+                          f"than {RECORD_ROOM} bytes to hold a record")
+    fits = segment - RECORD_ROOM
+    if settings.maxMessageSize > fits:
+        logging.getLogger(__name__).info(
+            "maxMessageSize %d lowered to %d: a record must fit one commit-log segment (mappedFileSizeCommitLog %d)",
+            settings.maxMessageSize, fits, segment)
+        settings.set("maxMessageSize", fits)
 
 
 def _check_distinct_ports(settings: Settings) -> None:

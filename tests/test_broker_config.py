@@ -22,3 +22,12 @@ def test_free_ports_are_never_handed_out_twice_and_avoid_the_ephemeral_range() -
     ports = [free_port() for _ in range(200)]
     assert len(set(ports)) == len(ports)
     assert all(p < 32768 for p in ports)
+
+
+def test_max_message_size_is_lowered_to_what_one_commit_log_segment_holds() -> None:
+    """A 1 MiB body on 1 MiB segments was accepted and then broke every replica's append."""
+    small = load_broker_config({"mappedFileSizeCommitLog": str(1 << 20)})
+    assert small.maxMessageSize < 1 << 20
+    assert load_broker_config({}).maxMessageSize == 4 * 1024 * 1024  # RocketMQ's default, 1 GiB segments
+    with pytest.raises(ConfigError, match="mappedFileSizeCommitLog has bad value '4096'"):
+        load_broker_config({"mappedFileSizeCommitLog": "4096"})
