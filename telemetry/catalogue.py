@@ -206,7 +206,8 @@ CATALOGUE: tuple[Instrument, ...] = (
                group="ha", origin="rocketscope"),
     Instrument("rocketmq_ha_events_throttled_total", C, "1", "Replication events (replica_ack, commit_advanced) "
                "not written as their own message: a newer one of the same throttle interval carries their offset "
-               "and time in its steps (haEventAckIntervalMillis, haEventCommitIntervalMillis).", ("broker_group", "event_type"),
+               "and time in its steps (haEventAckIntervalMillis, haEventCommitIntervalMillis).",
+               ("broker_group", "event_type"),
                group="ha", origin="rocketscope"),
     # --- DLedger (ours; names of the DLedger library, values in the declared unit)
     Instrument("dledger_role", G, "", f"Raft role: {ROLE_DOC}.", _DLEDGER, group="dledger", origin="rocketscope"),
