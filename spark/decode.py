@@ -207,6 +207,13 @@ def decode_events(rows: DataFrame) -> DataFrame:
     parsed = ha_rows(rows).select(F.from_json(F.col("body").cast("string"), EVENT_JSON_SCHEMA).alias("e")).select("e.*")
     term = F.coalesce(F.col("term"), F.lit(-1))
     epoch = F.coalesce(F.col("epoch"), F.lit(-1))
+    # HaEvent.expand in one pass: a throttled event becomes one row per advance it folds in
+    # (its steps, each with its own offset and time) plus itself, as the Python reference does
+    own = F.struct(F.col("offset").alias("offset"), F.col("ts").alias("ts"))
+    folded = F.transform(F.coalesce(F.col("steps"), F.array().cast("array<array<bigint>>")),
+                         lambda s: F.struct(s[0].alias("offset"), s[1].alias("ts")))
+    parsed = parsed.withColumn("advance", F.explode(F.concat(folded, F.array(own)))).withColumn(
+        "offset", F.col("advance.offset")).withColumn("ts", F.col("advance.ts"))
     events = (
         parsed.where(
             F.col("type").isin(*EVENT_TYPES)

@@ -71,18 +71,19 @@ class Reference:
         for row in rows:
             if row["topic"] == HA_EVENTS_TOPIC:
                 try:
-                    ev = HaEvent.from_json(row["body"])
+                    folded = HaEvent.from_json(row["body"])
                 except HaEventError:
                     continue
-                gen = ev.term if ev.term >= 0 else ev.epoch if ev.epoch >= 0 else -1
-                mode = "dledger" if ev.term >= 0 else "controller" if ev.epoch >= 0 else "master_slave"
-                key = (ev.type, ev.group, ev.node, ev.ts, ev.address, gen, mode, ev.replica, ev.offset,
-                       ev.from_offset, ev.to_offset, ev.role, ev.leader)
-                if key not in seen_ev:
-                    seen_ev.add(key)
-                    ref.events.append(dict(zip(
-                        ("type", "group", "node", "ts", "address", "gen", "mode", "replica", "offset",
-                         "from_offset", "to_offset", "role", "leader"), key, strict=True)))
+                for ev in folded.expand():  # a throttled event: one per advance it folds in (its steps)
+                    gen = ev.term if ev.term >= 0 else ev.epoch if ev.epoch >= 0 else -1
+                    mode = "dledger" if ev.term >= 0 else "controller" if ev.epoch >= 0 else "master_slave"
+                    key = (ev.type, ev.group, ev.node, ev.ts, ev.address, gen, mode, ev.replica, ev.offset,
+                           ev.from_offset, ev.to_offset, ev.role, ev.leader)
+                    if key not in seen_ev:
+                        seen_ev.add(key)
+                        ref.events.append(dict(zip(
+                            ("type", "group", "node", "ts", "address", "gen", "mode", "replica", "offset",
+                             "from_offset", "to_offset", "role", "leader"), key, strict=True)))
                 continue
             try:
                 records = decode(row["body"], skip_unknown=True)

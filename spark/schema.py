@@ -130,8 +130,10 @@ EVENT_JSON_SCHEMA = StructType(
         StructField("to_offset", LongType(), True),
         StructField("role", StringType(), True),
         StructField("leader", StringType(), True),
+        StructField("steps", ArrayType(ArrayType(LongType(), True), True), True),
     ]
 )
-"""The JSON fields of ``rocketscope.broker.ha.events.HaEvent`` the jobs read (``members`` is not needed)."""
+"""The JSON fields of ``rocketscope.broker.ha.events.HaEvent`` the jobs read (``members`` is not needed;
+``steps``: the [offset, ts] advances a throttled event folds in, see ``HaEvent.expand``)."""
 
 DATE_TYPE = DateType()

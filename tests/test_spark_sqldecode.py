@@ -190,3 +190,23 @@ def test_the_sql_decoder_has_no_python_worker_in_its_plan(spark) -> None:  # typ
     assert "Python" not in plan and "ArrowEval" not in plan, plan
     python_plan = decode_trace(df, "python")._jdf.queryExecution().executedPlan().toString()
     assert "MapInArrow" in python_plan or "PythonMapInArrow" in python_plan
+
+
+def test_throttled_replication_events_expand_into_every_advance(spark) -> None:  # type: ignore[no-untyped-def]
+    """A commit_advanced event written at the end of a throttle interval carries the advances it
+    replaced (HaEvent.steps): Spark's events are one row per advance with its own offset and time,
+    exactly what HaEvent.expand gives the Python reference, so replication_latency is exact."""
+    from rocketscope.broker.ha.events import COMMIT_ADVANCED, REPLICA_ACK, HaEvent
+    from rocketscope.spark.decode import decode_events
+
+    events = [HaEvent(type=COMMIT_ADVANCED, cluster="c", group="g", node="n0", ts=1_000_195, term=3, offset=900,
+                      steps=((100, 1_000_005), (400, 1_000_008))),
+              HaEvent(type=REPLICA_ACK, cluster="c", group="g", node="n0", ts=1_000_190, term=3, offset=900,
+                      replica="g-n1", steps=((100, 1_000_004),)),
+              HaEvent(type=COMMIT_ADVANCED, cluster="c", group="g", node="n0", ts=1_000_300, term=3, offset=950)]
+    rows = [(HA_EVENTS_TOPIC, 0, i, i * 100, None, None, "g", "", {}, e.to_json().encode())
+            for i, e in enumerate(events)]
+    got = sorted((r["type"], r["replica"], r["offset"], r["ts"]) for r in
+                 decode_events(spark.createDataFrame(rows, ROW_SCHEMA)).collect())
+    want = sorted((x.type, x.replica, x.offset, x.ts) for e in events for x in e.expand())
+    assert got == want and len(got) == 6
