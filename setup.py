@@ -1,7 +1,7 @@
 """Map the top-level folders onto the ``rocketscope`` namespace.
 
 The folders broker/, telemetry/, trace/, spark/ and dashboards/ are the architecture
-(DESIGN section 2), but a top-level package named ``trace`` would be shadowed by the
+(docs/ARCHITECTURE.md), but a top-level package named ``trace`` would be shadowed by the
 standard library's module of that name.  Every folder is therefore installed as a
 sub-package of ``rocketscope`` (``rocketscope.trace`` lives in ``trace/``), both for
 ``pip install .`` and for ``pip install -e .`` (setuptools' editable finder honours

@@ -1,4 +1,4 @@
-"""Spark analytics over message traces and replication events (DESIGN section 11).
+"""Spark analytics over message traces and replication events (docs/ANALYTICS.md).
 
 The package reads rows of the trace-message row schema (:mod:`rocketscope.spark.schema`),
 decodes trace bodies and replication events, joins them and writes date-partitioned

@@ -1,4 +1,4 @@
-"""SparkSession set-up with the settings that matter on small machines (NOTES.md)."""
+"""SparkSession set-up with the settings that matter on small machines (docs/ANALYTICS.md)."""
 
 from __future__ import annotations
 

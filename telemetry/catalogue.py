@@ -77,7 +77,7 @@ class Instrument:
 
 
 # ----------------------------------------------------------------------------------------
-# label sets (RocketMQ's, reference section 2)
+# label sets (Apache RocketMQ 5's, docs/METRICS.md)
 _IN = ("topic", "message_type", "is_system")
 _OUT = ("topic", "consumer_group", "is_system", "is_retry")
 _LAG = ("consumer_group", "topic", "is_retry", "is_system")
@@ -85,7 +85,7 @@ _QLAG = ("consumer_group", "topic", "queue_id", "is_retry", "is_system")
 _STORE = ("storage_type", "storage_medium")
 _DLEDGER = ("group", "self_id")
 
-# bucket layouts (reference section 4.13), converted to the unit we record in
+# bucket layouts (Apache RocketMQ 5's), converted to the unit we record in
 KIB = 1024.0
 MIB = 1024.0 * 1024.0
 MESSAGE_SIZE_BUCKETS = (1 * KIB, 4 * KIB, 512 * KIB, 1 * MIB, 2 * MIB, 4 * MIB)

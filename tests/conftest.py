@@ -30,7 +30,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """One local SparkSession for the whole run, with the start-up-cutting settings of NOTES.md."""
+    """One local SparkSession for the whole run, with the start-up-cutting settings of spark/session.py."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

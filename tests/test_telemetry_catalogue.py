@@ -14,7 +14,7 @@ from rocketscope.telemetry.catalogue import BY_NAME, CATALOGUE, Kind
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# DESIGN section 9: RocketMQ's names that must exist unchanged
+# Apache RocketMQ 5's names that must exist unchanged (docs/METRICS.md)
 DESIGN_NAMES = re.findall(r"\S+", """rocketmq_messages_in_total rocketmq_messages_out_total rocketmq_throughput_in_total
 rocketmq_throughput_out_total rocketmq_message_size rocketmq_rpc_latency rocketmq_producer_connections
 rocketmq_consumer_connections rocketmq_consumer_lag_messages rocketmq_consumer_lag_latency

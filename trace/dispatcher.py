@@ -1,7 +1,7 @@
 """Deliver trace records in the background without ever slowing the traced send.
 
-RocketMQ's ``AsyncTraceDispatcher`` taught three lessons (reference section 1.4 and the
-issues of section 5): the send path must never block on tracing, records are lost
+Apache RocketMQ's ``AsyncTraceDispatcher`` taught three lessons (its design and its
+reported issues): the send path must never block on tracing, records are lost
 silently when the queue is full or a send fails, and the last records are lost on
 shutdown.  This dispatcher keeps the first property and fixes the other two:
 

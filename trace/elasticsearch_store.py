@@ -1,6 +1,6 @@
 """Trace records in Elasticsearch: one index per day, bulk writes, lookup by a term query.
 
-``traceStore=elasticsearch`` (DESIGN section 10) keeps trace records searchable for
+``traceStore=elasticsearch`` (docs/TRACE.md) keeps trace records searchable for
 longer and outside the brokers.  One document per record, with the record's fields
 under their codec names plus ``type``; the document ``_id`` is a hash of the encoded
 record, so a record written twice (dispatcher retry, at-least-once delivery) is stored

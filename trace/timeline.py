@@ -1,10 +1,10 @@
 """One message's whole life, from its trace records and its group's replication events.
 
-This is the answer to "where is my message?" (DESIGN sections 1 and 10): the sends, the
+This is the answer to "where is my message?" (docs/TRACE.md): the sends, the
 transaction ends, where it was stored, when each replica acknowledged it and when the
 group committed it, and per consumer group every delivery with its retries, ending in
 success, failure or the dead-letter queue.  The model follows rocketmq-dashboard's
-``MessageTraceGraph`` (reference section 4.2) and adds the store and replication nodes
+``MessageTraceGraph`` (Apache RocketMQ's trace view) and adds the store and replication nodes
 RocketMQ does not have.
 
 It is a pure function of its inputs so that the CLI, the JSON API, the dashboard and

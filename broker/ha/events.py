@@ -1,4 +1,4 @@
-"""Replication events: the structured record every HA layer emits (DESIGN section 8).
+"""Replication events: the structured record every HA layer emits (docs/STORAGE.md, docs/TRACE.md).
 
 One schema serves DLedger, Master/Slave and controller mode so that the Spark join,
 the trace lookup and the dashboards read a single shape.  Events are written as JSON

@@ -1,6 +1,6 @@
 """The exporter's memory: every node's series, kept apart, cumulative, expiring.
 
-Why this shape (each point answers a rocketmq-exporter bug, reference section 3.3):
+Why this shape (each point answers a known rocketmq-exporter bug):
 - series are keyed by node (cluster, node_type, node_id attributes) and by their full label
   set, and a push *updates* its node's series: a second broker no longer replaces the first;
 - delta sums and histograms are added up into cumulative ones, so Prometheus' ``rate()``
