@@ -97,6 +97,22 @@ def test_properties_over_limit_rejected(tmp_path: Path) -> None:
     run(go())
 
 
+def test_a_record_larger_than_a_segment_is_refused_before_it_is_replicated(tmp_path: Path) -> None:
+    """A Raft leader's proposal (``prepare``) of a message no segment can hold raised nothing, and every
+    replica's append then failed ("append overflows segment"), stopping a DLedger follower."""
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path, commitlog_segment_size=64 * 1024, max_message_size=1 << 20))
+        await store.start()
+        msg = make_msg(1)
+        msg.body = b"x" * (64 * 1024)
+        with pytest.raises(RecordError, match="does not fit a commit-log segment"):
+            store.prepare(msg, 0)
+        small = make_msg(2)
+        assert len(store.prepare(small, 0)) < 64 * 1024  # an ordinary message is still prepared
+        await store.shutdown()
+    run(go())
+
+
 # ------------------------------------------------------------------ put / get
 def test_put_get_across_segments_and_restart(tmp_path: Path) -> None:
     async def first() -> list[StoredMessage]:

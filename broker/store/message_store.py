@@ -282,6 +282,9 @@ class MessageStore:
         msg.store_host = msg.store_host or self.config.store_host
         msg.physical_offset = cursor
         data = record.encode(msg)
+        if len(data) > self.commit_log.max_record_size:  # would fail every replica's append, not only ours
+            raise RecordError(f"message of {len(data)} bytes does not fit a commit-log segment "
+                              f"(mappedFileSizeCommitLog {self.commit_log.log.segment_size})")
         planned = self.commit_log.planned_offset(cursor, len(data))
         if planned != cursor:
             msg.physical_offset = planned
