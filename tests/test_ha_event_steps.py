@@ -63,6 +63,18 @@ def test_every_advance_survives_throttling_with_its_own_time(monkeypatch: pytest
     assert sum(log.throttled.values()) == len(fed) - len(written)
 
 
+def test_an_offset_reported_again_keeps_the_time_it_was_first_reached(monkeypatch: pytest.MonkeyPatch) -> None:
+    log, clock = fresh_log(monkeypatch)
+    log.note_data(10_000)
+    for offset, at in ((100, 1), (200, 2), (200, 3), (150, 4), (300, 5)):  # 200 again, then a lower one
+        clock.ms = 1_700_000_000_000 + at
+        log.emit(COMMIT_ADVANCED, offset=offset)
+    clock.ms += INTERVAL_MS
+    log._emit_due_deferred()
+    expanded = [(x.offset, x.ts - 1_700_000_000_000) for e in log.pending for x in e.expand()]
+    assert expanded == [(100, 1), (200, 2), (300, 5)]
+
+
 def test_steps_are_validated_by_name() -> None:
     base = '{"type":"commit_advanced","cluster":"c","group":"g","node":"n","ts":1,"offset":5,'
     with pytest.raises(HaEventError, match="'steps'"):

@@ -103,6 +103,9 @@ class HaEventLog:
             offset = int(fields.get("offset", -1))
             if self.data_end <= self._last_offset.get(key, -1) or offset <= self._last_offset.get(key, -1):
                 return None
+            waiting = self._deferred.get(key)
+            if waiting is not None and offset <= int(waiting.get("offset", -1)):
+                return None  # no advance: the offset was first reached when the waiting event says
             deferred = self._deferred.pop(key, None)
             steps = _folded(deferred, offset)
             if deferred is not None:  # superseded: written only as a step of this newer event
