@@ -122,7 +122,8 @@ def test_dropped_client_trace_records_reach_the_brokers_metrics(tmp_path_factory
             dropped = sum(v for _, v in find(scrape(url), "rocketscope_trace_records_dropped_total", source="client"))
             return (written, dropped) if written + dropped == SENDS else None
 
-        written, dropped = wait_until(settled, timeout=60, interval=0.5,
+        # the shutdown push is immediate; if it did not complete, the client's 60 s periodic push follows
+        written, dropped = wait_until(settled, timeout=150, interval=0.5,
                                       what="client drops on the broker's /metrics = sends - written")
         assert dropped > 0 and written > 0
     except BaseException:

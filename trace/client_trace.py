@@ -208,8 +208,10 @@ def close_client_metrics(client: Any, timeout_ms: int = 5_000) -> None:
     if provider is None:
         return
     try:
-        provider.force_flush(timeout_ms)
-        provider.shutdown(timeout_millis=timeout_ms)
+        if provider.force_flush(timeout_ms):
+            provider.shutdown(timeout_millis=timeout_ms)
+        else:  # keep the pipeline: its periodic push (and the one at exit) still delivers the counts
+            log.info("client metrics: last push at shutdown did not complete; the periodic push will retry")
     except Exception as exc:  # the last push failing must not turn a clean shutdown into an error
         log.info("client metrics: last push failed at shutdown: %s", exc)
 
