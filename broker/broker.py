@@ -185,6 +185,16 @@ class Broker:
             return self.dledger.is_leader
         return self._role != "SLAVE"
 
+    def writer_lease_held(self) -> bool:
+        """Whether this node's writer role is still certain (the timer's deliveries, transaction
+        check-backs and POP hand-outs need it): a DLedger leader resumed after a pause may be deposed
+        without knowing it yet (broker/dledger/node.py lease_valid); a controller-mode master cut off
+        from the controllers may have been replaced (broker/controller/replicas.py lease_expired)."""
+        if self.dledger is not None:
+            return self.dledger.lease_valid()
+        rm = getattr(self, "replicas", None)
+        return rm is None or not rm.lease_expired
+
     @property
     def broker_id(self) -> int:
         return self.dledger.broker_id if self.dledger is not None else self._broker_id

@@ -177,7 +177,7 @@ class PopStateLog:
 
     def serving(self) -> bool:
         """Ready, and sure of the role: what gates hand-outs and revives (acks need ``ready`` only)."""
-        return self.ready() and self._lease_valid()
+        return self.ready() and self.broker.writer_lease_held()
 
     def ready(self) -> bool:
         """True once this writer serves from the replicated state (adopted after its predecessors' log)."""
@@ -192,15 +192,6 @@ class PopStateLog:
         log.info("POP state: serving as writer from the replicated state of %d queues (%d in flight)",
                  len(self.shadow), sum(len(st.inflight) for st in self.shadow.values()))
         return True
-
-    def _lease_valid(self) -> bool:
-        """Whether this writer is sure of its role: a leader resumed after a pause, deposed without knowing it
-        yet, would hand out messages its successor has seen acknowledged (broker/dledger/node.py lease_valid)."""
-        b = self.broker
-        if b.dledger is not None:
-            return b.dledger.lease_valid()
-        rm = getattr(b, "replicas", None)
-        return rm is None or not rm.lease_expired
 
     def op(self, kind: str, group: str, topic: str, queue_id: int, offset: int, committed: int, *extra: int) -> None:
         self._ops.append([kind, group, topic, queue_id, offset, committed, *extra])

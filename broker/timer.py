@@ -362,13 +362,8 @@ class TimerService:
     def may_deliver(self, for_takeover: bool = False) -> bool:
         """Only a writer sure of its role, that has confirmed the log it took over, puts due messages."""
         b = self.broker
-        if not b.is_master:
+        if not b.is_master or not b.writer_lease_held():
             return False
-        if b.dledger is not None and not b.dledger.lease_valid():
-            return False  # maybe a deposed leader that does not know it yet (resumed after a pause)
-        rm = getattr(b, "replicas", None)
-        if rm is not None and rm.lease_expired:
-            return False  # cut off from the controllers: another master may have been elected
         if for_takeover:
             store = self.store
             if self._ready_at == 0:

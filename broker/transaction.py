@@ -133,13 +133,8 @@ class TransactionService:
     def may_check_back(self) -> bool:
         """Only a writer sure of its role, that sees what earlier writers resolved, checks back."""
         b = self.broker
-        if not b.is_master:
+        if not b.is_master or not b.writer_lease_held():
             return False
-        if b.dledger is not None and not b.dledger.lease_valid():
-            return False  # maybe a deposed leader that does not know it yet (resumed after a pause)
-        rm = getattr(b, "replicas", None)
-        if rm is not None and rm.lease_expired:
-            return False  # cut off from the controllers: another master may have been elected
         return self.writer_caught_up()
 
     def _scan_from(self, topic: str, attr: str) -> list[StoredMessage]:
