@@ -160,28 +160,30 @@ def test_ha_events_survive_restarts_with_follower_truncations_and_terms(cluster:
     throttled = find(text, "rocketmq_ha_events_throttled_total", event_type="commit_advanced")
     assert throttled and throttled[0][1] >= 1, "replaced commit events are not counted"
 
-    # --- 1a. a follower truncation: the leader appends entries its paused followers never see
-    # (on a loaded machine leadership may move before the pause: then try again with the new leader)
+    # --- 1a. a follower truncation: the leader appends entries its stopped followers never see.
+    # The followers are killed, not paused: a paused follower still receives the leader's appends into
+    # its socket buffer and takes them on resuming, and then the old leader has nothing to truncate.
+    # (On a loaded machine leadership may move before the kill: then try again with the new leader.)
     for _attempt in range(3):
         cur = await_leader()
         old = nodes[cur]
         followers = [i for i in range(3) if i != cur]
         for i in followers:
-            nodes[i].proc.pause(True)
+            nodes[i].proc.kill9()
         sender = threading.Thread(target=raw_send, args=(old.endpoint, 3, 2.0))
         try:
-            # the followers hold at most what the leader had when they stopped: entries past that diverge
+            # the followers hold at most what the leader had when they died: entries past that diverge
             held = status(old.admin_addr)["lastIndex"]
             sender.start()
             wait_until(lambda old=old, held=held: status(old.admin_addr)["lastIndex"] > held, timeout=20,
-                       what="entries the paused followers never saw on the old leader")
+                       what="entries the stopped followers never saw on the old leader")
             old.proc.pause(True)
             break
         except AssertionError:
             continue
         finally:
             for i in followers:
-                nodes[i].proc.pause(False)
+                nodes[i].proc.start()
             if not old.proc.alive:
                 raise AssertionError("the leader died")
     else:
