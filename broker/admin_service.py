@@ -15,6 +15,7 @@ import grpc
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 
+from .admin_ops import BrokerAdminOps
 from .groups import GroupConfig
 from .ha.event_relay import decode_forwarded, read_events
 from .ha.events import HaEventError
@@ -57,7 +58,7 @@ def message_view(msg: StoredMessage, broker_name: str) -> admin_pb2.StoredMessag
     return view
 
 
-class BrokerAdminService(admin_pb2_grpc.BrokerAdminServicer):
+class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
@@ -106,8 +107,15 @@ class BrokerAdminService(admin_pb2_grpc.BrokerAdminServicer):
 
     async def DeleteSubGroup(self, request: admin_pb2.GroupRequest, context: grpc.aio.ServicerContext
                              ) -> common_pb2.Status:
-        if not self.broker.groups.delete(request.group):
-            return fail(GROUP_NOT_EXIST, f"consumer group {request.group} does not exist")
+        b = self.broker
+        had_offsets = any(g == request.group for (g, _, _) in b.offsets.offsets)
+        if not b.groups.delete(request.group) and not (request.remove_offset and had_offsets):
+            return fail(GROUP_NOT_EXIST, f"consumer group {request.group} does not exist on {b.broker_name}")
+        if request.remove_offset:
+            b.offsets.delete_group(request.group)
+            for key in [k for k in b.pop.states if k[0] == request.group]:
+                del b.pop.states[key]
+            log.info("committed offsets of consumer group %s removed", request.group)
         return ok()
 
     async def GetSubGroups(self, request: common_pb2.Empty, context: grpc.aio.ServicerContext

@@ -467,3 +467,14 @@ def _mount_controller_commands() -> None:
 
 
 _mount_controller_commands()
+
+
+def _mount_ops_commands() -> None:
+    """mqadmin's maintenance commands (resetOffsetByTime, wipeWritePerm, ...: rocketscope/admin_cli_ops.py)."""
+    from .admin_cli_ops import COMMANDS
+
+    for cmd in COMMANDS:
+        admin.add_command(cmd)
+
+
+_mount_ops_commands()

@@ -220,6 +220,23 @@ class AdminClient:
             except grpc.aio.AioRpcError:
                 continue
 
+    async def namesrv_admin_call(self, method: str, request: object) -> list[tuple[str, object]]:
+        """``method`` of the NamesrvAdmin service on every name server: (address, answer or error text).
+
+        mqadmin's wipeWritePerm and addWritePerm go to each name server in turn, as here; one that is
+        down is reported and the others are still changed."""
+        if not self.namesrv_addrs:
+            raise AdminError("no name server given: use -n host:port (or set NAMESRV_ADDR)")
+        out: list[tuple[str, object]] = []
+        for addr in self.namesrv_addrs:
+            stub = admin_pb2_grpc.NamesrvAdminStub(self._channel(addr))
+            try:
+                out.append((addr, await getattr(stub, method)(request, timeout=self.timeout,
+                                                                 metadata=self.connection.metadata())))
+            except grpc.aio.AioRpcError as exc:
+                out.append((addr, f"{exc.code().name} {exc.details() or ''}".strip()))
+        return out
+
     async def masters(self, cluster: str | None = None) -> list[BrokerNode]:
         return [b for b in await self.cluster() if b.broker_id == 0 and (cluster is None or b.cluster == cluster)]
 

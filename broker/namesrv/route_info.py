@@ -40,6 +40,10 @@ class RouteInfo:
     # topic -> broker name -> (TopicConfig, DataVersion counter of the registration that set it)
     topic_queues: dict[str, dict[str, common_pb2.TopicConfig]] = field(default_factory=dict)
     on_expired: Callable[[str], None] | None = None
+    # broker names whose write permission an operator took away (wipeWritePerm): their queues are read-only in
+    # every route until addWritePerm, or until the broker name has no live member (Apache RocketMQ rebuilds a
+    # broker's queue data, with its own permission, when it registers anew)
+    write_wiped: set[str] = field(default_factory=set)
 
     def register(self, reg: namesrv_pb2.BrokerRegistration, session: int, now_ms: int | None = None
                  ) -> namesrv_pb2.RegisterResult:
@@ -92,6 +96,9 @@ class RouteInfo:
         log.info("broker removed: cluster=%s name=%s id=%d addr=%s (%s)", cluster, name, broker_id,
                  live.registration.broker_addr, reason)
         if not any(k[1] == name for k in self.brokers):
+            if name in self.write_wiped:
+                self.write_wiped.discard(name)
+                log.info("write permission of broker %s restored: no member of it is registered", name)
             for topic, by_broker in list(self.topic_queues.items()):
                 by_broker.pop(name, None)
                 if not by_broker:
@@ -133,6 +140,8 @@ class RouteInfo:
             serves = any(lb.registration.extras.get("anyNodeServes") == "true" for lb in members.values())
             if not serves and not any(k[2] == 0 for k in members):
                 perm &= ~PERM_WRITE  # no master: read-only, like RocketMQ's acting master
+            if broker_name in self.write_wiped:
+                perm &= ~PERM_WRITE  # wipeWritePerm: producers go elsewhere, consumers still drain it
             route.queue_datas.add(broker_name=broker_name, read_queue_nums=tc.read_queue_nums,
                                   write_queue_nums=tc.write_queue_nums, perm=perm, topic_sys_flag=tc.topic_sys_flag)
             bd = route.broker_datas.add(broker_name=broker_name, cluster=next(iter(members))[0])
@@ -144,6 +153,26 @@ class RouteInfo:
             route.order = route.order or tc.order
             route.attributes.update(tc.attributes)
         return route if route.queue_datas else None
+
+    def topics_on_broker(self, broker_name: str) -> int:
+        return sum(1 for by_broker in self.topic_queues.values() if broker_name in by_broker)
+
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """Take write permission from every route of ``broker_name``; the number of its topics (RocketMQ's
+        WIPE_WRITE_PERM_OF_BROKER answer), 0 when the name server knows no such broker."""
+        count = self.topics_on_broker(broker_name)
+        if count or any(k[1] == broker_name for k in self.brokers):
+            self.write_wiped.add(broker_name)
+            log.info("write permission of broker %s wiped (%d topics)", broker_name, count)
+        return count
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """Give write permission back (ADD_WRITE_PERM_OF_BROKER); the number of the broker's topics."""
+        count = self.topics_on_broker(broker_name)
+        if broker_name in self.write_wiped:
+            self.write_wiped.discard(broker_name)
+            log.info("write permission of broker %s added back (%d topics)", broker_name, count)
+        return count
 
     def cluster_info(self) -> list[tuple[namesrv_pb2.BrokerRegistration, int]]:
         return [(lb.registration, lb.last_update_ms) for _, lb in sorted(self.brokers.items())]

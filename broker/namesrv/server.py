@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from rocketscope.broker.protocol import namesrv_pb2_grpc
+from rocketscope.broker.protocol import admin_pb2_grpc, namesrv_pb2_grpc
 from rocketscope.config import Key, Settings, load_settings, port, positive
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
@@ -18,6 +18,7 @@ from ..grpc_options import server_options
 from ..remoting.config import REMOTING_KEYS
 from ..security.config import TLS_KEYS, SecurityConfig
 from ..security.listener import Listener, bind_server
+from .admin import NamesrvAdminService
 from .route_info import RouteInfo
 from .service import NameServerService, scan_loop
 
@@ -68,6 +69,7 @@ class NameServer:
         self._register_gauges()
         self.server = grpc.aio.server(options=server_options())
         namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.routes, self.telemetry), self.server)
+        admin_pb2_grpc.add_NamesrvAdminServicer_to_server(NamesrvAdminService(self.routes), self.server)
         if self.settings.enableControllerInNamesrv:
             # RocketMQ's embedded controller: its client service on the name server's port, Raft on its own
             from rocketscope.broker.controller.node import ControllerRuntime

@@ -34,10 +34,12 @@ class UpdateSubGroupRequest(_message.Message):
     def __init__(self, config: _Optional[_Union[_common_pb2.SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
 
 class GroupRequest(_message.Message):
-    __slots__ = ("group",)
+    __slots__ = ("group", "remove_offset")
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     group: str
-    def __init__(self, group: _Optional[str] = ...) -> None: ...
+    remove_offset: bool
+    def __init__(self, group: _Optional[str] = ..., remove_offset: _Optional[bool] = ...) -> None: ...
 
 class SubGroupsResponse(_message.Message):
     __slots__ = ("status", "groups")
@@ -276,6 +278,124 @@ class AppendHaEventsRequest(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, events: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ResetOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "timestamp", "force", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    timestamp: int
+    force: bool
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., timestamp: _Optional[int] = ..., force: _Optional[bool] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ...) -> None: ...
+
+class QueueReset(_message.Message):
+    __slots__ = ("topic", "queue_id", "old_offset", "new_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetResponse(_message.Message):
+    __slots__ = ("status", "queues")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    queues: _containers.RepeatedCompositeFieldContainer[QueueReset]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueReset, _Mapping]]] = ...) -> None: ...
+
+class ProducerConnectionsRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class BrokerConfigResponse(_message.Message):
+    __slots__ = ("status", "config", "hot_reloadable")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    HOT_RELOADABLE_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    config: _containers.ScalarMap[str, str]
+    hot_reloadable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., config: _Optional[_Mapping[str, str]] = ..., hot_reloadable: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdateBrokerConfigRequest(_message.Message):
+    __slots__ = ("config",)
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _containers.ScalarMap[str, str]
+    def __init__(self, config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class TopicStatsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class QueueStats(_message.Message):
+    __slots__ = ("topic", "queue_id", "min_offset", "max_offset", "last_update_timestamp", "in_last_minute", "in_last_day")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPDATE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    IN_LAST_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    IN_LAST_DAY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+    in_last_minute: int
+    in_last_day: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_update_timestamp: _Optional[int] = ..., in_last_minute: _Optional[int] = ..., in_last_day: _Optional[int] = ...) -> None: ...
+
+class TopicStatsResponse(_message.Message):
+    __slots__ = ("status", "queues")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...
+
+class BrokerPermRequest(_message.Message):
+    __slots__ = ("broker_name",)
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    def __init__(self, broker_name: _Optional[str] = ...) -> None: ...
+
+class BrokerPermResponse(_message.Message):
+    __slots__ = ("status", "topic_count")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    topic_count: int
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., topic_count: _Optional[int] = ...) -> None: ...
 
 class AddBrokerRequest(_message.Message):
     __slots__ = ("config_path",)

@@ -115,6 +115,31 @@ class BrokerAdminStub:
                 request_serializer=admin__pb2.AppendHaEventsRequest.SerializeToString,
                 response_deserializer=common__pb2.Status.FromString,
                 _registered_method=True)
+        self.ResetOffset = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/ResetOffset',
+                request_serializer=admin__pb2.ResetOffsetRequest.SerializeToString,
+                response_deserializer=admin__pb2.ResetOffsetResponse.FromString,
+                _registered_method=True)
+        self.ProducerConnections = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/ProducerConnections',
+                request_serializer=admin__pb2.ProducerConnectionsRequest.SerializeToString,
+                response_deserializer=admin__pb2.ConsumerConnectionsResponse.FromString,
+                _registered_method=True)
+        self.GetBrokerConfig = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/GetBrokerConfig',
+                request_serializer=common__pb2.Empty.SerializeToString,
+                response_deserializer=admin__pb2.BrokerConfigResponse.FromString,
+                _registered_method=True)
+        self.UpdateBrokerConfig = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/UpdateBrokerConfig',
+                request_serializer=admin__pb2.UpdateBrokerConfigRequest.SerializeToString,
+                response_deserializer=common__pb2.Status.FromString,
+                _registered_method=True)
+        self.TopicStats = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/TopicStats',
+                request_serializer=admin__pb2.TopicStatsRequest.SerializeToString,
+                response_deserializer=admin__pb2.TopicStatsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -216,6 +241,36 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetOffset(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProducerConnections(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBrokerConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateBrokerConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TopicStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -298,6 +353,31 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.AppendHaEvents,
                     request_deserializer=admin__pb2.AppendHaEventsRequest.FromString,
                     response_serializer=common__pb2.Status.SerializeToString,
+            ),
+            'ResetOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffset,
+                    request_deserializer=admin__pb2.ResetOffsetRequest.FromString,
+                    response_serializer=admin__pb2.ResetOffsetResponse.SerializeToString,
+            ),
+            'ProducerConnections': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProducerConnections,
+                    request_deserializer=admin__pb2.ProducerConnectionsRequest.FromString,
+                    response_serializer=admin__pb2.ConsumerConnectionsResponse.SerializeToString,
+            ),
+            'GetBrokerConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerConfig,
+                    request_deserializer=common__pb2.Empty.FromString,
+                    response_serializer=admin__pb2.BrokerConfigResponse.SerializeToString,
+            ),
+            'UpdateBrokerConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateBrokerConfig,
+                    request_deserializer=admin__pb2.UpdateBrokerConfigRequest.FromString,
+                    response_serializer=common__pb2.Status.SerializeToString,
+            ),
+            'TopicStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.TopicStats,
+                    request_deserializer=admin__pb2.TopicStatsRequest.FromString,
+                    response_serializer=admin__pb2.TopicStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -732,6 +812,259 @@ class BrokerAdmin:
             '/rocketscope.internal.BrokerAdmin/AppendHaEvents',
             admin__pb2.AppendHaEventsRequest.SerializeToString,
             common__pb2.Status.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/ResetOffset',
+            admin__pb2.ResetOffsetRequest.SerializeToString,
+            admin__pb2.ResetOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProducerConnections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/ProducerConnections',
+            admin__pb2.ProducerConnectionsRequest.SerializeToString,
+            admin__pb2.ConsumerConnectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBrokerConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/GetBrokerConfig',
+            common__pb2.Empty.SerializeToString,
+            admin__pb2.BrokerConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateBrokerConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/UpdateBrokerConfig',
+            admin__pb2.UpdateBrokerConfigRequest.SerializeToString,
+            common__pb2.Status.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TopicStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/TopicStats',
+            admin__pb2.TopicStatsRequest.SerializeToString,
+            admin__pb2.TopicStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class NamesrvAdminStub:
+    """The name server's admin service (wipeWritePerm / addWritePerm), beside its NameServer service.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.WipeWritePerm = channel.unary_unary(
+                '/rocketscope.internal.NamesrvAdmin/WipeWritePerm',
+                request_serializer=admin__pb2.BrokerPermRequest.SerializeToString,
+                response_deserializer=admin__pb2.BrokerPermResponse.FromString,
+                _registered_method=True)
+        self.AddWritePerm = channel.unary_unary(
+                '/rocketscope.internal.NamesrvAdmin/AddWritePerm',
+                request_serializer=admin__pb2.BrokerPermRequest.SerializeToString,
+                response_deserializer=admin__pb2.BrokerPermResponse.FromString,
+                _registered_method=True)
+
+
+class NamesrvAdminServicer:
+    """The name server's admin service (wipeWritePerm / addWritePerm), beside its NameServer service.
+    """
+
+    def WipeWritePerm(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddWritePerm(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_NamesrvAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'WipeWritePerm': grpc.unary_unary_rpc_method_handler(
+                    servicer.WipeWritePerm,
+                    request_deserializer=admin__pb2.BrokerPermRequest.FromString,
+                    response_serializer=admin__pb2.BrokerPermResponse.SerializeToString,
+            ),
+            'AddWritePerm': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddWritePerm,
+                    request_deserializer=admin__pb2.BrokerPermRequest.FromString,
+                    response_serializer=admin__pb2.BrokerPermResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'rocketscope.internal.NamesrvAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('rocketscope.internal.NamesrvAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class NamesrvAdmin:
+    """The name server's admin service (wipeWritePerm / addWritePerm), beside its NameServer service.
+    """
+
+    @staticmethod
+    def WipeWritePerm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.NamesrvAdmin/WipeWritePerm',
+            admin__pb2.BrokerPermRequest.SerializeToString,
+            admin__pb2.BrokerPermResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddWritePerm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.NamesrvAdmin/AddWritePerm',
+            admin__pb2.BrokerPermRequest.SerializeToString,
+            admin__pb2.BrokerPermResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,6 +13,8 @@ from ..protocol import namesrv_pb2
 from .codec import Header, RemotingCommand, RequestCode, ResponseCode, json_body
 from .server import Connection, Handler
 
+WIPE_WRITE_PERM_OF_BROKER = 205
+ADD_WRITE_PERM_OF_BROKER = 327
 TBW102 = "TBW102"  # the template topic Java producers fall back to when a topic has no route
 
 
@@ -36,7 +38,8 @@ def template_route(routes: RouteInfo) -> namesrv_pb2.TopicRouteData | None:
     route = namesrv_pb2.TopicRouteData()
     masters = sorted((reg for reg, _ in routes.cluster_info() if reg.broker_id == 0), key=lambda r: r.broker_name)
     for reg in masters:
-        route.queue_datas.add(broker_name=reg.broker_name, read_queue_nums=8, write_queue_nums=8, perm=7)
+        perm = 7 & ~2 if reg.broker_name in routes.write_wiped else 7  # wipeWritePerm applies to TBW102 too
+        route.queue_datas.add(broker_name=reg.broker_name, read_queue_nums=8, write_queue_nums=8, perm=perm)
         bd = route.broker_datas.add(broker_name=reg.broker_name, cluster=reg.cluster_name)
         bd.broker_addrs[0] = reg.broker_addr
     return route if masters else None
@@ -53,6 +56,16 @@ def cluster_info_json(routes: RouteInfo) -> dict[str, Any]:
         if reg.broker_name not in names:
             names.append(reg.broker_name)
     return {"brokerAddrTable": brokers, "clusterAddrTable": {c: sorted(n) for c, n in clusters.items()}}
+
+
+def _perm_change(cmd: RemotingCommand, change: Any) -> RemotingCommand:
+    """mqadmin wipeWritePerm / addWritePerm: header ``brokerName``, answer header ``wipeTopicCount`` or
+    ``addTopicCount`` (the number of the broker's topics)."""
+    name = Header(cmd).str("brokerName", default="")
+    if not name:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "brokerName: the request names no broker")
+    field = "wipeTopicCount" if change.__name__ == "wipe_write_perm" else "addTopicCount"
+    return cmd.response(ext_fields={field: str(change(name))})
 
 
 def namesrv_handlers(routes: RouteInfo, on_route_query: Any = None) -> dict[int, Handler]:
@@ -86,7 +99,15 @@ def namesrv_handlers(routes: RouteInfo, on_route_query: Any = None) -> dict[int,
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.str('namespace', default='')}"
                                                           f" Key: {h.str('key', default='')}")
 
+    async def wipe_write_perm(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return _perm_change(cmd, routes.wipe_write_perm)
+
+    async def add_write_perm(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return _perm_change(cmd, routes.add_write_perm)
+
     return {
+        WIPE_WRITE_PERM_OF_BROKER: wipe_write_perm,
+        ADD_WRITE_PERM_OF_BROKER: add_write_perm,
         RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,
         RequestCode.GET_BROKER_CLUSTER_INFO: cluster_info,
         RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: all_topics,
