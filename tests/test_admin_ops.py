@@ -1,9 +1,11 @@
 """mqadmin's maintenance commands of `rocketscope admin` (issue 21), end to end over real processes.
 
-One name server and two brokers; the official Python client sends and consumes, and every
-assertion is on what a user sees: where sends land (counted per broker from the stores'
+One name server and two brokers as processes; the official Python client sends and consumes, and
+every assertion is on what a user sees: where sends land (counted per broker from the stores'
 offsets), which messages a group receives after its offsets moved, routes' permissions, and
-the refusal of a config key that needs a restart.
+the refusal of a config key that needs a restart. The CLI runs in this process (click's runner,
+the same code as `rocketscope admin`: a process per call cost 1-2 s on a loaded 2-core machine,
+over 40 calls), except wipeWritePerm and addWritePerm, run as the installed command.
 """
 
 from __future__ import annotations
@@ -11,19 +13,45 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from cluster import LocalCluster, wait_until
 from rmq import drain, message, producer, simple_consumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
+from rocketscope.admin_cli import admin as admin_group
+
 pytestmark = pytest.mark.e2e
 
 CLUSTER = "DefaultCluster"
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def admin(c: LocalCluster, *args: str, check: bool = True) -> Result:
+    """``rocketscope admin ARGS -n <name server>`` in this process; its exit code, stdout and stderr."""
+    r = CliRunner().invoke(admin_group, [*args, "-n", c.namesrv_addr])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    res = Result(r.exit_code, r.stdout, r.stderr)
+    if check and res.returncode:
+        raise AssertionError(f"admin {' '.join(args)} failed ({res.returncode}): {res.stderr}{res.stdout}")
+    return res
+
+
+def admin_json(c: LocalCluster, *args: str) -> Any:
+    return json.loads(admin(c, *args, "--json").stdout)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +62,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.start_broker("broker-a")
         c.start_broker("broker-b")
         for topic in ("OpsRotation", "OpsReset", "OpsMisc"):
-            c.admin("updateTopic", "-c", CLUSTER, "-t", topic, "-r", "4", "-w", "4")
+            admin(c, "updateTopic", "-c", CLUSTER, "-t", topic, "-r", "4", "-w", "4")
         yield c
     except BaseException:
         print(c.logs())
@@ -46,13 +74,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def stored_per_broker(c: LocalCluster, topic: str) -> dict[str, int]:
     """Messages each broker stored for ``topic`` (sum of its queues' max offsets): the ground truth of sends."""
     out: dict[str, int] = {}
-    for q in c.admin_json("topicStatus", "-t", topic):
+    for q in admin_json(c, "topicStatus", "-t", topic):
         out[q["brokerName"]] = out.get(q["brokerName"], 0) + q["maxOffset"] - q["minOffset"]
     return out
 
 
 def route_perms(c: LocalCluster, topic: str) -> dict[str, int]:
-    return {q["brokerName"]: q["perm"] for q in c.admin_json("topicRoute", "-t", topic)["queueDatas"]}
+    return {q["brokerName"]: q["perm"] for q in admin_json(c, "topicRoute", "-t", topic)["queueDatas"]}
 
 
 def send(c: LocalCluster, topic: str, bodies: list[bytes]) -> list[Any]:
@@ -63,7 +91,7 @@ def send(c: LocalCluster, topic: str, bodies: list[bytes]) -> list[Any]:
 
 def test_wipe_write_perm_takes_a_broker_out_of_rotation(cluster: LocalCluster) -> None:
     topic = "OpsRotation"
-    out = cluster.admin("wipeWritePerm", "-b", "broker-a").stdout
+    out = cluster.admin("wipeWritePerm", "-b", "broker-a").stdout  # the installed CLI, as a process
     assert "wipe write perm of broker[broker-a]" in out and "OK, " in out
     assert int(out.strip().rsplit(" ", 1)[1]) >= 3  # the three topics created on it at least
     assert route_perms(cluster, topic) == {"broker-a": 4, "broker-b": 6}
@@ -99,17 +127,17 @@ def test_wipe_write_perm_takes_a_broker_out_of_rotation(cluster: LocalCluster) -
     assert {r.message_queue.message_queue0().broker.name for r in receipts} == {"broker-a", "broker-b"}
 
     # an unknown broker name changes nothing and says so with a count of 0
-    assert cluster.admin("wipeWritePerm", "-b", "no-such-broker").stdout.strip().endswith("OK, 0")
+    assert admin(cluster, "wipeWritePerm", "-b", "no-such-broker").stdout.strip().endswith("OK, 0")
     assert route_perms(cluster, topic) == {"broker-a": 6, "broker-b": 6}
 
 
 def progress(c: LocalCluster, group: str, topic: str) -> dict[tuple[str, int], int]:
-    data = c.admin_json("consumerProgress", "-g", group, "-t", topic)
+    data = admin_json(c, "consumerProgress", "-g", group, "-t", topic)
     return {(q["brokerName"], q["queueId"]): q["consumerOffset"] for q in data["queues"]}
 
 
 def lag(c: LocalCluster, group: str, topic: str) -> int:
-    return int(c.admin_json("consumerProgress", "-g", group, "-t", topic)["diffTotal"])
+    return int(admin_json(c, "consumerProgress", "-g", group, "-t", topic)["diffTotal"])
 
 
 def test_reset_offset_by_time_redelivers_what_was_stored_since(cluster: LocalCluster) -> None:
@@ -125,15 +153,15 @@ def test_reset_offset_by_time_redelivers_what_was_stored_since(cluster: LocalClu
     wait_until(lambda: lag(cluster, group, topic) == 0, timeout=20, what="the group caught up")
 
     stamp = time.strftime("%Y-%m-%d#%H:%M:%S", time.localtime(t_mid / 1000)) + f":{t_mid % 1000:03d}"
-    out = cluster.admin("resetOffsetByTime", "-g", group, "-t", topic, "-s", stamp).stdout
+    out = admin(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", stamp).stdout
     assert f"timestamp(long)[{t_mid}]" in out
-    reset = json.loads(cluster.admin("resetOffsetByTime", "-g", group, "-t", topic, "-s", str(t_mid),
+    reset = json.loads(admin(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(t_mid),
                                      "--json").stdout)
     assert sum(q["offset"] for q in reset) == 10  # each queue just past its first-batch messages
     assert lag(cluster, group, topic) == 10
 
     # -f false only rolls back: "now" is ahead of every offset, so nothing moves
-    cluster.admin("resetOffsetByTime", "-g", group, "-t", topic, "-s", "now", "-f", "false")
+    admin(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", "now", "-f", "false")
     assert lag(cluster, group, topic) == 10
 
     # the group receives exactly the second batch again
@@ -145,47 +173,47 @@ def test_reset_offset_by_time_redelivers_what_was_stored_since(cluster: LocalClu
     wait_until(lambda: lag(cluster, group, topic) == 0, timeout=20, what="the group caught up again")
 
     # cloneGroupOffset: a new group starts where the old one is
-    cluster.admin("resetOffsetByTime", "-g", group, "-t", topic, "-s", str(t_mid))
-    cluster.admin("cloneGroupOffset", "-s", group, "-d", "OpsCloneGroup", "-t", topic)
+    admin(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(t_mid))
+    admin(cluster, "cloneGroupOffset", "-s", group, "-d", "OpsCloneGroup", "-t", topic)
     assert progress(cluster, "OpsCloneGroup", topic) == progress(cluster, group, topic)
 
     # deleteSubGroup -r true drops the group and its offsets
-    assert "success" in cluster.admin("deleteSubGroup", "-g", "OpsCloneGroup", "-r", "true").stdout
-    gone = cluster.admin("consumerProgress", "-g", "OpsCloneGroup", check=False)
+    assert "success" in admin(cluster, "deleteSubGroup", "-g", "OpsCloneGroup", "-r", "true").stdout
+    gone = admin(cluster, "consumerProgress", "-g", "OpsCloneGroup", check=False)
     assert gone.returncode == 1
-    offsets = cluster.admin_json("brokerConsumeStats", "-b", cluster.brokers["broker-a"].admin_addr)
+    offsets = admin_json(cluster, "brokerConsumeStats", "-b", cluster.brokers["broker-a"].admin_addr)
     assert {q["group"] for q in offsets["queues"]} >= {group}
     assert "OpsCloneGroup" not in {q["group"] for q in offsets["queues"]}
 
     # refusals name what is wrong
-    bad = cluster.admin("resetOffsetByTime", "-g", "NoSuchGroup", "-t", topic, "-s", "now", check=False)
+    bad = admin(cluster, "resetOffsetByTime", "-g", "NoSuchGroup", "-t", topic, "-s", "now", check=False)
     assert bad.returncode == 1 and "NoSuchGroup does not exist" in bad.stderr
-    bad = cluster.admin("resetOffsetByTime", "-g", group, "-t", topic, "-s", "yesterday", check=False)
+    bad = admin(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", "yesterday", check=False)
     assert bad.returncode == 2 and "-s" in bad.stderr
 
 
 def test_broker_config_hot_keys_and_refusals(cluster: LocalCluster) -> None:
     addr = cluster.brokers["broker-b"].admin_addr
-    conf = cluster.admin_json("getBrokerConfig", "-b", addr)[addr]
+    conf = admin_json(cluster, "getBrokerConfig", "-b", addr)[addr]
     assert conf["config"]["brokerPermission"] == "6" and "brokerPermission" in conf["hotReloadable"]
     assert "listenPort" not in conf["hotReloadable"]
 
-    assert "success" in cluster.admin("updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "4").stdout
+    assert "success" in admin(cluster, "updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "4").stdout
     try:
         wait_until(lambda: route_perms(cluster, "OpsMisc")["broker-b"] == 4, timeout=10,
                    what="broker-b's routes read-only after brokerPermission=4")
-        assert cluster.admin_json("getBrokerConfig", "-b", addr)[addr]["config"]["brokerPermission"] == "4"
+        assert admin_json(cluster, "getBrokerConfig", "-b", addr)[addr]["config"]["brokerPermission"] == "4"
     finally:
-        cluster.admin("updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "6")
+        admin(cluster, "updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "6")
     wait_until(lambda: route_perms(cluster, "OpsMisc")["broker-b"] == 6, timeout=10, what="broker-b writable again")
 
-    restart = cluster.admin("updateBrokerConfig", "-b", addr, "-k", "listenPort", "-v", "1", check=False)
+    restart = admin(cluster, "updateBrokerConfig", "-b", addr, "-k", "listenPort", "-v", "1", check=False)
     assert restart.returncode == 1 and "listenPort: needs a broker restart" in restart.stderr
-    bad = cluster.admin("updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "5", check=False)
+    bad = admin(cluster, "updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "5", check=False)
     assert bad.returncode == 1 and "brokerPermission" in bad.stderr and "must be 2, 4 or 6" in bad.stderr
-    unknown = cluster.admin("updateBrokerConfig", "-b", addr, "-k", "noSuchKey", "-v", "1", check=False)
+    unknown = admin(cluster, "updateBrokerConfig", "-b", addr, "-k", "noSuchKey", "-v", "1", check=False)
     assert unknown.returncode == 1 and "noSuchKey: not a broker config key" in unknown.stderr
-    assert cluster.admin_json("getBrokerConfig", "-b", addr)[addr]["config"]["brokerPermission"] == "6"
+    assert admin_json(cluster, "getBrokerConfig", "-b", addr)[addr]["config"]["brokerPermission"] == "6"
 
 
 def test_topic_and_connection_views(cluster: LocalCluster) -> None:
@@ -194,26 +222,26 @@ def test_topic_and_connection_views(cluster: LocalCluster) -> None:
     with producer(endpoint, topic) as p, simple_consumer(endpoint, "OpsMiscGroup", topic) as consumer:
         receipts = [p.send(message(topic, f"misc-{i}".encode())) for i in range(8)]
         drain(consumer, 3, timeout=30)
-        producers = cluster.admin_json("producerConnection", "-g", "AnyGroup", "-t", topic)
-        consumers = cluster.admin_json("consumerConnection", "-g", "OpsMiscGroup")
+        producers = admin_json(cluster, "producerConnection", "-g", "AnyGroup", "-t", topic)
+        consumers = admin_json(cluster, "consumerConnection", "-g", "OpsMiscGroup")
     assert len(producers) == 1 and producers[0]["language"] == "PYTHON"
     assert len(consumers) == 1 and consumers[0]["type"] == "SIMPLE_CONSUMER"
-    assert cluster.admin("producerConnection", "-g", "G", "-t", "OpsReset", check=False).returncode == 1
+    assert admin(cluster, "producerConnection", "-g", "G", "-t", "OpsReset", check=False).returncode == 1
 
     assert sum(stored_per_broker(cluster, topic).values()) == 8
-    assert cluster.admin_json("topicClusterList", "-t", topic) == [CLUSTER]
+    assert admin_json(cluster, "topicClusterList", "-t", topic) == [CLUSTER]
 
-    found = cluster.admin_json("queryMsgByUniqueKey", "-i", receipts[5].message_id, "-t", topic)
+    found = admin_json(cluster, "queryMsgByUniqueKey", "-i", receipts[5].message_id, "-t", topic)
     assert [m["body"] for m in found] == ["misc-5"]
 
-    stats = {(r["topic"], r["group"]): r for r in cluster.admin_json("statsAll", "-t", topic)}
+    stats = {(r["topic"], r["group"]): r for r in admin_json(cluster, "statsAll", "-t", topic)}
     row = stats[(topic, "OpsMiscGroup")]
     assert row["inMsg24Hour"] == 8 and row["accumulation"] + row["outMsg24Hour"] == 8
 
     # updateTopicPerm: read-only on every broker of the topic, then back
-    out = cluster.admin("updateTopicPerm", "-t", topic, "-p", "4").stdout
+    out = admin(cluster, "updateTopicPerm", "-t", topic, "-p", "4").stdout
     assert out.count("update topic perm from 6 to 4") == 2
     wait_until(lambda: set(route_perms(cluster, topic).values()) == {4}, timeout=10, what="topic read-only")
-    cluster.admin("updateTopicPerm", "-t", topic, "-p", "6")
+    admin(cluster, "updateTopicPerm", "-t", topic, "-p", "6")
     wait_until(lambda: set(route_perms(cluster, topic).values()) == {6}, timeout=10, what="topic writable")
-    assert cluster.admin("updateTopicPerm", "-t", topic, "-p", "5", check=False).returncode == 2
+    assert admin(cluster, "updateTopicPerm", "-t", topic, "-p", "5", check=False).returncode == 2
