@@ -116,6 +116,9 @@ def admin_handlers(broker: Broker, front: RemotingBroker) -> dict[int, Handler]:
                                           "tagsSet": sorted(s.tags or []), "topic": t} for t, s in subs.items()}}
         return cmd.response(body=json_body(body))
 
-    return {UPDATE_AND_CREATE_TOPIC: update_topic, GET_BROKER_RUNTIME_INFO: runtime_info,
-            GET_CONSUME_STATS: consume_stats, QUERY_TOPIC_CONSUME_BY_WHO: consume_by_who,
-            GET_CONSUMER_CONNECTION_LIST: connections, GET_TOPIC_CONFIG: topic_config}
+    from .admin_ops_handlers import admin_ops_handlers
+
+    return admin_ops_handlers(broker, front, svc) | {
+        UPDATE_AND_CREATE_TOPIC: update_topic, GET_BROKER_RUNTIME_INFO: runtime_info,
+        GET_CONSUME_STATS: consume_stats, QUERY_TOPIC_CONSUME_BY_WHO: consume_by_who,
+        GET_CONSUMER_CONNECTION_LIST: connections, GET_TOPIC_CONFIG: topic_config}

@@ -6,6 +6,7 @@ routes, cluster info and topic lists, in the JSON Apache's Java and Go clients p
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..namesrv.route_info import RouteInfo
@@ -13,8 +14,11 @@ from ..protocol import namesrv_pb2
 from .codec import Header, RemotingCommand, RequestCode, ResponseCode, json_body
 from .server import Connection, Handler
 
+log = logging.getLogger(__name__)
+
 WIPE_WRITE_PERM_OF_BROKER = 205
 ADD_WRITE_PERM_OF_BROKER = 327
+DELETE_TOPIC_IN_NAMESRV = 216
 TBW102 = "TBW102"  # the template topic Java producers fall back to when a topic has no route
 
 
@@ -105,7 +109,19 @@ def namesrv_handlers(routes: RouteInfo, on_route_query: Any = None) -> dict[int,
     async def add_write_perm(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return _perm_change(cmd, routes.add_write_perm)
 
+    async def delete_topic(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic = Header(cmd).str("topic")
+        if routes.delete_topic(topic):  # Apache answers SUCCESS for an unknown topic too
+            log.info("topic %s deleted from the name server (remoting)", topic)
+        return cmd.response()
+
+    async def kv_delete(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        # nothing to delete (no KV store); mqadmin deleteSubGroup deletes the group's ORDER_TOPIC_CONFIG entry
+        return cmd.response()
+
     return {
+        RequestCode.DELETE_KV_CONFIG: kv_delete,
+        DELETE_TOPIC_IN_NAMESRV: delete_topic,
         WIPE_WRITE_PERM_OF_BROKER: wipe_write_perm,
         ADD_WRITE_PERM_OF_BROKER: add_write_perm,
         RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,
