@@ -329,6 +329,15 @@ class Model:
                 F.substring(F.col("origin_topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("grp"),
                 F.coalesce("begin_ts", "end_ts").alias("t"),
             )
+            # the broker's record of the move itself: a Pub on %DLQ%<group> (trace/broker_side.py
+            # on_dead_lettered), also for a group whose retryMaxTimes is below MAX_RECONSUME_TIMES
+            # and whose dead letters nobody reads
+            .unionByName(
+                self.records.where((F.col("rec_type") == "Pub") & F.col("topic").startswith(DLQ_PREFIX)
+                                   & F.coalesce(F.col("success"), F.lit(True)))
+                .select(MSG_KEY, "msg_id", F.substring(F.col("topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("grp"),
+                        F.col("ts").alias("t"))
+            )
             .groupBy(MSG_KEY, "msg_id", "grp")
             .agg(F.min("t").alias("dlq_topic_ts"))
         )

@@ -238,6 +238,12 @@ class Reference:
                 t = at["begin"] if at["begin"] is not None else at["end"]
                 if t is not None:
                     s["dlq_topic"].append(t)
+        for c in self.pubs:  # the broker's record of the move itself (spark/model.py says why)
+            if c["topic"].startswith("%DLQ%") and c["success"] is not False:
+                target = c["topic"][len("%DLQ%"):]
+                s = stats.setdefault((c["msg_id"], target), {"req": set(), "begin": [], "ack": [], "retry": [],
+                                                             "failures": 0, "dlq_retry": [], "dlq_topic": []})
+                s["dlq_topic"].append(c["born_ts"])
         out = {}
         for k, s in stats.items():
             dlq_times = ([min(s["dlq_retry"])] if s["dlq_retry"] else []) + (
