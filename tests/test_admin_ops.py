@@ -11,21 +11,30 @@ over 40 calls), except wipeWritePerm and addWritePerm, run as the installed comm
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from click.testing import CliRunner
 from cluster import LocalCluster, wait_until
+from peers_support import require_peers
 from rmq import drain, message, producer, simple_consumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+from rocketmq.v5.exception.client_exception import InternalErrorException
 
 from rocketscope.admin_cli import admin as admin_group
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "peers"))  # reference_cluster (not a package)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,9 +48,10 @@ class Result:
     stderr: str
 
 
-def admin(c: LocalCluster, *args: str, check: bool = True) -> Result:
-    """``rocketscope admin ARGS -n <name server>`` in this process; its exit code, stdout and stderr."""
-    r = CliRunner().invoke(admin_group, [*args, "-n", c.namesrv_addr])
+def admin(c: LocalCluster | str, *args: str, check: bool = True) -> Result:
+    """``rocketscope admin ARGS -n <name server>`` in this process; its exit code, stdout and stderr.
+    ``c`` is a cluster or a name-server address (Apache's: the CLI reads it over remoting)."""
+    r = CliRunner().invoke(admin_group, [*args, "-n", c if isinstance(c, str) else c.namesrv_addr])
     if r.exception is not None and not isinstance(r.exception, SystemExit):
         raise r.exception
     res = Result(r.exit_code, r.stdout, r.stderr)
@@ -50,7 +60,7 @@ def admin(c: LocalCluster, *args: str, check: bool = True) -> Result:
     return res
 
 
-def admin_json(c: LocalCluster, *args: str) -> Any:
+def admin_json(c: LocalCluster | str, *args: str) -> Any:
     return json.loads(admin(c, *args, "--json").stdout)
 
 
@@ -79,7 +89,7 @@ def stored_per_broker(c: LocalCluster, topic: str) -> dict[str, int]:
     return out
 
 
-def route_perms(c: LocalCluster, topic: str) -> dict[str, int]:
+def route_perms(c: LocalCluster | str, topic: str) -> dict[str, int]:
     return {q["brokerName"]: q["perm"] for q in admin_json(c, "topicRoute", "-t", topic)["queueDatas"]}
 
 
@@ -245,3 +255,152 @@ def test_topic_and_connection_views(cluster: LocalCluster) -> None:
     admin(cluster, "updateTopicPerm", "-t", topic, "-p", "6")
     wait_until(lambda: set(route_perms(cluster, topic).values()) == {6}, timeout=10, what="topic writable")
     assert admin(cluster, "updateTopicPerm", "-t", topic, "-p", "5", check=False).returncode == 2
+
+
+# ---------------------------------------------------------------- Apache's mqadmin (needs `make peers`)
+MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
+
+
+def mqadmin(namesrv: str, home: Path, *args: str) -> str:
+    """Apache's mqadmin 5.3.3, unchanged; its whole output (it exits 0 even when a command fails, printing
+    the exception). A run that hit the Java client's 3 s timeout while its JVM warmed up is run again
+    (three runs at most), as tests/test_remoting_java.py does."""
+    import reference_cluster as ref
+
+    cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *ref.JDK17_OPENS,
+           f"-Duser.home={home}", "-Drmq.logback.configurationFile=rmq.tools.logback.xml", "-cp", f"{ref.LIB}/*",
+           MQADMIN_MAIN, *args, "-n", namesrv]
+    out = ""
+    for _ in range(3):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+                             env=dict(os.environ, ROCKETMQ_HOME=str(home)))
+        out = res.stdout + res.stderr
+        if "TimeoutException" not in out:
+            break
+    return out
+
+
+def ok(out: str) -> str:
+    assert "Exception" not in out, out[-3000:]
+    return out
+
+
+def diff_total(out: str) -> int:
+    return int(ok(out).rsplit("Diff Total:", 1)[1].split()[0])
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_apache_mqadmin_against_rocketscope(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Apache's mqadmin runs the maintenance commands against RocketScope over remoting
+    (broker/remoting/admin_ops_handlers.py, broker/remoting/namesrv_handlers.py)."""
+    require_peers()
+    ns, home = cluster.namesrv_addr, tmp_path
+    a = cluster.brokers["broker-a"]
+    topic, group = "OpsJava", "OpsJavaGroup"
+    admin(cluster, "updateTopic", "-b", a.admin_addr, "-t", topic, "-r", "4", "-w", "4")
+    # brokerConsumeStats sums every group of the broker: the other tests' groups are idle, so count from here
+    base = diff_total(mqadmin(ns, home, "brokerConsumeStats", "-b", a.admin_addr))
+    t0 = int(time.time() * 1000)
+    wait_until(lambda: time.time() * 1000 > t0 + 5, timeout=2, what="the clock to pass t0")
+    with producer(a.endpoint, topic) as p:
+        for i in range(10):
+            p.send(message(topic, f"java-{i}".encode()))
+    with simple_consumer(a.endpoint, group, topic) as consumer:
+        assert len({m.message_id for m in drain(consumer, 10, timeout=40)}) == 10
+    wait_until(lambda: lag(cluster, group, topic) == 0, timeout=20, what="the group caught up")
+
+    status = ok(mqadmin(ns, home, "topicStatus", "-t", topic))
+    rows = [line.split() for line in status.splitlines() if line.startswith("broker-a")]
+    assert len(rows) == 4 and sum(int(r[3]) for r in rows) == 10
+    assert diff_total(mqadmin(ns, home, "brokerConsumeStats", "-b", a.admin_addr)) == base
+
+    out = ok(mqadmin(ns, home, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(t0)))
+    assert "#brokerName" in out and lag(cluster, group, topic) == 10
+    assert diff_total(mqadmin(ns, home, "brokerConsumeStats", "-b", a.admin_addr)) == base + 10
+
+    assert "OK, " in ok(mqadmin(ns, home, "wipeWritePerm", "-b", "broker-a"))
+    assert route_perms(cluster, topic) == {"broker-a": 4}
+    assert "OK, " in ok(mqadmin(ns, home, "addWritePerm", "-b", "broker-a"))
+    assert route_perms(cluster, topic) == {"broker-a": 6}
+
+    conf = ok(mqadmin(ns, home, "getBrokerConfig", "-b", a.admin_addr))
+    assert re.search(r"^brokerPermission\s+=\s+6$", conf, re.M), conf[-2000:]
+    ok(mqadmin(ns, home, "updateBrokerConfig", "-b", a.admin_addr, "-k", "autoCreateTopicEnable", "-v", "false"))
+    assert admin_json(cluster, "getBrokerConfig", "-b", a.admin_addr)[a.admin_addr]["config"][
+        "autoCreateTopicEnable"] == "false"
+    ok(mqadmin(ns, home, "updateBrokerConfig", "-b", a.admin_addr, "-k", "autoCreateTopicEnable", "-v", "true"))
+    refused = mqadmin(ns, home, "updateBrokerConfig", "-b", a.admin_addr, "-k", "listenPort", "-v", "1")
+    assert "CODE: 16" in refused and "listenPort: needs a broker restart" in refused
+
+    # -b: with -c mqadmin would also create the topic on broker-b (from the route), as it does on Apache
+    assert "update topic perm from 6 to 4" in ok(mqadmin(ns, home, "updateTopicPerm", "-b", a.admin_addr, "-t",
+                                                         topic, "-p", "4"))
+    wait_until(lambda: route_perms(cluster, topic) == {"broker-a": 4}, timeout=10, what="the topic read-only")
+    ok(mqadmin(ns, home, "updateTopicPerm", "-b", a.admin_addr, "-t", topic, "-p", "6"))
+
+    out = ok(mqadmin(ns, home, "deleteSubGroup", "-g", group, "-c", CLUSTER, "-r", "true"))
+    assert out.count("success") == 2
+    assert admin(cluster, "consumerProgress", "-g", group, check=False).returncode == 1
+
+
+def reset_scenario(namesrv: str, home: Path, endpoint: str, broker_addr: str, topic: str, group: str
+                   ) -> dict[str, Any]:
+    """Ten messages sent and consumed, then mqadmin's resetOffsetByTime to before the sends,
+    wipeWritePerm / addWritePerm and updateBrokerConfig of a key that needs a restart: what a user sees."""
+    seen: dict[str, Any] = {}
+    # brokerConsumeStats sums every group of the broker; the others are idle during the scenario
+    base = diff_total(mqadmin(namesrv, home, "brokerConsumeStats", "-b", broker_addr))
+    t0 = int(time.time() * 1000)
+    wait_until(lambda: time.time() * 1000 > t0 + 5, timeout=2, what="the clock to pass t0")
+    with producer(endpoint, topic) as p:
+        for i in range(10):
+            p.send(message(topic, f"cmp-{i}".encode()))
+    with simple_consumer(endpoint, group, topic, await_s=5) as consumer:  # Apache's proxy polls >= 5 s
+        ids: set[str] = set()
+        deadline = time.monotonic() + 60
+        while len(ids) < 10 and time.monotonic() < deadline:
+            try:
+                ids |= {m.message_id for m in drain(consumer, 10 - len(ids), timeout=deadline - time.monotonic())}
+            except InternalErrorException as exc:  # Apache's proxy before it has the client's Settings
+                if '"settings" is null' not in str(exc):  # (docs/COMPATIBILITY.md row 41): receive again
+                    raise
+        seen["consumed"] = len(ids)
+    wait_until(lambda: diff_total(mqadmin(namesrv, home, "brokerConsumeStats", "-b", broker_addr)) == base,
+               timeout=60, interval=1, what="the group's offsets committed")
+    out = ok(mqadmin(namesrv, home, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(t0)))
+    seen["reset_rows"] = sorted(line.split()[1:] for line in out.splitlines() if line.startswith("broker-"))
+    seen["diff_after_reset"] = diff_total(mqadmin(namesrv, home, "brokerConsumeStats", "-b", broker_addr)) - base
+    seen["wipe"] = ok(mqadmin(namesrv, home, "wipeWritePerm", "-b", "broker-a")).strip().rsplit(",", 1)[0]
+    seen["perm_wiped"] = route_perms(namesrv, topic)
+    ok(mqadmin(namesrv, home, "addWritePerm", "-b", "broker-a"))
+    seen["perm_added"] = route_perms(namesrv, topic)
+    out = mqadmin(namesrv, home, "updateBrokerConfig", "-b", broker_addr, "-k", "listenPort",
+                  "-v", broker_addr.rsplit(":", 1)[1])  # its own value: harmless where it is accepted
+    seen["update_listen_port"] = "success" if "update broker config success" in out else "refused"
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_mqadmin_maintenance_compared_with_apache(cluster: LocalCluster, apache_rocketmq: Any,
+                                                    tmp_path: Path) -> None:
+    """The same scenario on Apache RocketMQ 5.3.3 and on RocketScope (docs/COMPATIBILITY.md, admin rows)."""
+    require_peers()
+    ref = apache_rocketmq
+    topic = f"OpsCmp{int(time.time())}"
+    ref.create_topic(topic)
+    apache = reset_scenario(ref.namesrv_addr, tmp_path / "apache", ref.endpoint, ref.broker_addr, topic,
+                            f"{topic}Group")
+    a = cluster.brokers["broker-a"]
+    admin(cluster, "updateTopic", "-b", a.admin_addr, "-t", topic, "-r", "4", "-w", "4")
+    ours = reset_scenario(cluster.namesrv_addr, tmp_path / "ours", a.endpoint, a.admin_addr, topic, f"{topic}Group")
+    same = ("consumed", "reset_rows", "diff_after_reset", "perm_wiped", "perm_added")
+    assert {k: ours[k] for k in same} == {k: apache[k] for k in same}
+    assert apache["consumed"] == 10 and apache["diff_after_reset"] == 10
+    assert apache["perm_wiped"] == {"broker-a": 4} and apache["perm_added"] == {"broker-a": 6}
+    assert apache["wipe"].startswith("wipe write perm of broker[broker-a] in name server[")
+    assert ours["wipe"].startswith("wipe write perm of broker[broker-a] in name server[")
+    # the deliberate difference (docs/COMPATIBILITY.md): Apache stores any key, RocketScope refuses a key
+    # that only a restart would apply
+    assert (apache["update_listen_port"], ours["update_listen_port"]) == ("success", "refused")
