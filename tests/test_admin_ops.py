@@ -404,3 +404,36 @@ def test_mqadmin_maintenance_compared_with_apache(cluster: LocalCluster, apache_
     # the deliberate difference (docs/COMPATIBILITY.md): Apache stores any key, RocketScope refuses a key
     # that only a restart would apply
     assert (apache["update_listen_port"], ours["update_listen_port"]) == ("success", "refused")
+
+
+# ---------------------------------------------------------------- the name server's rule, without processes
+def test_wipe_lasts_while_the_broker_registers_and_ends_when_it_is_gone() -> None:
+    from rocketscope.broker.namesrv.route_info import RouteInfo
+    from rocketscope.broker.protocol import common_pb2, namesrv_pb2
+
+    def reg(name: str, addr: str) -> namesrv_pb2.BrokerRegistration:
+        r = namesrv_pb2.BrokerRegistration(cluster_name=CLUSTER, broker_name=name, broker_id=0, broker_addr=addr)
+        r.topics.add(topic_name="T", read_queue_nums=4, write_queue_nums=4, perm=6)
+        return r
+
+    routes = RouteInfo()
+    routes.register(reg("a", "h:1"), session=1, now_ms=0)
+    routes.register(reg("b", "h:2"), session=2, now_ms=0)
+
+    def perms() -> dict[str, int]:
+        route = routes.route("T")
+        assert route is not None
+        return {q.broker_name: q.perm for q in route.queue_datas}
+
+    assert routes.wipe_write_perm("a") == 1 and perms() == {"a": 4, "b": 6}
+    changed = reg("a", "h:1")
+    changed.topics.add(topic_name="U", read_queue_nums=1, write_queue_nums=1, perm=6)
+    changed.data_version.CopyFrom(common_pb2.DataVersion(timestamp=1, counter=2))
+    routes.register(changed, session=1, now_ms=1000)  # a topic change keeps the wipe (docs/COMPATIBILITY.md A3)
+    assert perms() == {"a": 4, "b": 6}
+    assert routes.add_write_perm("a") == 2 and perms() == {"a": 6, "b": 6}
+    routes.wipe_write_perm("a")
+    routes.session_closed(1)  # broker a gone: it comes back writable
+    routes.register(reg("a", "h:1"), session=3, now_ms=2000)
+    assert perms() == {"a": 6, "b": 6}
+    assert routes.wipe_write_perm("nobody") == 0 and "nobody" not in routes.write_wiped
