@@ -17,9 +17,12 @@ spirit, every change of that state is an *op* appended to the system topic
 * ``r`` a FIFO message put back in place for redelivery;
 * ``c`` an offset reset.
 
-Ops are grouped into one record per write (group commit: while one record is in flight
-the next ones gather), and every ``popStateSnapshotInterval`` ms a record also carries a
-snapshot of the whole state, so a node that restarts replays only from its last snapshot.
+Ops are grouped into one record per write: the ops made in one event-loop turn (acks
+arriving together) share a record and its commit wait; records are pipelined (up to
+``MAX_INFLIGHT`` in flight, then the ops gather into the next), so an ack waits for one
+replication round rather than for the record ahead of it and then its own; and every
+``popStateSnapshotInterval`` ms a record also carries a snapshot of the whole state, so a
+node that restarts replays only from its last snapshot.
 Every node applies the committed records to a *shadow* of the state; a node that becomes
 the writer serves from a copy of that shadow once it has seen every record its
 predecessors committed (until then it hands out nothing and acks wait).
@@ -40,6 +43,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .pop import Inflight, QueueState
@@ -54,6 +58,10 @@ POP_STATE_TOPIC = "RMQ_SYS_POP_STATE"
 SNAPSHOT_TAG = "snapshot"
 OPS_TAG = "ops"
 REPLAY_LIMIT = 200_000  # records scanned back for the last snapshot at start-up
+# Records in flight at once.  One is written as soon as ops are waiting (no linger), so an ack
+# waits for one replication round, not for the record ahead of it and then its own; past this
+# many, ops gather into the next record until the oldest is answered (coalescing under load).
+MAX_INFLIGHT = 4
 Key = tuple[str, str, int]
 States = dict[Key, QueueState]
 
@@ -119,6 +127,9 @@ class PopStateLog:
         self._appended = 0  # ops handed to the journal so far
         self._durable = 0  # ops known to be in the committed log
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        # records written and not yet answered, oldest first: (ops up to, the put); answered in this order
+        self._inflight: deque[tuple[int, asyncio.Task[bool]]] = deque()
+        self._slot = asyncio.Event()  # set when a record in flight was answered
         self._wake = asyncio.Event()
         self._dirty = False  # ops since the last snapshot
         self._last_snapshot = 0.0
@@ -235,13 +246,24 @@ class PopStateLog:
             except TimeoutError:
                 pass
             self._wake.clear()
+            while len(self._inflight) >= MAX_INFLIGHT:  # coalesce: the ops gather until a record is answered
+                self._slot.clear()
+                await self._slot.wait()
             try:
-                await self._write()
+                self._write()
             except Exception:
                 log.exception("writing POP state to the replicated log failed; will retry")
                 self._fail_waiters()
 
-    async def _write(self) -> None:
+    def _write(self) -> None:
+        """Start one record with the ops gathered so far (and a snapshot when due); do not wait for it.
+
+        Records are pipelined: the put of each starts at once, in order, so the log holds them
+        in the order written (DLedger's ``propose`` and the store's append take their place
+        before their first await) and a snapshot still follows every op it covers.  Their
+        answers are taken in the same order (``_answered``), so an ack is confirmed exactly as
+        with one record at a time: when the record holding its ops was committed.
+        """
         b = self.broker
         if not b.is_master:
             self._ops = []
@@ -262,15 +284,33 @@ class PopStateLog:
             body["s"] = snap
         msg = StoredMessage(topic=POP_STATE_TOPIC, queue_id=0, body=json.dumps(body, separators=(",", ":")).encode(),
                             properties={"TAGS": SNAPSHOT_TAG if snap is not None else OPS_TAG})
-        (res,) = await self.store.put([msg])
+        task = asyncio.get_running_loop().create_task(self._put(msg, len(batch)), name="pop-state-record")
+        self._inflight.append((upto, task))
+        task.add_done_callback(self._answered)
+
+    async def _put(self, msg: StoredMessage, ops: int) -> bool:
+        try:
+            (res,) = await self.store.put([msg])
+        except Exception:
+            log.exception("writing POP state to the replicated log failed")
+            return False
         ok = res.message is not None and res.status == PutStatus.PUT_OK
-        if ok:
-            self.records_written += 1
-            self._durable = max(self._durable, upto)
-        else:
-            self._dirty = True  # the next snapshot carries what this record lost
-            log.debug("POP state record not replicated (%s): %d ops", res.reason or res.status, len(batch))
-        self._resolve(upto, ok)
+        if not ok:
+            log.debug("POP state record not replicated (%s): %d ops", res.reason or res.status, ops)
+        return ok
+
+    def _answered(self, _task: asyncio.Task[bool]) -> None:
+        """Take the answers of the records in flight in the order they were written."""
+        while self._inflight and self._inflight[0][1].done():
+            upto, task = self._inflight.popleft()
+            ok = not task.cancelled() and task.exception() is None and task.result()
+            if ok:
+                self.records_written += 1
+                self._durable = max(self._durable, upto)
+            else:
+                self._dirty = True  # the next snapshot carries what this record lost
+            self._resolve(upto, ok)
+        self._slot.set()
 
     # --------------------------------------------------------------- apply
     def on_dispatch(self, msg: StoredMessage) -> None:

@@ -9,9 +9,11 @@ ground truth: the messages the test itself acknowledged, the one it holds, the r
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -157,3 +159,73 @@ def test_fifo_group_run_comes_in_one_receive(cluster: LocalCluster) -> None:
         assert not more, f"{len(more)} messages of a group in flight handed out again"
         for m in first:
             consumer.ack(m)
+
+
+CONCURRENT = 160
+
+
+@pytest.mark.timeout(420)
+def test_concurrent_acks_answered_ok_survive_a_leader_kill(cluster: LocalCluster) -> None:
+    """Many acks in flight at once (they share records of the replicated POP state, pipelined) and a
+    kill -9 of the leader while they are answered: no message whose ack was answered OK comes back.
+
+    Ground truth: the acks this test saw answered OK.  The consumer receives 160 messages with
+    a 10 s invisible time and acks them from 32 threads; once half are answered, the leader is
+    killed.  The consumer then receives until 15 s past the invisible time: a message whose ack
+    was confirmed but whose op was not committed would be handed out again once its invisible
+    time ran out (or at once, if its hand-out was lost too).  Acks that failed (the leader died
+    under them) may come back: they are counted and allowed, as at-least-once allows.
+    """
+    c = cluster
+    nodes = start_dledger_group(c, "broker-pc", preferredLeaderId="n0", flushDiskType="SYNC_FLUSH")
+    wait_until(lambda: leader_index(c, nodes) == (0,), timeout=90, what="n0 (preferred) leading")
+    c.admin("updateTopic", "-b", nodes[0].admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
+    endpoint = ";".join(n.endpoint for n in nodes)
+    with producer(endpoint, TOPIC) as p:
+        sent = {p.send(message(TOPIC, f"pc-{i}".encode())).message_id for i in range(CONCURRENT)}
+    invisible_s = 10
+    with simple_consumer(endpoint, GROUP, TOPIC, await_s=1) as consumer:
+        got: dict[str, Any] = {}
+        deadline = time.monotonic() + 60
+        while len(got) < CONCURRENT and time.monotonic() < deadline:
+            for m in consumer.receive(32, invisible_s):
+                got.setdefault(m.message_id, m)
+        received_at = time.monotonic()
+        assert set(got) == sent, f"received {len(got)} of {CONCURRENT}"
+
+        acked: set[str] = set()
+        failed: list[str] = []
+        lock = threading.Lock()
+
+        def ack(m: Any) -> None:
+            try:
+                consumer.ack(m)
+            except Exception as exc:
+                with lock:
+                    failed.append(f"{m.message_id}: {exc}")
+                return
+            with lock:
+                acked.add(m.message_id)
+
+        with ThreadPoolExecutor(32) as pool:
+            futures = [pool.submit(ack, m) for m in got.values()]
+            wait_until(lambda: len(acked) + len(failed) >= CONCURRENT // 2, timeout=60, interval=0.005,
+                       what="half the acks answered")
+            nodes[0].proc.kill9()
+            for f in futures:
+                f.result()
+        wait_until(lambda: leader_index(c, nodes[1:]), timeout=60, what="a new leader")
+        again: Counter[str] = Counter()
+        until = received_at + invisible_s + 15
+        while time.monotonic() < until:
+            try:
+                msgs = consumer.receive(32, 60)
+            except Exception:
+                continue  # the client's route still names the dead member
+            for m in msgs:
+                again[m.message_id] += 1
+    lost_acks = {m for m in again if m in acked}
+    assert len(acked) >= CONCURRENT // 2, f"only {len(acked)} acks answered OK before the kill: {failed[:5]}"
+    assert not lost_acks, (f"{len(lost_acks)} of {len(acked)} messages whose ack was answered OK handed out again "
+                           f"after the leader kill ({len(failed)} acks failed, {len(again)} redelivered in all)")
+    assert set(again) <= sent - acked, f"redelivered messages never received: {set(again) - sent}"
