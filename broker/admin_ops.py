@@ -104,13 +104,15 @@ class BrokerAdminOps:
 
     async def ProducerConnections(self, request: admin_pb2.ProducerConnectionsRequest,
                                   context: grpc.aio.ServicerContext) -> admin_pb2.ConsumerConnectionsResponse:
-        """Producers connected to this broker: gRPC producers declare topics but no group, so ``group``
-        matches producers with that group or none, and ``topic`` those that declared or sent to it."""
+        """Producers connected to this broker. A remoting producer has a group (its heartbeat names no topic):
+        it matches by ``group``. A gRPC producer declares topics but no group: it matches by ``topic``,
+        whatever ``group`` says."""
         resp = admin_pb2.ConsumerConnectionsResponse(status=_status())
         for c in self.broker.clients.producers():
-            if request.group and c.group and c.group != request.group:
-                continue
-            if request.topic and request.topic not in c.topics:
+            if c.group:
+                if request.group and c.group != request.group:
+                    continue
+            elif request.topic and request.topic not in c.topics:
                 continue
             resp.connections.add(client_id=c.client_id, language=c.language, version=c.version,
                                  client_type=c.type_name, address=c.address, last_seen_ms=int(c.last_seen * 1000))

@@ -257,6 +257,26 @@ def test_topic_and_connection_views(cluster: LocalCluster) -> None:
     assert admin(cluster, "updateTopicPerm", "-t", topic, "-p", "5", check=False).returncode == 2
 
 
+
+def test_consumer_connection_lists_remoting_consumers(cluster: LocalCluster, tmp_path: Path) -> None:
+    """A Go (remoting) push consumer, alive while it waits for messages, is listed by consumerConnection."""
+    from go_clients import rmqgo
+
+    group = "OpsGoGroup"
+    log = (tmp_path / "rmqgo.log").open("w")
+    go = subprocess.Popen([rmqgo(), "consume", "-ns", cluster.namesrv_addr, "-topic", "OpsMisc", "-group", group,
+                           "-n", "1000", "-timeout", "60"], stdout=log, stderr=subprocess.STDOUT,
+                          start_new_session=True)
+    try:
+        conns = wait_until(lambda: admin_json(cluster, "consumerConnection", "-g", group), timeout=40,
+                           interval=0.5, what="the Go consumer listed")
+    finally:
+        go.kill()
+        go.wait(10)
+        log.close()
+    assert {c["language"] for c in conns} == {"GO"} and {c["type"] for c in conns} == {"PUSH_CONSUMER"}
+    assert len({c["clientId"] for c in conns}) == 1
+
 # ---------------------------------------------------------------- Apache's mqadmin (needs `make peers`)
 MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 
