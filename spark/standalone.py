@@ -4,10 +4,8 @@ For the scale-out figures (bench/spark_bench.py ``--cluster-workers``) and for a
 wants the jobs on a real cluster without installing Spark beyond pyspark: the daemons
 come from the pyspark installation, bind loopback, and are stopped (process group) when
 the context exits.  Ports are read back from the master's own log, since Spark moves to
-the next port when the one asked for is taken (by another process between our pick and its
-bind).  Start-up is waited for on conditions with generous limits (a JVM on a loaded machine
-takes tens of seconds); a daemon that exits meanwhile fails the wait at once, and every failure
-carries the tails of the daemons' logs.  tests/test_spark_cluster.py runs spark-submit on it.
+the next port when the one asked for is taken (tests/test_spark_cluster.py does the same
+for the same reason).
 """
 
 from __future__ import annotations
@@ -41,8 +39,6 @@ class Cluster:
     web_port: int
     workers: int
     cores: int
-    env: dict[str, str]
-    """The daemons' environment (SPARK_HOME, loopback, the Python of this process): right for spark-submit too."""
 
     def status(self) -> dict:
         """The master's JSON status; ``{}`` while it cannot answer."""
@@ -62,24 +58,18 @@ def _from_log(log: Path, pattern: str) -> str | None:
     return found.group(1) if found else None
 
 
-def log_tails(workdir: Path, chars: int = 4000) -> str:
-    """The end of each daemon's log under ``workdir``: what a failed start-up needs to be understood."""
-    return "\n".join(f"----- {p.name} -----\n{p.read_text(errors='replace')[-chars:]}"
-                     for p in sorted(workdir.glob("*.log")))
-
-
 def _wait(what: str, check, procs: list[subprocess.Popen], logs: Path, timeout: float = START_TIMEOUT_S):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
         for p in procs:
             if p.poll() is not None:
-                raise RuntimeError(f"a Spark daemon exited with {p.returncode} while waiting for {what}\n"
-                                   f"{log_tails(logs)}")
+                raise RuntimeError(
+                    f"a Spark daemon exited with {p.returncode} while waiting for {what}; logs in {logs}")
         value = check()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}\n{log_tails(logs)}")
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}; logs in {logs}")
         time.sleep(0.25)
 
 
@@ -125,7 +115,7 @@ def standalone_cluster(workdir: Path, workers: int = 1, cores_per_worker: int = 
                     lambda: _from_log(master_log, r"Starting Spark master at (spark://\S+)"), procs, workdir)
         web = int(_wait("the master's web UI", lambda: _from_log(
             master_log, r"Successfully started service 'MasterUI' on port (\d+)"), procs, workdir))
-        cluster = Cluster(url, web, workers, workers * cores_per_worker, env)
+        cluster = Cluster(url, web, workers, workers * cores_per_worker)
         _wait("the master to report ALIVE", lambda: cluster.status().get("status") == "ALIVE", procs, workdir)
         for i in range(workers):
             with open(workdir / f"worker-{i}.log", "wb") as log:
