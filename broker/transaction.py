@@ -254,8 +254,11 @@ class TransactionService:
         return self.pending.get(tx_id)
 
     def _already_committed(self, real: StoredMessage, half: StoredMessage) -> bool:
-        """Whether the real topic already holds this half message's commit (same ID, from this half)."""
-        return any(m.prepared_tx_offset == half.physical_offset
+        """Whether the real topic already holds this message's commit: the same message ID, from this half
+        or from another half of the same message (a producer's send retried across a failover stores the
+        half twice, under two transaction IDs; the client commits one and the check-back the other:
+        tests/test_failover_tx_retry.py)."""
+        return any(m.prepared_tx_offset == half.physical_offset or m.msg_id == half.msg_id
                    for m in self.store.lookup(real.topic, half.msg_id, limit=8))
 
     @staticmethod
