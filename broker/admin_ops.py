@@ -74,6 +74,11 @@ class BrokerAdminOps:
         if not b.is_master:
             return admin_pb2.ResetOffsetResponse(status=_status(
                 SYSTEM_ERROR, f"broker {b.node_id} is not a master: reset offsets on the master of {b.broker_name}"))
+        outside = sorted(q for q in explicit if not 0 <= q < cfg.read_queue_nums)
+        if outside:
+            return admin_pb2.ResetOffsetResponse(status=_status(
+                BAD_ARGUMENT, f"offsets: queue {outside[0]} is outside 0..{cfg.read_queue_nums - 1} of topic "
+                              f"{cfg.name} on broker {b.broker_name}"))
         if not explicit and request.timestamp < 0:
             return admin_pb2.ResetOffsetResponse(status=_status(BAD_ARGUMENT, "timestamp: must not be negative"))
         if explicit and not known:

@@ -200,6 +200,13 @@ def test_reset_offset_by_time_redelivers_what_was_stored_since(cluster: LocalClu
     assert bad.returncode == 1 and "NoSuchGroup does not exist" in bad.stderr
     bad = admin(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", "yesterday", check=False)
     assert bad.returncode == 2 and "-s" in bad.stderr
+    bad = admin(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", "now", "-q", "9", "-o", "0",
+                check=False)
+    assert bad.returncode == 1 and "queue 9 is outside 0..3 of topic OpsReset" in bad.stderr
+    # -q/-o sets one queue: the lag grows by what that queue holds
+    one = admin_json(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", "now", "-q", "0", "-o", "0",
+                     "-b", cluster.brokers["broker-a"].admin_addr)
+    assert [(q["brokerName"], q["queueId"], q["offset"]) for q in one] == [("broker-a", 0, 0)]
 
 
 def test_broker_config_hot_keys_and_refusals(cluster: LocalCluster) -> None:
