@@ -317,6 +317,7 @@ class Broker:
             self._tasks.append(loop.create_task(self._follower_metadata_sync()))
         elif not self.is_master:
             self.replication_slave.start()
+        self.slave_reader.acting.start()  # slaveReadEnable: ReceiveMessage on a slave while its master is down
         if self.replicas is not None:
             self.replicas.start()  # starts the name-server link once the controller gave a role
         else:
@@ -341,6 +342,7 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
         await self.replication_slave.stop()
+        await self.slave_reader.acting.stop()
         if hasattr(self.trace_hooks, "stop"):
             await self.trace_hooks.stop()  # type: ignore[attr-defined]
         if getattr(self, "trace_indexer", None) is not None:
@@ -482,6 +484,7 @@ class Broker:
             status["master"] = self.replication_slave.master_ha_addr
             status["connected"] = self.replication_slave.connected
             status["lagBytes"] = self.replication_slave.lag_bytes
+            status.update(self.slave_reader.acting.status())
         return status
 
     # --------------------------------------------------------------- routes

@@ -167,7 +167,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         route = await self.broker.route_for(request.topic.name)
         if route is None:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"topic.name: topic {request.topic.name} does not exist")
-        queues = message_queues(request.topic.name, route, request.topic.resource_namespace)
+        queues = message_queues(request.topic.name, route, request.topic.resource_namespace,
+                                acting_master=self.broker.settings.slaveReadEnable)
         # a producer that lost its Telemetry stream gets endpoints that make it open one (broker/forwarding.py)
         self.broker.forwarder.revival.apply(metadata_value(context, "x-mq-client-id"), queues)
         return svc.QueryRouteResponse(status=status(), message_queues=queues)
@@ -182,7 +183,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         if route is None:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"topic.name: topic {request.topic.name} does not exist")
         resp = svc.QueryAssignmentResponse(status=status())
-        for mq in message_queues(request.topic.name, route, request.topic.resource_namespace):
+        queues = message_queues(request.topic.name, route, request.topic.resource_namespace,
+                                acting_master=self.broker.settings.slaveReadEnable)
+        for mq in queues:
             if mq.permission in (pb.READ, pb.READ_WRITE):
                 resp.assignments.add(message_queue=mq)
         return resp
@@ -410,6 +413,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 500))
+        if not b.slave_reader.acting.may_pop():
+            # slaveReadEnable: a slave hands out only while its master is down (broker/slave_read.py); a client
+            # still routed here after the master came back finds nothing until its route refresh moves it
+            await asyncio.sleep(poll_ms / 1000)
+            return []
         deliveries = await b.receive(group, cfg.name, request.message_queue.id, request.batch_size, invisible, tags,
                                      poll_ms / 1000)
         cid, traced = metadata_value(context, "x-mq-client-id"), client_traced(context)

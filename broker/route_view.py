@@ -4,6 +4,12 @@ Clients only send to and receive from queues of brokerId 0 (the master or Raft l
 its client-facing gRPC address becomes the queue's endpoints.  Which message types a
 queue accepts comes from the topic's ``message.type`` attribute, as in RocketMQ 5;
 topics without one accept every type (MIXED).
+
+A broker set whose master is gone is served read-only by its live slave with the smallest
+id.  With ``acting_master`` (slaveReadEnable on the broker answering, broker/slave_read.py)
+that slave is reported as broker 0, as Apache RocketMQ's name server reports its "acting
+master": the official clients receive only from queues of broker 0, so otherwise its queues
+would be listed but never read.
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ def queue_permission(qid: int, read_nums: int, write_nums: int, perm: int) -> in
     return pb.NONE
 
 
-def message_queues(topic: str, route: namesrv_pb2.TopicRouteData, namespace: str = "") -> list[pb.MessageQueue]:
+def message_queues(topic: str, route: namesrv_pb2.TopicRouteData, namespace: str = "",
+                   acting_master: bool = False) -> list[pb.MessageQueue]:
     accept = ACCEPT.get(route.attributes.get("message.type", "MIXED").upper(), ACCEPT["MIXED"])
     brokers = {bd.broker_name: bd for bd in route.broker_datas}
     out: list[pb.MessageQueue] = []
@@ -72,10 +79,12 @@ def message_queues(topic: str, route: namesrv_pb2.TopicRouteData, namespace: str
             mq = pb.MessageQueue(id=qid, permission=permission)
             mq.topic.name = topic
             mq.topic.resource_namespace = namespace
-            # the client treats id 0 as "master": report 0 for the serving node, whatever its id
+            # the client receives only from broker 0 ("master"): a read-only slave is reported as 0 when it
+            # acts for its master (slaveReadEnable), else with its own id (listed, not read)
             mq.broker.name = qd.broker_name
-            mq.broker.id = 0 if broker_id == 0 else broker_id
+            mq.broker.id = 0 if acting_master else broker_id
             mq.broker.endpoints.CopyFrom(endpoints_of(address, *others))
             mq.accept_message_types.extend(accept)
             out.append(mq)
     return out
+

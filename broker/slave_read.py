@@ -9,17 +9,42 @@ reads its own disk; the master only relays), and names that slave in the trailin
 ``x-rocketscope-suggest-broker`` (a reader may go there directly; ours do not yet: the relay
 already keeps cold reads off the master's disk). Only slaves whose ack offset covers the requested record qualify;
 with none, the master serves the pull itself.
+
+ReceiveMessage (POP) while the master is down: ``SlaveActing``.  Apache RocketMQ 5.3.3 reads
+POP from a slave only in its "slave acting master" mode: the name server reports the slave
+with the smallest id as broker 0 with read-only queues, and that slave serves POP.  Here the
+same happens with ``slaveReadEnable=true`` in Master/Slave mode (broker/route_view.py names
+the slave; this module decides when it serves): a slave whose replication link to its master
+is down hands messages out from its own copy, starting at the consumer offsets it last
+synced from the master, and takes acks locally.  It never redelivers by itself (it cannot
+write the retry topic, as Apache's slave skips its revive pass): a hand-out that is not acked
+stays invisible until the master is back.  When the master registers at the name servers again
+(checked every ``CHECK_S``; the replication link follows seconds later), the slave stops handing
+out and *hands back* its progress: every queue it advanced past the master's offset is set on
+the master (BrokerAdmin.ResetOffset with explicit offsets), repeated for ``HAND_BACK_S``
+seconds, long enough for the clients' route refresh (30 s in the official clients) to move
+them back to the master; a receive that still reaches the slave waits out its long polling
+and finds nothing.  A client whose route refresh reaches the master before the hand-back (at
+most ``CHECK_S`` plus one admin call) gets again what the slave already delivered.
+Duplicates: acks the master took after the slave's last offset sync (every few seconds) and
+hand-outs in flight at the crash are delivered again by the slave; acks the slave takes after
+its last hand-back are delivered again by the master.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2 as svc
+
+from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 
 from .request_metadata import request_metadata
 
@@ -51,6 +76,7 @@ class SlaveReader:
         self.broker = broker
         self.relayed = 0  # pulls this master served through a slave
         self.threshold = far_behind_threshold(broker.settings)
+        self.acting = SlaveActing(broker)  # ReceiveMessage on a slave while the master is down
 
     def slave_for(self, request: svc.PullMessageRequest, context: grpc.aio.ServicerContext) -> str | None:
         """The gRPC address of a slave to serve this pull, or None to serve it here."""
@@ -88,3 +114,149 @@ class SlaveReader:
         context.set_trailing_metadata(((SUGGEST_HEADER, addr),))
         async for resp in call(request, metadata=metadata, timeout=context.time_remaining()):
             yield resp
+
+
+HAND_BACK_S = 60.0  # after the master is back: its clients' route refresh (30 s) plus margin
+WATCH_S = 0.2  # how often the slave checks its replication link
+CHECK_S = 1.0  # how often an acting slave asks the name servers whether its master registered again
+
+
+class SlaveActing:
+    """A slave with slaveReadEnable serving ReceiveMessage while its master is unreachable (see the module doc)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.acting = False
+        self.acting_since = 0.0
+        self.back_since = 0.0  # when the link came back after acting; 0: nothing to hand back
+        self.handed_back = 0  # queue offsets set on the master
+        self.periods = 0
+        self._checked = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        b = self.broker
+        return bool(b.settings.slaveReadEnable) and b.dledger is None and getattr(b, "replicas", None) is None
+
+    def link_down(self) -> bool:
+        b = self.broker
+        return self.enabled and not b.is_master and not b.replication_slave.connected
+
+    def may_pop(self) -> bool:
+        """Whether this broker hands messages out: a master always; a slave with slaveReadEnable only while acting."""
+        b = self.broker
+        if b.is_master or not self.enabled:
+            return True
+        return self.acting
+
+    def start(self) -> None:
+        if self.enabled and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._watch(), name="slave-acting")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def status(self) -> dict[str, Any]:
+        return {"slaveReadActing": self.acting, "slaveReadPeriods": self.periods,
+                "slaveReadHandedBack": self.handed_back, "slaveReadHandingBack": self.back_since > 0}
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_S)
+            try:
+                await self.step()
+            except Exception:
+                log.exception("slaveReadEnable: acting-master check failed; will retry")
+
+    async def step(self) -> None:
+        b = self.broker
+        if not self.enabled or b.is_master:
+            self.acting, self.back_since = False, 0.0
+            return
+        down = self.link_down()
+        now = time.monotonic()
+        if not self.acting and not self.back_since and down:
+            self.acting, self.acting_since = True, now
+            self.periods += 1
+            b.pop.states.clear()  # start from the offsets last synced from the master, not an older period's
+            log.info("slaveReadEnable: master of %s unreachable; this slave serves ReceiveMessage from its copy "
+                     "(consumer offsets as last synced)", b.broker_name)
+            return
+        if now - self._checked < CHECK_S:
+            return
+        self._checked = now
+        # the master registering again ends the period at once (the replication link follows a few seconds
+        # later): clients may route to it from then on, so the progress made here must be there first
+        registered = await self.master_admin_addr(registered_only=True) if down else "link"
+        if self.acting and registered:
+            self.acting, self.back_since = False, now
+            log.info("slaveReadEnable: master of %s is back after %.1f s; handing consumer progress back to it",
+                     b.broker_name, now - self.acting_since)
+        elif self.back_since and down and not registered:
+            self.back_since = 0.0  # gone again before the hand-back finished: a new period starts
+            return
+        if self.back_since:
+            try:
+                await self.hand_back()
+            except grpc.aio.AioRpcError as exc:  # the master is starting or gone again: the next check retries
+                log.warning("slaveReadEnable: hand-back to the master of %s failed: %s", b.broker_name,
+                            exc.code().name)
+            if now - self.back_since >= HAND_BACK_S:
+                self.back_since = 0.0
+                b.pop.states.clear()
+                log.info("slaveReadEnable: hand-back to the master of %s finished (%d queue offsets set)",
+                         b.broker_name, self.handed_back)
+
+    async def master_admin_addr(self, registered_only: bool = False) -> str:
+        """The returned master's admin address, from the name servers' cluster view: this slave's
+        registration result names it only at its next periodic registration (registerNameServerPeriod)."""
+        b = self.broker
+        for stub in b.namesrv.stubs.values():
+            try:
+                info = await stub.GetClusterInfo(common_pb2.Empty(), timeout=1)
+            except grpc.aio.AioRpcError:
+                continue
+            for live in info.brokers:
+                r = live.registration
+                if r.broker_name == b.broker_name and r.broker_id == 0 and r.broker_addr:
+                    return str(r.broker_addr)
+        return "" if registered_only else b.replication_slave.master_admin_addr
+
+    async def hand_back(self) -> int:
+        """Set on the master every queue offset this slave advanced beyond the master's; the number set."""
+        b = self.broker
+        mine = {k: st.committed for k, st in list(b.pop.states.items())}
+        if not mine:
+            return 0
+        admin_addr = await self.master_admin_addr()
+        if not admin_addr:
+            return 0
+        md = b.security.inner_metadata()
+        async with b.security.client_tls.channel(admin_addr) as channel:
+            stub = admin_pb2_grpc.BrokerAdminStub(channel)
+            resp = await stub.ConsumerOffsets(common_pb2.Empty(), timeout=5, metadata=md)
+            theirs = {(o.group, o.topic, o.queue_id): o.offset for o in resp.offsets}
+            ahead: dict[tuple[str, str], list[tuple[int, int]]] = {}
+            for (group, topic, qid), committed in mine.items():
+                if committed > theirs.get((group, topic, qid), 0):
+                    ahead.setdefault((group, topic), []).append((qid, committed))
+            done = 0
+            for (group, topic), queues in sorted(ahead.items()):
+                req = admin_pb2.ResetOffsetRequest(group=group, topic=topic, force=True)
+                for qid, off in queues:
+                    req.offsets.add(group=group, topic=topic, queue_id=qid, offset=off)
+                res = await stub.ResetOffset(req, timeout=5, metadata=md)
+                if res.status.code != 0:
+                    log.warning("slaveReadEnable: hand-back of %s/%s to %s refused: %s", group, topic, admin_addr,
+                                res.status.remark)
+                    continue
+                done += len(queues)
+                log.info("slaveReadEnable: handed back %s/%s offsets %s to the master %s", group, topic,
+                         dict(queues), admin_addr)
+        self.handed_back += done
+        return done
