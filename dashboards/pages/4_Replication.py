@@ -31,8 +31,14 @@ else:
     per_minute = sel.groupby(["minute", "replica"], as_index=False)[pct].max()
     st.subheader(f"Replication latency {pct} per replica, {group}")
     st.altair_chart(alt.Chart(per_minute).mark_line(point=True).encode(
-        x=alt.X("minute:T"), y=alt.Y(f"{pct}:Q", title="ms"), color="replica:N",
-        tooltip=["minute:T", "replica", f"{pct}:Q"]), use_container_width=True)
+        # the tables' minutes are UTC: shown as UTC on a 24-hour clock (Vega's default is the browser's
+        # zone and a 12-hour clock without AM/PM, so 22:25 read as "10:25"); seconds shown since Vega puts
+        # ticks between the minutes, which "%H:%M" labelled as the same minute twice
+        x=alt.X("minute:T", title="minute (UTC)", scale=alt.Scale(type="utc"),
+                axis=alt.Axis(format="%H:%M:%S")),
+        y=alt.Y(f"{pct}:Q", title="ms"), color="replica:N",
+        tooltip=[alt.Tooltip("utcyearmonthdatehoursminutes(minute):T", title="minute (UTC)"), "replica",
+                 f"{pct}:Q"]), use_container_width=True)
 st.subheader("Failovers")
 if failovers.empty:
     st.info("No failovers in the analysed period.")
