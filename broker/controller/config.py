@@ -90,7 +90,9 @@ BROKER_CONTROLLER_KEYS: list[Key] = [
     Key("storePathBrokerIdentity", str, "", "controller-issued id (default: <storePathRootDir>/brokerIdentity)"),
     Key("readUnCommitted", bool, False, "let consumers of the master read past the confirm offset"),
     Key("slaveReadEnable", bool, False, "a master serves pulls of data far behind its log end through an in-sync "
-        "slave (Master/Slave and controller mode; broker/slave_read.py)"),
+        "slave (Master/Slave and controller mode); in Master/Slave mode a slave also serves ReceiveMessage (POP) "
+        "while its master is down, as broker 0 read-only, and hands its progress back when the master returns "
+        "(broker/slave_read.py, docs/CONTROLLER.md)"),
     Key("slaveReadBehindBytes", int, 0, "bytes behind the log end that count as far behind for slaveReadEnable; "
         "0 = accessMessageInMemoryMaxRatio percent of physical memory (RocketScope)", check=non_negative),
     Key("accessMessageInMemoryMaxRatio", int, 40, "percent of memory beyond which a consumer counts as far "
