@@ -6,6 +6,8 @@ row of docs/COMPATIBILITY.md; a new difference fails the test."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import diff_support as d
@@ -16,9 +18,11 @@ from peers_support import rc, remoting
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
 
 
-@pytest.fixture(scope="module")
-def rocketscope(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("diff-rocketscope"))
+@contextmanager
+def rocketscope_like_the_reference(root: Path) -> Iterator[LocalCluster]:
+    """A name server and one broker with the reference cluster's test settings, so that the two sides
+    of a differential test differ in the product only (also used by tests/test_diff_retry_policy.py)."""
+    c = LocalCluster(root)
     try:
         c.start_namesrv()
         c.start_broker("broker-a", **rc.TEST_BROKER_CONF,
@@ -29,6 +33,12 @@ def rocketscope(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
         raise
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def rocketscope(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with rocketscope_like_the_reference(tmp_path_factory.mktemp("diff-rocketscope")) as c:
+        yield c
 
 
 def apache_side(cluster: rc.ReferenceCluster) -> d.Side:

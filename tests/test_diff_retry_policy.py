@@ -25,24 +25,15 @@ from peers_support import rc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
-from test_diff_grpc import apache_side, rocketscope_side
+from test_diff_grpc import apache_side, rocketscope_like_the_reference, rocketscope_side
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
 def rocketscope(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("diff-retry"))
-    try:
-        c.start_namesrv()
-        c.start_broker("broker-a", **rc.TEST_BROKER_CONF,
-                       minInvisibleTimeMillsForRecv=rc.TEST_PROXY_CONF["minInvisibleTimeMillsForRecv"])
+    with rocketscope_like_the_reference(tmp_path_factory.mktemp("diff-retry")) as c:
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
