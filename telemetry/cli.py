@@ -43,8 +43,9 @@ def _tls(cert: str, key: str, trust: str, client_auth: str) -> Any:
               help="Seconds without a push after which a node is dropped [default: 3 push intervals].")
 @click.option("--default-expiry", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
               help="Expiry while a node's push interval is not yet known.")
-@click.option("--min-expiry", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
-              help="Never expire a node sooner than this, whatever its push interval.")
+@click.option("--min-expiry", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Never expire a node sooner than this, whatever its push interval (one scrape at "
+                   "Prometheus' default 1 min interval must see a node's last push).")
 @click.option("--no-legacy-names", is_flag=True, help="Do not serve the rocketmq-exporter gauge names.")
 @click.option("--tls-cert", default="", help="PEM certificate: serve all three listeners with TLS (HTTPS).")
 @click.option("--tls-key", default="", help="PEM private key of --tls-cert.")

@@ -177,6 +177,7 @@ def where_are(g: ControllerGroup, bodies: list[bytes], statuses: list[dict[str, 
     return "; ".join(out)
 
 
+@pytest.mark.long  # ~100 s; controller failover stays in make test (test_failover_*, the live alerts)
 @pytest.mark.timeout(600)
 def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> None:
     g = group

@@ -88,6 +88,7 @@ def commitlog_bytes(store: Path, end: int) -> bytes:
     return out[:end]
 
 
+@pytest.mark.long  # ~55 s; DLedger leader kills stay in make test (test_ha_events_history, the truth and timer tests)
 def test_dledger_survives_kills_and_partitions_under_load(group: Group) -> None:
     g = group
     acked: dict[str, bytes] = {}

@@ -221,6 +221,7 @@ def test_dledger_leader_kill_with_pending_delays_delivers_each_once(cluster: Loc
         assert f["receive_late_max_s"] <= 1 + PRECISION_S + RECEIVE_SLACK_S, f
 
 
+@pytest.mark.long  # ~45 s; the DLedger leader-kill variant stays in make test
 def test_controller_master_kill_with_pending_delays_delivers_each_once(cluster: LocalCluster) -> None:
     """Controller mode (the chaos harness lost delayed messages here): kill -9 of the master with delays pending."""
     from test_e2e_controller import BROKER_TIMING, start_controllers

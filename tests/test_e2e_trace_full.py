@@ -67,6 +67,7 @@ def consume(consumer: SimpleConsumer, expected: set[str], fail_once: bool, stop:
 
 
 @pytest.mark.e2e
+@pytest.mark.long  # ~50 s: completeness at scale; completeness of small workloads is checked by test_e2e_trace
 def test_ten_thousand_messages_are_traced_completely(tmp_path_factory: pytest.TempPathFactory) -> None:
     c = LocalCluster(tmp_path_factory.mktemp("trace-full"))
     try:

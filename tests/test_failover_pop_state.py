@@ -164,6 +164,7 @@ def test_fifo_group_run_comes_in_one_receive(cluster: LocalCluster) -> None:
 CONCURRENT = 160
 
 
+@pytest.mark.long  # ~35-105 s; the sequential-ack leader-kill test of this file stays in make test
 @pytest.mark.timeout(420)
 def test_concurrent_acks_answered_ok_survive_a_leader_kill(cluster: LocalCluster) -> None:
     """Many acks in flight at once (they share records of the replicated POP state, pipelined) and a

@@ -210,6 +210,7 @@ def _submit_cmd(master: str, *args: str) -> list[str]:
     ]
 
 
+@pytest.mark.long  # ~55 s; the live source is covered in make test by test_truth_consumers_failover (local mode)
 def test_spark_submit_reads_a_live_broker_with_namesrv(standalone, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``submit_main.py ... --namesrv``: the executors of a real standalone cluster pull the trace
     topic and RMQ_SYS_HA_EVENTS of a live broker (broker-side trace on) through the data source."""

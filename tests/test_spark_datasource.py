@@ -218,6 +218,7 @@ def test_stream_picks_up_new_messages_and_resumes_from_its_checkpoint(spark: Any
     assert set(ids) == {*before, *during, *after}
 
 
+@pytest.mark.long  # ~120 s; the live DLedger source through Spark stays in make test (test_truth_consumers_failover)
 def test_analyze_cli_reads_a_live_dledger_group_with_broker_trace(spark: Any,
                                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     """``rocketscope analyze all --namesrv`` end to end: broker-side trace records and the HA events of a

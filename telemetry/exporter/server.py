@@ -39,7 +39,7 @@ class ExporterConfig:
     expire_after: float | None = None
     expire_intervals: float = 3.0
     default_expiry: float = 300.0
-    min_expiry: float = 5.0
+    min_expiry: float = 60.0  # store.py MIN_EXPIRY_S says why
     max_receive_bytes: int = 64 * 1024 * 1024
     legacy_names: bool = True
     # TLS on all three listeners (enforcing only: the exporter has no plaintext-and-TLS port);

@@ -28,6 +28,11 @@ from ..otlp import CUMULATIVE, DELTA, Point
 log = logging.getLogger(__name__)
 
 NodeKey = tuple[str, str, str]
+MIN_EXPIRY_S = 60.0
+"""A node's last push stays at least this long: long enough for one scrape at Prometheus' default
+1-minute interval.  A node's learnt interval can be tiny when its last pushes were flushes fractions
+of a second apart (a client's or broker's shutdown push right after a flush): with 5 s, a client's
+final trace-drop counters left the broker's /metrics before a test, or a 15 s scraper, read them."""
 
 
 def _hashable(value: Any) -> Any:
@@ -77,7 +82,7 @@ class SeriesStore:
     """Thread-safe: gRPC and HTTP receivers ingest, the scrape and the sweeper read."""
 
     def __init__(self, expire_after: float | None = None, expire_intervals: float = 3.0,
-                 default_expiry: float = 300.0, min_expiry: float = 5.0,
+                 default_expiry: float = 300.0, min_expiry: float = MIN_EXPIRY_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.expire_after = expire_after
         self.min_expiry = min_expiry
