@@ -334,7 +334,9 @@ def markdown(instruments: Iterable[Instrument] = CATALOGUE) -> str:
             "`rocketscope exporter` keeps every pushing node's series apart (by cluster, node_type, node_id),"
             " adds delta pushes up into cumulative series (the `aggregation=delta` label stays, so the series"
             " of a delta node remain distinguishable) and drops a node 3 push intervals after its last push"
-            " (at least 5 s; 5 min until its interval is known). It also serves these rocketmq-exporter"
+            " (at least 60 s, so that a node's last push is scraped at least once at Prometheus' default"
+            " interval even when its last pushes were flushes a moment apart; 5 min until its interval is"
+            " known). It also serves these rocketmq-exporter"
             " gauges, computed from the pushed series:", ""]
     out += ["| name | labels | derived from |", "|---|---|---|"]
     for name, legacy_labels, doc in LEGACY_DOC:
