@@ -271,11 +271,22 @@ def topic_cluster_list(namesrv: str | None, topic: str, as_json: bool) -> None:
 
 
 # ------------------------------------------------------------------ connections
-def _connection_rows(conns: dict[str, tuple[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+async def _show_connections(c: AdminClient, broker: str | None, method: str, request: Any, missing: str,
+                            as_json: bool) -> int:
+    """Ask each broker (slaves too) for its connections, one row per client id; ``missing`` when none."""
+    conns: dict[str, tuple[str, Any]] = {}
+    for _, addr in await pick_brokers(c, broker, None, slaves=True):
+        resp = await c.broker_call(addr, method, request)
+        for x in resp.connections:  # type: ignore[attr-defined]
+            conns.setdefault(x.client_id, (addr, x))
+    if not conns:
+        click.echo(f"error: {missing}", err=True)
+        return 1
     data = [dict(clientId=cid, clientAddr=x.address, language=x.language, version=x.version, type=x.client_type,
                  broker=addr) for cid, (addr, x) in sorted(conns.items())]
     rows = [(cid, x.address, x.language, x.version, addr) for cid, (addr, x) in sorted(conns.items())]
-    return data, rows
+    emit(as_json, data, ("#ClientId", "#ClientAddr", "#Language", "#Version", "#Broker"), rows)
+    return 0
 
 
 @click.command("consumerConnection")
@@ -286,17 +297,8 @@ def _connection_rows(conns: dict[str, tuple[str, Any]]) -> tuple[list[dict[str, 
 def consumer_connection(namesrv: str | None, group: str, broker: str | None, as_json: bool) -> None:
     """The clients of a consumer group connected to the brokers."""
     async def go(c: AdminClient) -> int:
-        conns: dict[str, tuple[str, Any]] = {}
-        for _, addr in await pick_brokers(c, broker, None, slaves=True):
-            resp = await c.broker_call(addr, "ConsumerConnections", admin_pb2.GroupRequest(group=group))
-            for x in resp.connections:  # type: ignore[attr-defined]
-                conns.setdefault(x.client_id, (addr, x))
-        if not conns:
-            click.echo(f"error: the consumer group[{group}] not online", err=True)
-            return 1
-        data, rows = _connection_rows(conns)
-        emit(as_json, data, ("#ClientId", "#ClientAddr", "#Language", "#Version", "#Broker"), rows)
-        return 0
+        return await _show_connections(c, broker, "ConsumerConnections", admin_pb2.GroupRequest(group=group),
+                                       f"the consumer group[{group}] not online", as_json)
     run(go, namesrv)
 
 
@@ -309,18 +311,9 @@ def consumer_connection(namesrv: str | None, group: str, broker: str | None, as_
 def producer_connection(namesrv: str | None, group: str, topic: str, as_json: bool) -> None:
     """The producers connected to the brokers of a topic."""
     async def go(c: AdminClient) -> int:
-        conns: dict[str, tuple[str, Any]] = {}
-        for _, addr in await pick_brokers(c, None, None, slaves=True):
-            resp = await c.broker_call(addr, "ProducerConnections",
-                                       admin_pb2.ProducerConnectionsRequest(group=group, topic=topic))
-            for x in resp.connections:  # type: ignore[attr-defined]
-                conns.setdefault(x.client_id, (addr, x))
-        if not conns:
-            click.echo(f"error: no producer of group {group} on topic {topic} is connected", err=True)
-            return 1
-        data, rows = _connection_rows(conns)
-        emit(as_json, data, ("#ClientId", "#ClientAddr", "#Language", "#Version", "#Broker"), rows)
-        return 0
+        return await _show_connections(c, None, "ProducerConnections",
+                                       admin_pb2.ProducerConnectionsRequest(group=group, topic=topic),
+                                       f"no producer of group {group} on topic {topic} is connected", as_json)
     run(go, namesrv)
 
 

@@ -124,16 +124,24 @@ def raw_message(topic: str, body: bytes = b"x", tag: str | None = None, keys: li
     return m
 
 
-@contextmanager
-def settings_sent(side: Side, group: str, topic: str) -> Iterator[None]:
-    """A Telemetry stream that told the server this client's Settings (a simple consumer of ``topic``),
-    open while the block runs: Apache's proxy needs them before any receive (see :func:`receive`)."""
+def consumer_settings(side: Side, group: str, topic: str, client_type: int = pb.SIMPLE_CONSUMER
+                      ) -> svc.TelemetryCommand:
+    """The Settings a consumer of ``topic`` (all tags) sends first on its Telemetry stream, as the official
+    client does: 10 s request timeout, 20 s long polling."""
     cmd = svc.TelemetryCommand(settings=pb.Settings(
-        client_type=pb.SIMPLE_CONSUMER, access_point=endpoints(side),
+        client_type=client_type, access_point=endpoints(side),
         subscription=pb.Subscription(group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
             topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*"))])))
     cmd.settings.request_timeout.FromSeconds(10)
     cmd.settings.subscription.long_polling_timeout.FromSeconds(20)
+    return cmd
+
+
+@contextmanager
+def settings_sent(side: Side, group: str, topic: str) -> Iterator[None]:
+    """A Telemetry stream that told the server this client's Settings (a simple consumer of ``topic``),
+    open while the block runs: Apache's proxy needs them before any receive (see :func:`receive`)."""
+    cmd = consumer_settings(side, group, topic)
     done = threading.Event()
 
     def requests() -> Iterator[svc.TelemetryCommand]:

@@ -43,12 +43,7 @@ def sides(apache_rocketmq: rc.ReferenceCluster, rocketscope: LocalCluster) -> di
 
 def settings_answer(side: d.Side, client_type: int, group: str, topic: str) -> dict[str, Any]:
     """The Settings the server answers a consumer's Settings with, as JSON (what the client adopts)."""
-    cmd = svc.TelemetryCommand(settings=pb.Settings(
-        client_type=client_type, access_point=d.endpoints(side),
-        subscription=pb.Subscription(group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
-            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*"))])))
-    cmd.settings.request_timeout.FromSeconds(10)
-    cmd.settings.subscription.long_polling_timeout.FromSeconds(20)
+    cmd = d.consumer_settings(side, group, topic, client_type)
     done = threading.Event()
 
     def requests() -> Iterator[svc.TelemetryCommand]:
