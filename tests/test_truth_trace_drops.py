@@ -11,6 +11,9 @@ rocketscope_trace_records_written_total, with the broker's cluster and node labe
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from cluster import LocalCluster, wait_until
 from conftest import free_port
@@ -93,10 +96,23 @@ def test_dropped_client_trace_records_reach_the_brokers_metrics(tmp_path_factory
     /metrics = sends - Pub records in the trace topic."""
     from rmq import config
     from rocketmq import Producer
+    from rocketmq.v5.client.metrics.client_metrics import ClientMetrics
 
     from rocketscope.trace import client_trace, instrument
 
     monkeypatch.setattr(client_trace, "CLIENT_QUEUE_SIZE", 4)
+    # The client's startup() returns once Settings arrived, and only then starts its metrics pipeline
+    # (the CI failure of session 8: under load the counters were bound before the pipeline existed and
+    # stayed on the unexported global meter).  Holding the pipeline's start back makes that order certain.
+    original_reset = ClientMetrics.reset_metrics
+    pipeline_started = threading.Event()
+
+    def late_reset(self: ClientMetrics, metric: object) -> None:
+        time.sleep(1.0)
+        original_reset(self, metric)
+        pipeline_started.set()
+
+    monkeypatch.setattr(ClientMetrics, "reset_metrics", late_reset)
     c = LocalCluster(tmp_path_factory.mktemp("client-drops"))
     prom = free_port()
     try:
@@ -110,6 +126,7 @@ def test_dropped_client_trace_records_reach_the_brokers_metrics(tmp_path_factory
         try:
             futures = [p.send_async(message(TOPIC, f"c-{i}".encode())) for i in range(SENDS)]
             sent = {f.result(timeout=60).message_id for f in futures}
+            assert pipeline_started.wait(timeout=30), "the client's metrics pipeline never started"
             disp = p._rocketscope_trace
             wait_until(lambda: disp.queue_depth == 0, timeout=60, what="the client's trace queue drained")
             provider = p.client_metrics._ClientMetrics__meter_provider

@@ -216,24 +216,41 @@ def close_client_metrics(client: Any, timeout_ms: int = 5_000) -> None:
         log.info("client metrics: last push failed at shutdown: %s", exc)
 
 
-def _bind_counters(client: Any, disp: AsyncTraceDispatcher) -> None:
+def _bind_counters(client: Any, disp: AsyncTraceDispatcher) -> bool:
     """Move the dispatcher's written/dropped/failed counters and queue depth onto the client's
     exported meter (see _client_meter), so client-side drops reach the broker's /metrics or the
     collector (rocketscope_trace_records_dropped_total{source="client"}); without client metrics
-    they stay on the global OpenTelemetry meter, for an application that configures its own."""
-    from rocketscope.trace.dispatcher import _instruments_for
-
+    they stay on the global OpenTelemetry meter, for an application that configures its own.
+    True when they are on the client's meter."""
     meter = _client_meter(client)
     if meter is None:
-        log.info("client-side trace counters are on the global OpenTelemetry meter (client metrics are off: "
-                 "metricCollectorMode=proxy on the broker puts them on its /metrics)")
-        return
+        return False
     try:
-        disp._instruments.dispatchers.discard(disp)
-        disp._instruments = _instruments_for(meter)
-        disp._instruments.dispatchers.add(disp)
+        disp.move_to_meter(meter)
     except AttributeError:  # pragma: no cover - a dispatcher given by the caller keeps its own meter
+        return False
+    return True
+
+
+def _follow_client_metrics(client: Any, disp: AsyncTraceDispatcher) -> None:
+    """Bind the counters whenever the broker (re)configures the client's metrics.
+
+    The official client (rocketmq 5.1.x) finishes ``startup()`` once the broker's Settings set its
+    publishing or subscription part, and only then starts the metrics pipeline from the same
+    Settings (rpc_channel: reset_setting, then reset_metric): under load ``startup()`` can return
+    before the pipeline exists.  Wrapping the client's ``reset_metrics`` binds the counters the
+    moment the pipeline starts, or restarts on a new endpoint."""
+    metrics_ = getattr(client, "client_metrics", None) or getattr(client, "_Client__client_metrics", None)
+    original = getattr(metrics_, "reset_metrics", None)
+    if original is None:
         return
+
+    def reset_metrics(metric: Any) -> Any:
+        result = original(metric)
+        _bind_counters(client, disp)
+        return result
+
+    metrics_.reset_metrics = reset_metrics  # type: ignore[union-attr]  # original is not None, so neither is metrics_
 
 
 def instrument(client: C, trace_topic: str | None = None, *, dispatcher: AsyncTraceDispatcher | None = None,
@@ -276,17 +293,10 @@ def instrument(client: C, trace_topic: str | None = None, *, dispatcher: AsyncTr
         _trace_push_consumer(client, disp, spans)
 
     if dispatcher is None:
-        if getattr(client, "is_running", False):
-            _bind_counters(client, disp)
-        else:
-            original_startup = client.startup  # type: ignore[attr-defined]
-
-            def startup() -> Any:
-                result = original_startup()
-                _bind_counters(client, disp)  # the metrics pipeline exists once the broker's Settings arrived
-                return result
-
-            client.startup = startup  # type: ignore[attr-defined]
+        _follow_client_metrics(client, disp)
+        if not _bind_counters(client, disp):
+            log.info("client-side trace counters are on the global OpenTelemetry meter until the broker turns "
+                     "the client's metrics on (metricCollectorMode=proxy on the broker puts them on its /metrics)")
     original_shutdown = client.shutdown  # type: ignore[attr-defined]
 
     def shutdown() -> Any:

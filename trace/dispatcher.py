@@ -187,6 +187,7 @@ class AsyncTraceDispatcher:
         self._closing = False
         self._written = 0
         self._dropped = 0
+        self._dropped_by_reason: dict[str, int] = {}
         self._failed = 0
 
         self._instruments = _instruments_for(meter)
@@ -213,10 +214,12 @@ class AsyncTraceDispatcher:
             return False
         entry = _Entry(Encoded(record_topic(record) if topic is None else topic, record, text, size), time.monotonic())
         with self._cond:
+            instruments = self._instruments  # read with the count: see move_to_meter
             if self._closing or len(self._queue) >= self._queue_size:
                 self._dropped += 1
                 first_drop = self._dropped == 1
                 reason = "shutdown" if self._closing else "queue_full"
+                self._dropped_by_reason[reason] = self._dropped_by_reason.get(reason, 0) + 1
                 accepted = False
             else:
                 self._queue.append(entry)
@@ -235,7 +238,7 @@ class AsyncTraceDispatcher:
                 ):
                     self._cond.notify_all()
         if not accepted:
-            self._instruments.dropped.add(1, {**self._attributes, "reason": reason})
+            instruments.dropped.add(1, {**self._attributes, "reason": reason})
             if first_drop:
                 log.warning(
                     "trace queue for %s is full or closed (%d records): dropping records; "
@@ -300,7 +303,31 @@ class AsyncTraceDispatcher:
     def _count_failed(self, count: int) -> None:
         with self._cond:
             self._failed += count
-        self._instruments.failed.add(count, self._attributes)
+            instruments = self._instruments
+        instruments.failed.add(count, self._attributes)
+
+    def move_to_meter(self, meter: metrics.Meter) -> None:
+        """Count on ``meter`` from now on, carrying over what was counted so far.
+
+        The official client's metrics pipeline (the meter that reaches the broker's /metrics)
+        starts only when the broker's Settings turn it on, which can be after the client's
+        ``startup()`` returned and the first records were counted.  Each count is taken together
+        with the instruments it goes to, under the dispatcher's lock, so the totals moved here
+        plus every later count add up exactly once on the new meter."""
+        new = _instruments_for(meter)
+        with self._cond:
+            old, self._instruments = self._instruments, new
+            if old is new:
+                return
+            written, failed, dropped = self._written, self._failed, dict(self._dropped_by_reason)
+        old.dispatchers.discard(self)
+        new.dispatchers.add(self)
+        if written:
+            new.written.add(written, self._attributes)
+        if failed:
+            new.failed.add(failed, self._attributes)
+        for reason, count in dropped.items():
+            new.dropped.add(count, {**self._attributes, "reason": reason})
 
     # -- the sender thread --------------------------------------------------------------
 
@@ -369,7 +396,8 @@ class AsyncTraceDispatcher:
             if self._send_with_retry(batch.body, batch.keys, batch.topic):
                 with self._cond:
                     self._written += len(batch.records)
-                self._instruments.written.add(len(batch.records), self._attributes)
+                    instruments = self._instruments
+                instruments.written.add(len(batch.records), self._attributes)
             else:
                 self._count_failed(len(batch.records))
 
