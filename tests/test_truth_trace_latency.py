@@ -30,13 +30,13 @@ import pytest
 from faultproxy import proxy_loop
 from truth_harness import (
     Run,
+    check_replication_truth,
     create_topic,
     replicate_sums,
     send_paced,
     spark_tables,
     start_group,
     table_p50,
-    tolerance_ms,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
@@ -45,10 +45,6 @@ DELAY_MS = 50.0
 MESSAGES = 16
 GAP_MS = 250.0
 TOPIC = "TopicTruth"
-OVERLOADED_CONTROL_MS = 25.0
-"""An undelayed follower's ack takes about 10 ms on loopback (bench/accuracy_bench.py at load 15: 12-26 ms);
-beyond this the machine is too busy to resolve the 5 ms tolerance and the tolerance checks are skipped
-(the physical lower bound and the store-after-send checks still run)."""
 
 
 @pytest.fixture()
@@ -99,26 +95,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[t
 def test_replication_latency_everywhere_matches_the_injected_delay(measured: tuple[Run, dict[str, Any]]) -> None:
     run, summary = measured
     print(summary)
-    tol = tolerance_ms(DELAY_MS)
-    # trace timeline: physics first (no copy before the bytes arrived), then the measured delay
-    acks = run.timeline_acks[run.delayed]
-    assert len(acks) == MESSAGES
-    assert min(acks) >= DELAY_MS - 1, f"a delayed ack {min(acks)} ms after the store is earlier than the delay"
-    assert 0 <= summary["trace"]["store_after_send_median_ms"] <= 20, summary
-    assert min(run.store_after_send) >= 0 and max(run.store_after_send) < 200, run.store_after_send
-    if summary["trace"]["control_ms"] > OVERLOADED_CONTROL_MS:
-        # seen at load average 25-35 on 2 cores (seven sessions at once): control 55 ms, sends 146 ms, and
-        # the delayed-minus-control difference off by 49 ms; a 5 ms tolerance cannot be resolved there
-        pytest.skip(f"machine overloaded: the undelayed follower's median ack took "
-                    f"{summary['trace']['control_ms']} ms (> {OVERLOADED_CONTROL_MS}); figures: {summary}")
-    assert abs(summary["trace"]["measured_delay_ms"] - DELAY_MS) <= tol, summary
-    # the commit needs the leader and one follower: the control, not the delayed one
-    assert abs(summary["trace"]["commit_median_ms"] - summary["trace"]["control_ms"]) <= tol, summary
-    assert summary["trace"]["commit_median_ms"] < DELAY_MS - tol, summary
-    # the leader's own histogram
-    assert abs(summary["metrics"]["measured_delay_ms"] - DELAY_MS) <= tol, summary
-    # Spark's table and the dashboard's reading of it
-    for source in ("spark", "dashboard"):
-        assert abs(summary[source]["measured_delay_ms"] - DELAY_MS) <= tol, (source, summary)
-        assert summary[source]["delayed_ms"] >= DELAY_MS - 1, (source, summary)
-    assert run.spark_p50["__quorum__"] < DELAY_MS - tol, run.spark_p50
+    assert len(run.msg_ids) == MESSAGES
+    skipped = check_replication_truth(run, summary)
+    if skipped:
+        pytest.skip(skipped)

@@ -240,3 +240,40 @@ def table_p50(latency: Any, topic: str) -> dict[str, float]:
         if len(part):
             out[str(replica)] = float((part["p50_ms"] * part["samples"]).sum() / part["samples"].sum())
     return out
+
+
+OVERLOADED_CONTROL_MS = 25.0
+"""An undelayed follower's ack takes about 6-10 ms on loopback (bench/accuracy_bench.py: 6-8 ms at load
+0-2, 12-26 ms at load 15); beyond this the machine is too busy to resolve the 5 ms tolerance and the
+tolerance checks are skipped (the physical lower bound and the store-after-send checks still run)."""
+
+
+def check_replication_truth(run: Run, summary: dict[str, Any]) -> str | None:
+    """Assert what every source says about ``run`` against its injected delay; returns why the
+    tolerance part was skipped (an overloaded machine), None when everything was checked."""
+    delay = run.delay_ms
+    tol = tolerance_ms(delay)
+    # trace timeline: physics first (no copy before the bytes arrived), then the measured delay
+    acks = run.timeline_acks[run.delayed]
+    assert len(acks) == len(run.msg_ids)
+    assert min(acks) >= delay - 1, f"a delayed ack {min(acks)} ms after the store is earlier than the delay"
+    assert 0 <= summary["trace"]["store_after_send_median_ms"] <= 20, summary
+    assert min(run.store_after_send) >= 0 and max(run.store_after_send) < 200, run.store_after_send
+    for source in ("spark", "dashboard"):
+        assert summary[source]["delayed_ms"] >= delay - 1, (source, summary)
+    if summary["trace"]["control_ms"] > OVERLOADED_CONTROL_MS:
+        # seen at load average 25-35 on 2 cores (seven sessions at once): control 55 ms, sends 146 ms, and
+        # the delayed-minus-control difference off by 49 ms; a 5 ms tolerance cannot be resolved there
+        return (f"machine overloaded: the undelayed follower's median ack took {summary['trace']['control_ms']} ms "
+                f"(> {OVERLOADED_CONTROL_MS}); figures: {summary}")
+    assert abs(summary["trace"]["measured_delay_ms"] - delay) <= tol, summary
+    # the commit needs the leader and one follower: the control, not the delayed one
+    assert abs(summary["trace"]["commit_median_ms"] - summary["trace"]["control_ms"]) <= tol, summary
+    assert summary["trace"]["commit_median_ms"] < delay - tol, summary
+    # the leader's own histogram
+    assert abs(summary["metrics"]["measured_delay_ms"] - delay) <= tol, summary
+    # Spark's table and the dashboard's reading of it
+    for source in ("spark", "dashboard"):
+        assert abs(summary[source]["measured_delay_ms"] - delay) <= tol, (source, summary)
+    assert run.spark_p50["__quorum__"] < delay - tol, run.spark_p50
+    return None

@@ -7,6 +7,8 @@ import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.hook.ConsumeMessageContext;
+import org.apache.rocketmq.client.hook.ConsumeMessageHook;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -64,28 +66,60 @@ public final class RemotingTool {
         } else if ("consume".equals(args[0])) {
             long timeoutS = args.length > 5 ? Long.parseLong(args[5]) : 60;
             Set<String> seen = ConcurrentHashMap.newKeySet();
+            Set<String> counted = ConcurrentHashMap.newKeySet();
             CountDownLatch done = new CountDownLatch(count);
+            CountDownLatch hooksReady = new CountDownLatch(1);
             DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group, true, null);
             consumer.setNamesrvAddr(namesrv);
             consumer.setMqClientApiTimeout(30_000);
             consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
             consumer.subscribe(topic, "*");
             consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                try {
+                    // start() registers the client's trace hook after consumption may begin: a message
+                    // is consumed only once both hooks are in place, so each one gets its SubAfter record
+                    hooksReady.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                }
                 for (org.apache.rocketmq.common.message.MessageExt m : msgs) {
                     if (seen.add(m.getMsgId())) {
                         System.out.println("{\"msgId\":\"" + m.getMsgId() + "\",\"reconsumeTimes\":" + m.getReconsumeTimes() + "}");
-                        done.countDown();
                     }
                 }
                 return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             });
             consumer.start();
+            // Registered after start(), so after the trace hook: its consumeMessageAfter runs once the trace
+            // hook has queued the SubAfter record, and shutdown() then flushes that record (no sleep needed).
+            consumer.getDefaultMQPushConsumerImpl().registerConsumeMessageHook(new ConsumeMessageHook() {
+                @Override
+                public String hookName() {
+                    return "RemotingToolCount";
+                }
+
+                @Override
+                public void consumeMessageBefore(ConsumeMessageContext context) {
+                }
+
+                @Override
+                public void consumeMessageAfter(ConsumeMessageContext context) {
+                    if (context == null || context.getMsgList() == null) {
+                        return;
+                    }
+                    for (org.apache.rocketmq.common.message.MessageExt m : context.getMsgList()) {
+                        if (counted.add(m.getMsgId())) {
+                            done.countDown();
+                        }
+                    }
+                }
+            });
+            hooksReady.countDown();
             boolean ok = done.await(timeoutS, TimeUnit.SECONDS);
-            // the SubAfter records are written after the listener returns: give the dispatcher its flush
-            Thread.sleep(500);
             consumer.shutdown();
             if (!ok) {
-                System.err.println("timed out with " + seen.size() + " of " + count + " messages");
+                System.err.println("timed out with " + counted.size() + " of " + count + " messages");
                 System.exit(1);
             }
         } else {
