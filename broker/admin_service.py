@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 import grpc
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
+from rocketscope.names import is_retry_or_dlq
 
 from .admin_ops import BrokerAdminOps
 from .groups import GroupConfig
 from .ha.event_relay import decode_forwarded, read_events
 from .ha.events import HaEventError
 from .store.record import StoredMessage
-from .topics import TopicConfig, is_retry_or_dlq
+from .topics import TopicConfig
 
 if TYPE_CHECKING:
     from .broker import Broker

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from rocketscope.names import is_retry_or_dlq, is_system_topic
 from rocketscope.telemetry import Telemetry
 from rocketscope.topic_reader import PULL_GROUP
 
 from .pop import RETRY_PREFIX, Delivery, origin_topic, retry_topic
 from .store.message_store import PutResult, PutStatus
 from .store.record import StoredMessage
-from .topics import is_retry_or_dlq, is_system_topic
 
 if TYPE_CHECKING:
     from .broker import Broker

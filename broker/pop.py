@@ -22,13 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX
+
 from .filter import accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
 from .receipt import ReceiptHandle, ReceiptHandleError
 from .store.message_store import MessageStore, PutStatus
 from .store.record import StoredMessage
-from .topics import DLQ_PREFIX, RETRY_PREFIX, TopicManager
+from .topics import TopicManager
 from .trace_hooks import NoTrace, TraceHooks
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# defined in rocketscope/names.py; broker.py and admin_ops.py still import them from here
+from rocketscope.names import DLQ_PREFIX as DLQ_PREFIX
+from rocketscope.names import RETRY_PREFIX as RETRY_PREFIX
+from rocketscope.names import is_retry_or_dlq as is_retry_or_dlq
+from rocketscope.names import is_system_topic as is_system_topic
+
 from .persistence import load_json, save_json
 
 log = logging.getLogger(__name__)
@@ -16,9 +22,6 @@ log = logging.getLogger(__name__)
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 PERM_READ, PERM_WRITE = 4, 2
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest", "OFFSET_MOVED_EVENT")
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 
@@ -32,14 +35,6 @@ def topic_name_problem(name: str) -> str | None:
     if not TOPIC_PATTERN.match(name):
         return f"topic name {name!r} has characters outside [%|a-zA-Z0-9_-]"
     return None
-
-
-def is_system_topic(name: str) -> bool:
-    return name.startswith(SYSTEM_PREFIXES)
-
-
-def is_retry_or_dlq(name: str) -> bool:
-    return name.startswith((RETRY_PREFIX, DLQ_PREFIX))
 
 
 @dataclass

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
+from rocketscope.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+
 from .convert import to_grpc
 from .store.record import TRANSACTION_COMMIT, TRANSACTION_PREPARED, StoredMessage
 
@@ -40,8 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+HALF_TOPIC = TRANS_HALF_TOPIC
+OP_TOPIC = TRANS_OP_HALF_TOPIC
 TRANSACTION_ID = "TRANSACTION_ID"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"

@@ -18,6 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX
+
 BASE_MS = 1_763_800_000_000  # fixed fixture epoch (ms)
 
 
@@ -291,7 +293,7 @@ class LiveSource:
                                            "lag": max(0, q.broker_offset - q.consumer_offset),
                                            "inflight": q.inflight})
                 for topic in await client.topics():
-                    if topic.startswith("%DLQ%"):
+                    if topic.startswith(DLQ_PREFIX):
                         total = 0
                         for m in masters:
                             try:
@@ -300,7 +302,7 @@ class LiveSource:
                                 total += sum(q.max_offset - q.min_offset for q in offs.queues)  # type: ignore[attr-defined]
                             except Exception:
                                 continue
-                        dlq.append({"group": topic[len("%DLQ%"):], "dlq_topic": topic, "messages": total})
+                        dlq.append({"group": topic[len(DLQ_PREFIX):], "dlq_topic": topic, "messages": total})
                 return (pd.DataFrame(queues, columns=["group", "topic", "broker", "queue_id", "broker_offset",
                                                       "consumer_offset", "lag", "inflight"]),
                         pd.DataFrame(dlq, columns=["group", "dlq_topic", "messages"]))
@@ -333,7 +335,6 @@ class LiveSource:
         return data
 
 
-RETRY_PREFIX = "%RETRY%"
 LAG_DEFINITION = ("lag = messages of a group's subscribed topics stored on the master (or leader) of each broker "
                   "group and not yet acknowledged by the group, summed over broker groups; the retry topic's backlog "
                   "is not lag (rocketmq_consumer_lag_messages with is_retry=\"false\", as RocketMQ's consumer "

@@ -38,13 +38,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from rocketscope.names import DLQ_PREFIX
 from rocketscope.spark.asof import asof_join
 from rocketscope.spark.decode import decode_events, decode_trace
 from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 
 NEG_INF = -(2**62)
 POS_INF = 2**62
-DLQ_PREFIX = "%DLQ%"
 MSG_KEY = "msg_key"
 """``xxhash64(msg_id)``: the leading key of every msgId join, grouping and window (module docstring)."""
 COPY_KEY = [MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset"]

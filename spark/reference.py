@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from rocketscope.broker.ha.events import HaEvent, HaEventError
+from rocketscope.names import DLQ_PREFIX
 from rocketscope.spark.schema import HA_EVENTS_TOPIC, MAX_RECONSUME_TIMES, QUORUM
 from rocketscope.trace.codec import PubRecord, SubAfterRecord, SubBeforeRecord, TraceDecodeError, decode
 from rocketscope.trace.ids import parse_offset_msg_id
@@ -231,16 +232,16 @@ class Reference:
                     if t is not None:
                         s["dlq_retry"].append(t)
         for at in self.attempts():
-            if at["origin"] and at["origin"].startswith("%DLQ%"):
-                target = at["origin"][len("%DLQ%"):]
+            if at["origin"] and at["origin"].startswith(DLQ_PREFIX):
+                target = at["origin"][len(DLQ_PREFIX):]
                 s = stats.setdefault((at["msg_id"], target), {"req": set(), "begin": [], "ack": [], "retry": [],
                                                               "failures": 0, "dlq_retry": [], "dlq_topic": []})
                 t = at["begin"] if at["begin"] is not None else at["end"]
                 if t is not None:
                     s["dlq_topic"].append(t)
         for c in self.pubs:  # the broker's record of the move itself (spark/model.py says why)
-            if c["topic"].startswith("%DLQ%") and c["success"] is not False:
-                target = c["topic"][len("%DLQ%"):]
+            if c["topic"].startswith(DLQ_PREFIX) and c["success"] is not False:
+                target = c["topic"][len(DLQ_PREFIX):]
                 s = stats.setdefault((c["msg_id"], target), {"req": set(), "begin": [], "ack": [], "retry": [],
                                                              "failures": 0, "dlq_retry": [], "dlq_topic": []})
                 s["dlq_topic"].append(c["born_ts"])

@@ -28,8 +28,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+from rocketscope.names import HA_EVENTS_TOPIC as HA_EVENTS_TOPIC  # the spark modules import them from here
+from rocketscope.names import TRACE_TOPIC as TRACE_TOPIC
+
 MAX_RECONSUME_TIMES = 16
 """RocketMQ's default maxReconsumeTimes: a failed delivery with this retry count goes to the DLQ."""
 QUORUM = "__quorum__"

@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX, TRACE_TOPIC
 from rocketscope.trace.batching import build_batches
 from rocketscope.trace.codec import (
     EndTransactionRecord,
@@ -42,7 +43,6 @@ from rocketscope.trace.ids import make_offset_msg_id, split_address
 log = logging.getLogger(__name__)
 
 _MSG_TYPES = {"NORMAL": 0, "TRANSACTION": 1, "DELAY": 3, "FIFO": 4}
-_DLQ_PREFIX = "%DLQ%"
 CLIENT_TRACED_MEMORY = 200_000
 """Open client-traced deliveries and transactions the tracer remembers (a few MB at most)."""
 
@@ -104,7 +104,7 @@ def _origin_topic(msg: Any) -> str:
 
 
 class BrokerTracer:
-    def __init__(self, append: Append, region_id: str, store_host: str, trace_topic: str = "RMQ_SYS_TRACE_TOPIC",
+    def __init__(self, append: Append, region_id: str, store_host: str, trace_topic: str = TRACE_TOPIC,
                  flush_interval_s: float = 0.2, batch: int = 64, queue_size: int = DEFAULT_QUEUE_SIZE,
                  telemetry: Any = None) -> None:
         """``telemetry``: the broker's Telemetry; the written, dropped and failed counts go there."""
@@ -158,7 +158,7 @@ class BrokerTracer:
     def on_stored(self, msg: Any, *, client_id: str, client_traced: bool, cost_ms: int, status: str) -> None:
         if client_traced and msg.properties.get("__MSGTYPE") == "TRANSACTION":
             self._remember(self._client_transactions, msg.msg_id)  # its EndTransaction is the client's too
-        if client_traced or msg.topic.startswith(("%RETRY%", _DLQ_PREFIX)):
+        if client_traced or msg.topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
             return  # the broker's own re-put of a retry or dead letter is not a send
         props = msg.properties
         topic = props.get("REAL_TOPIC") or msg.topic
@@ -214,7 +214,7 @@ class BrokerTracer:
         self._sub_after(group, msg, request_id, cost_ms, False, 1)
 
     def on_dead_lettered(self, group: str, msg: Any, *, attempts: int) -> None:
-        dlq = _DLQ_PREFIX + group
+        dlq = DLQ_PREFIX + group
         self._add(_origin_topic(msg), PubRecord(
             timestamp=_now_ms(), region_id=self.region_id, group=group, topic=dlq, msg_id=msg.msg_id,
             tags=msg.properties.get("TAGS", ""), keys=msg.properties.get("KEYS", ""), store_host=self.store_host,

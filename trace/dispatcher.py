@@ -37,12 +37,13 @@ from dataclasses import dataclass
 
 from opentelemetry import metrics
 
+from rocketscope.names import TRACE_TOPIC
 from rocketscope.trace.batching import MAX_BODY_BYTES, Encoded, build_batches, record_topic
 from rocketscope.trace.codec import TraceEncodeError, TraceRecord, encode_record
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+DEFAULT_TRACE_TOPIC = TRACE_TOPIC
 METER_NAME = "rocketscope.trace"
 BACKLOG_FACTOR = 10
 DEFAULT_LINGER_S = 0.1

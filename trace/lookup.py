@@ -11,11 +11,9 @@ from typing import Any
 from rocketscope import topic_reader
 from rocketscope.admin_client import AdminClient
 from rocketscope.broker.ha.events import HaEvent
+from rocketscope.names import DLQ_PREFIX, HA_EVENTS_TOPIC, RETRY_PREFIX, TRACE_TOPIC
 from rocketscope.trace.codec import TraceDecodeError, TraceRecord, decode
 from rocketscope.trace.timeline import StoreInfo, Timeline, build_timeline
-
-HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
-
 
 HA_LOOKBACK_MS = 5_000  # events are stamped by the node that saw them: allow for clock skew between nodes
 HA_MAX_EVENTS = 20_000
@@ -83,7 +81,7 @@ class TraceLookup:
                 continue
         return records
 
-    async def lookup(self, msg_id: str, trace_topic: str = "RMQ_SYS_TRACE_TOPIC") -> Timeline:
+    async def lookup(self, msg_id: str, trace_topic: str = TRACE_TOPIC) -> Timeline:
         admin = AdminClient(self.namesrv, timeout_s=self.timeout_s)
         try:
             if self.es_store is not None:
@@ -105,7 +103,7 @@ class TraceLookup:
             store: Any = None
             ha: list[HaEvent] = []
             if stored:
-                m = next((v for v in stored if not v.topic.startswith(("%RETRY%", "%DLQ%"))), stored[0])
+                m = next((v for v in stored if not v.topic.startswith((RETRY_PREFIX, DLQ_PREFIX))), stored[0])
                 props = m.properties
                 store = StoreInfo(topic=props.get("RETRY_TOPIC") or props.get("REAL_TOPIC") or m.topic,
                                   queue_id=m.queue_id,

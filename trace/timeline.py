@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from rocketscope.broker.ha.events import COMMIT_ADVANCED, REPLICA_ACK, TRUNCATION, HaEvent
+from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX, is_retry_or_dlq
 from rocketscope.trace.codec import (
     MSG_TYPE_NAMES,
     EndTransactionRecord,
@@ -42,8 +43,6 @@ from rocketscope.trace.codec import (
 )
 from rocketscope.trace.ids import parse_offset_msg_id
 
-DLQ_PREFIX = "%DLQ%"
-RETRY_PREFIX = "%RETRY%"
 UNKNOWN_GROUP = "%UNKNOWN_GROUP%"
 
 STATUS_SUCCESS = "success"
@@ -346,7 +345,7 @@ def build_timeline(
         warnings.append(f"{duplicates} duplicate trace records ignored")
 
     pubs = [r for r in unique if isinstance(r, PubRecord)]
-    sends = tuple(sorted((_send_node(p) for p in pubs if not _is_system_topic(p.topic)),
+    sends = tuple(sorted((_send_node(p) for p in pubs if not is_retry_or_dlq(p.topic)),
                          key=lambda s: (s.begin, s.end)))
     retry_pubs = [p for p in pubs if p.topic.startswith(RETRY_PREFIX)]
     trace_dlq = [
@@ -398,10 +397,6 @@ def build_timeline(
         warnings=tuple(warnings),
         ignored_records=ignored,
     )
-
-
-def _is_system_topic(topic: str) -> bool:
-    return topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX)
 
 
 def _send_node(p: PubRecord) -> SendNode:

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from rocketscope.names import RETRY_PREFIX, TRANS_HALF_TOPIC
+
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
 from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
-from ..topics import RETRY_PREFIX, topic_name_problem
+from ..topics import topic_name_problem
 from ..validation import RequestError
 from .client_config import CHECK_CLIENT_CONFIG, client_config_handler
 from .codec import (
@@ -146,7 +148,7 @@ class TransactionCheckOutbox:
             return
         rec = cmd.recover_orphaned_transaction_command
         msg_id = rec.message.system_properties.message_id
-        half = next((m for m in self.front.b.store.lookup("RMQ_SYS_TRANS_HALF_TOPIC", msg_id, 4)), None)
+        half = next((m for m in self.front.b.store.lookup(TRANS_HALF_TOPIC, msg_id, 4)), None)
         if half is None:
             return
         wire = self.front.wire(half)
