@@ -18,14 +18,21 @@ log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
-    """A configuration value that cannot be used; the message names key and value."""
+    """A configuration value that cannot be used; the message names key and value.  The base of every
+    configuration error (telemetry's TelemetryConfigError, DLedger's and the Raft core's included)."""
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
+    """The one boolean parser of every config file and option: ``true`` or ``false``, in any case.
+
+    RocketMQ reads these keys with Java's Boolean.parseBoolean, which takes ``true`` as true and
+    anything else as false, so ``yes`` or ``1`` in a broker.conf silently means false there.  Here
+    such a value is refused with an error naming the key (the callers add it) instead of being read
+    differently from Apache RocketMQ."""
     low = text.strip().lower()
-    if low in ("true", "1", "yes", "on"):
+    if low == "true":
         return True
-    if low in ("false", "0", "no", "off"):
+    if low == "false":
         return False
     raise ValueError("expected true or false")
 
@@ -43,7 +50,7 @@ class Key:
         text = raw.strip()
         try:
             if self.kind is bool:
-                value: Any = _parse_bool(text)
+                value: Any = parse_bool(text)
             elif self.kind is int:
                 value = int(text)
             elif self.kind is float:

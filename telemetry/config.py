@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from rocketscope.config import ConfigError, parse_bool
+
 log = logging.getLogger(__name__)
 
 
-class TelemetryConfigError(ValueError):
+class TelemetryConfigError(ConfigError):
     """A telemetry setting that cannot be used; the message names key and value."""
 
 
@@ -50,13 +52,7 @@ class ExporterType(Enum):
         return self in (ExporterType.OTLP_GRPC, ExporterType.OTLP_HTTP)
 
 
-def _bool(text: str) -> bool:
-    low = text.strip().lower()
-    if low == "true":
-        return True
-    if low == "false":
-        return False
-    raise ValueError("expected true or false")
+_bool = parse_bool
 
 
 def _int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:

@@ -30,3 +30,17 @@ def test_max_message_size_is_lowered_to_what_one_commit_log_segment_holds() -> N
     assert small.maxMessageSize < 1 << 20
     assert load_broker_config({}).maxMessageSize == 4 * 1024 * 1024  # RocketMQ's default, 1 GiB segments
     assert load_broker_config({"mappedFileSizeCommitLog": "65536"}).maxMessageSize == 32768
+
+
+@pytest.mark.parametrize("raw", ["yes", "1", "on", "no"])
+def test_a_boolean_other_than_true_or_false_is_refused_naming_the_key(raw: str) -> None:
+    """Apache RocketMQ reads booleans with Java's Boolean.parseBoolean: ``yes`` or ``1`` would silently be
+    false there; here the broker and its telemetry keys refuse them, naming the key."""
+    with pytest.raises(ConfigError, match=f"autoCreateTopicEnable.*{raw}"):
+        load_broker_config({"autoCreateTopicEnable": raw})
+    from rocketscope.telemetry.config import TelemetryConfig
+
+    with pytest.raises(ConfigError, match=f"metricsInDelta.*{raw}"):
+        TelemetryConfig.from_properties({"metricsInDelta": raw})
+    for spelled, value in (("TRUE", True), ("False", False)):
+        assert load_broker_config({"autoCreateTopicEnable": spelled}).autoCreateTopicEnable is value
