@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rocketscope.names import is_retry_or_dlq, is_system_topic
+from rocketscope.names import READER_GROUP, is_retry_or_dlq, is_system_topic
 from rocketscope.telemetry import Telemetry
-from rocketscope.topic_reader import PULL_GROUP
 
 from .pop import RETRY_PREFIX, Delivery, origin_topic, retry_topic
 from .store.message_store import PutResult, PutStatus
@@ -72,7 +71,7 @@ def is_system(name: str) -> bool:
 def is_tool_group(group: str) -> bool:
     """RocketScope's own reader (Spark, trace lookup) reads by offset: it is not a consumer, so it is left out
     of messages_out and lag (it would double every consumed count and show a lag nobody has)."""
-    return group == PULL_GROUP
+    return group == READER_GROUP
 
 
 def rocketmq_version(version: str) -> str:

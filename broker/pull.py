@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
-from rocketscope.topic_reader import COMMITLOG_OFFSET_PROPERTY
+from rocketscope.names import COMMITLOG_OFFSET_PROPERTY
 
 from .convert import to_grpc
 from .filter import keep, store_tags

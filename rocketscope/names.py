@@ -29,6 +29,13 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 """Delayed messages waiting for their time (RocketMQ 5's timer wheel)."""
 
+READER_GROUP = "rocketscope-reader"
+"""The consumer group RocketScope's own readers pull with (Spark's source, the trace lookup, the
+dashboards): a tool connection, hidden from consumer metrics and consumer pages."""
+
+COMMITLOG_OFFSET_PROPERTY = "__COMMITLOG_OFFSET"
+"""User property the broker adds to PullMessage answers only (the v2 protocol has no field for it)."""
+
 SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest",
                          "OFFSET_MOVED_EVENT")
 """Topics RocketMQ reserves for itself: never auto-created for a client, hidden from user metrics."""

@@ -24,9 +24,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-COMMITLOG_OFFSET_PROPERTY = "__COMMITLOG_OFFSET"
-"""User property the broker adds to PullMessage answers only (the v2 protocol has no field for it)."""
-PULL_GROUP = "rocketscope-reader"
+from rocketscope.names import COMMITLOG_OFFSET_PROPERTY as COMMITLOG_OFFSET_PROPERTY  # importers of this module use it
+from rocketscope.names import READER_GROUP
+
+PULL_GROUP = READER_GROUP
 
 
 class NoRoute(LookupError):
