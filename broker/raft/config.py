@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rocketscope.config import ConfigError
+
 # Names accepted in ``RaftConfig.testing_faults``.  Each one re-introduces a classic Raft
 # bug so the simulator can prove it detects it; never set them outside tests.
 FAULT_COMMIT_OLD_TERM = "commit_old_term"  # commit by counting replicas, ignoring the term rule
@@ -19,7 +21,7 @@ FAULT_SKIP_LOG_CHECK = "skip_log_check"  # grant votes without the up-to-date lo
 TESTING_FAULTS = frozenset({FAULT_COMMIT_OLD_TERM, FAULT_FORGET_VOTE, FAULT_SKIP_LOG_CHECK})
 
 
-class RaftConfigError(ValueError):
+class RaftConfigError(ConfigError):
     """A configuration value that cannot work; the message names the key and the fix."""
 
 
