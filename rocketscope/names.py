@@ -1,9 +1,9 @@
 """RocketMQ's reserved names, defined once for every layer (broker, trace, Spark, dashboards, CLI).
 
 A leaf module: it imports nothing from this project, so any layer may import it (docs/ARCHITECTURE.md).
-The values are RocketMQ's own (Apache RocketMQ 5: TopicValidator, MixAll), so that a RocketScope
-cluster and an Apache one name their system topics and groups alike; ../shared/reference is not
-needed to read them, each line says what the name is for.
+The values are RocketMQ's own (Apache RocketMQ 5's TopicValidator and MixAll define them), so that a
+RocketScope cluster and an Apache one name their system topics and groups alike; each line says what
+the name is for.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class PutResult:
 
 @dataclass
 class StoreConfig:
-    """Store settings; the broker maps its RocketMQ keys onto these (see broker/config.py)."""
+    """Store settings; the broker maps its RocketMQ keys onto these (see broker/broker_config.py)."""
 
     root: Path
     commitlog_segment_size: int = 1 << 30
