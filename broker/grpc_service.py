@@ -22,7 +22,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 from .convert import to_grpc, to_stored
 from .grpc_registration import Unparseable
-from .pop import PopError
+from .pop import PopError, retry_topic
 from .request_metadata import request_metadata
 from .route_view import message_queues
 from .store.message_store import PutStatus
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger(__name__)
+CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER)
 Code = pb.Code
 R = TypeVar("R")
 
@@ -202,7 +203,21 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             self._group(group)
         if not self._client(context, client_type=request.client_type, group=group):
             raise RequestError(Code.CLIENT_ID_REQUIRED, "metadata x-mq-client-id is missing")
+        if group and request.client_type in CONSUMER_TYPES:
+            self._retry_topic(group)
         return svc.HeartbeatResponse(status=status())
+
+    def _retry_topic(self, group: str) -> None:
+        """A consumer's heartbeat or subscription settings create its group's ``%RETRY%`` topic, as Apache's broker
+        does at every consumer heartbeat: mqadmin consumerProgress and statsAll ask for its route. The Python
+        client sends its Settings at once and its first Heartbeat only after a second (a short-lived simple
+        consumer may send none)."""
+        b = self.broker
+        rtopic = retry_topic(group)
+        if b.is_master and b.topics.get(rtopic) is None:
+            b.topics.create_if_absent(rtopic, 1, system=True)
+            b.topics_on_change()
+            log.info("retry topic %s created at the first heartbeat of a consumer of group %s", rtopic, group)
 
     @guarded(svc.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request: svc.NotifyClientTerminationRequest,
@@ -292,6 +307,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                     return
                 fields["group"] = group
                 fields["topics"] = {e.topic.name for e in s.subscription.subscriptions}
+                self._retry_topic(group)  # the consumer's first words to the broker (its Heartbeat may come later)
             elif s.WhichOneof("pub_sub") == "publishing":
                 fields["topics"] = {t.name for t in s.publishing.topics}
             self.broker.clients.touch(cid, **fields)

@@ -35,6 +35,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketscope.names import READER_GROUP, is_retry_or_dlq, is_system_topic
 from rocketscope.telemetry import Telemetry
 
+from .broker_stats import BrokerStats
 from .pop import RETRY_PREFIX, Delivery, origin_topic, retry_topic
 from .store.message_store import PutResult, PutStatus
 from .store.record import StoredMessage
@@ -87,6 +88,8 @@ class BrokerMetrics:
         self.broker = broker
         self.t = telemetry
         self.enabled = telemetry.enabled
+        # Apache's BrokerStatsManager counters (mqadmin statsAll): always on, whatever telemetry says
+        self.stats = BrokerStats(getattr(broker, "cluster", ""))
         self.messages_in = telemetry.counter("rocketmq_messages_in_total")
         self.throughput_in = telemetry.counter("rocketmq_throughput_in_total")
         self.message_size = telemetry.histogram("rocketmq_message_size")
@@ -144,6 +147,7 @@ class BrokerMetrics:
 
     # ---------------------------------------------------------------- events
     def on_put(self, results: Iterable[PutResult]) -> None:
+        self.stats.on_put_results(results, PutStatus.PUT_OK)
         if not self.enabled:
             return
         for res in results:
@@ -166,6 +170,8 @@ class BrokerMetrics:
             record_size(size)
 
     def on_delivered(self, group: str, deliveries: Iterable[Delivery]) -> None:
+        if not is_tool_group(group):
+            self.stats.on_delivered(group, deliveries)
         if not self.enabled or is_tool_group(group):
             return
         known = self._dlq_known
@@ -178,6 +184,8 @@ class BrokerMetrics:
             bound[1].add(d.message.size)
 
     def on_pulled(self, group: str, messages: Iterable[StoredMessage]) -> None:
+        if not is_tool_group(group):
+            self.stats.on_pulled(group, messages)
         if not self.enabled or is_tool_group(group):
             return
         for m in messages:

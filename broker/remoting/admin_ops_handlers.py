@@ -32,6 +32,7 @@ GET_PRODUCER_CONNECTION_LIST = 204
 DELETE_SUBSCRIPTIONGROUP = 207
 DELETE_TOPIC_IN_BROKER = 215
 INVOKE_BROKER_TO_RESET_OFFSET = 222
+VIEW_BROKER_STATS_DATA = 315
 GET_BROKER_CONSUME_STATS = 317
 
 
@@ -159,8 +160,18 @@ def admin_ops_handlers(broker: Broker, front: RemotingBroker, svc: BrokerAdminSe
                 + '],"totalDiff":' + str(total) + ',"totalInflightDiff":0}')
         return cmd.response(body=body.encode())
 
+    async def view_stats(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """BrokerStatsData of one counter (broker/broker_stats.py): what mqadmin statsAll sums per topic and group."""
+        h = Header(cmd)
+        name, key = h.str("statsName"), h.str("statsKey")
+        data = broker.metrics.stats.get(name, key)
+        if data is None:  # Apache's answer for a counter nothing has touched yet
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return cmd.response(body=compact(data).encode())
+
     return {UPDATE_BROKER_CONFIG: update_config, GET_BROKER_CONFIG: get_config, GET_TOPIC_STATS_INFO: topic_stats,
             GET_PRODUCER_CONNECTION_LIST: producer_connections, DELETE_SUBSCRIPTIONGROUP: delete_group,
             DELETE_TOPIC_IN_BROKER: delete_topic,
-            INVOKE_BROKER_TO_RESET_OFFSET: reset_offset, GET_BROKER_CONSUME_STATS: broker_consume_stats}
+            INVOKE_BROKER_TO_RESET_OFFSET: reset_offset, GET_BROKER_CONSUME_STATS: broker_consume_stats,
+            VIEW_BROKER_STATS_DATA: view_stats}
 
