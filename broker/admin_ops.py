@@ -57,7 +57,12 @@ class BrokerAdminOps:
                           ) -> admin_pb2.ResetOffsetResponse:
         """Every queue of the topic to its first message stored at or after ``timestamp`` (resetOffsetByTime),
         or to the given offsets (cloneGroupOffset). Without ``force`` an offset only moves backwards,
-        as mqadmin's ``-f false``. The group's in-flight hand-outs on the reset queues are dropped."""
+        as mqadmin's ``-f false``. The group's in-flight hand-outs on the reset queues are dropped.
+
+        A remoting push or lite-pull consumer keeps its offsets in the client: as Apache 5.3.3 does by default
+        (useServerSideResetOffset), the reset is also kept as a one-shot per queue, and that queue's next
+        PULL_MESSAGE answers PULL_OFFSET_MOVED (OFFSET_RESET) with the new offset, which the client adopts
+        (broker/remoting/broker_handlers.py ``pull``). No RESET_CONSUMER_CLIENT_OFFSET is sent, as on Apache."""
         b = self.broker
         cfg = b.topics.get(request.topic)
         if cfg is None:
@@ -100,6 +105,7 @@ class BrokerAdminOps:
             if not request.force and not explicit and target >= old:
                 target = old
             b.pop.reset_offset(request.group, cfg.name, qid, target)
+            b.pop.client_resets[(request.group, cfg.name, qid)] = target  # a running remoting consumer moves too
             resp.queues.add(topic=cfg.name, queue_id=qid, old_offset=old, new_offset=target)
         b.offsets.flush()
         log.info("offsets of group %s on topic %s reset (%s): %s", request.group, cfg.name,

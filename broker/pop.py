@@ -150,6 +150,9 @@ class PopService:
         self.broker_name = broker_name
         self.clock = clock
         self.states: dict[tuple[str, str, int], QueueState] = {}
+        # (group, topic, queue) -> offset an admin reset moved it to, taken by the next remoting pull of that queue:
+        # Apache 5.3.3's server-side reset (useServerSideResetOffset), see broker/admin_ops.py ResetOffset
+        self.client_resets: dict[tuple[str, str, int], int] = {}
         self._seq = itertools.count(int(clock() * 1000) * 1000)
         self._deadlines: list[tuple[int, int, str, str, int, int]] = []
         self._topic_waiters: dict[str, set[asyncio.Future[None]]] = {}

@@ -1,5 +1,9 @@
-"""Apache's mqadmin 5.3.3 statsAll and consumerProgress against RocketScope, for a group that consumed only
-over gRPC (the official Python SimpleConsumer), on traffic the test sent and counted.
+"""mqadmin gaps of issues 19/21 against real clients, on traffic the test sent and counted.
+
+Apache's mqadmin 5.3.3 statsAll and consumerProgress against RocketScope, for a group that consumed only
+over gRPC (the official Python SimpleConsumer); and an admin offset reset followed by a running remoting
+push consumer (Apache's Go client v2), which keeps its offsets in the client (`long`: 45 s, most of it
+the Go client's 10 s pause and 20 s rebalance).
 
 statsAll reads the broker's counters over VIEW_BROKER_STATS_DATA (broker/broker_stats.py,
 broker/remoting/admin_ops_handlers.py); both commands first ask the route of ``%RETRY%<group>``,
@@ -9,15 +13,17 @@ which the broker creates at the group's first consumer heartbeat, as Apache does
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import LocalCluster
+from cluster import LocalCluster, wait_until
 from peers_support import require_peers
 from rmq import drain, message, producer, simple_consumer
-from test_admin_ops import CLUSTER, admin, diff_total, mqadmin, ok
+from test_admin_ops import CLUSTER, admin, diff_total, lag, mqadmin, ok
 
 pytestmark = pytest.mark.e2e
 
@@ -43,6 +49,7 @@ def stats_rows(out: str, topic: str) -> list[list[str]]:
     return [line.split() for line in ok(out).splitlines() if line.split()[:1] == [topic]]
 
 
+@pytest.mark.slow
 def test_stats_all_and_consumer_progress_of_a_grpc_group(cluster: LocalCluster, tmp_path: Path) -> None:
     require_peers()
     topic, group = "StatsTopic", "StatsGrpcGroup"
@@ -68,3 +75,50 @@ def test_stats_all_and_consumer_progress_of_a_grpc_group(cluster: LocalCluster, 
 
     # the group never retried: its %RETRY% topic exists from its heartbeat, so mqadmin gets the table
     assert diff_total(mqadmin(cluster.namesrv_addr, tmp_path, "consumerProgress", "-g", group)) == SENT - CONSUMED
+
+
+def go_received(path: Path) -> dict[str, int]:
+    """Bodies the Go consumer printed as received, with how many times each."""
+    counts: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") == "received":
+                counts[event["body"]] = counts.get(event["body"], 0) + 1
+    return counts
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_reset_offset_moves_a_running_go_push_consumer(cluster: LocalCluster, tmp_path: Path) -> None:
+    """resetOffsetByTime while Apache's Go push consumer (remoting, offsets kept in the client) runs: its next pull
+    of each queue answers OFFSET_RESET, and it consumes the 10 messages again, each exactly once more."""
+    from go_clients import rmqgo
+
+    topic, group = "ResetGoTopic", "ResetGoGroup"
+    admin(cluster, "updateTopic", "-c", CLUSTER, "-t", topic, "-r", "2", "-w", "2")
+    t0 = int(time.time() * 1000)
+    wait_until(lambda: time.time() * 1000 > t0 + 5, timeout=2, what="the clock to pass t0")
+    bodies = {f"reset-{i}" for i in range(10)}
+    with producer(cluster.brokers["broker-a"].endpoint, topic) as p:
+        for b in sorted(bodies):
+            p.send(message(topic, b.encode()))
+    out = tmp_path / "rmqgo.out"
+    with out.open("w") as sink:
+        go = subprocess.Popen([rmqgo(), "consume", "-ns", cluster.namesrv_addr, "-topic", topic, "-group", group,
+                               "-n", "1000", "-timeout", "170"], stdout=sink, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+        try:
+            wait_until(lambda: set(go_received(out)) == bodies, timeout=60, interval=0.5, what="10 received")
+            wait_until(lambda: lag(cluster, group, topic) == 0, timeout=30, interval=0.5,
+                       what="the Go consumer committed its offsets")
+            assert go_received(out) == dict.fromkeys(bodies, 1)
+            admin(cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(t0))
+            # Go client v2: OFFSET_MOVED, 10 s pause, offset stored, queue re-added at the next rebalance (20 s)
+            wait_until(lambda: all(n >= 2 for n in go_received(out).values()), timeout=90, interval=1,
+                       what="every message consumed again")
+            wait_until(lambda: lag(cluster, group, topic) == 0, timeout=30, interval=0.5, what="caught up again")
+        finally:
+            go.kill()
+            go.wait(10)
+    assert go_received(out) == dict.fromkeys(bodies, 2)

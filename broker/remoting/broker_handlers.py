@@ -486,6 +486,9 @@ class RemotingBroker:
             raise HeaderError(exc.message if exc.kind in ("disabled", "type") else
                               f"parse the consumer's subscription failed: {exc.message}",
                               RC.SYSTEM_ERROR if exc.kind == "disabled" else RC.SUBSCRIPTION_PARSE_FAILED) from None
+        reset = self.b.pop.client_resets.pop((group, cfg.name, queue_id), None)
+        if reset is not None:  # an admin reset since this queue's last pull: the client's offsets are stale
+            return self._offset_reset(cmd, group, cfg.name, queue_id, offset, reset)
         if sys_flag & PULL_COMMIT_OFFSET and commit_offset >= 0:
             self._commit(group, topic, queue_id, commit_offset)
         resp = self._pull_once(cmd, group, cfg.name, queue_id, offset, max_nums, sub_filter)
@@ -500,6 +503,18 @@ class RemotingBroker:
                     conn.holding.discard(me)
             resp = self._pull_once(cmd, group, cfg.name, queue_id, offset, max_nums, sub_filter)
         return resp
+
+    def _offset_reset(self, cmd: RemotingCommand, group: str, topic: str, queue_id: int, offset: int, reset: int
+                      ) -> RemotingCommand:
+        """Apache's OFFSET_RESET answer: PULL_OFFSET_MOVED with nextBeginOffset at the reset point. The client (Java
+        DefaultMQPushConsumer, Go client v2) stores and commits that offset, drops the queue and pulls from there
+        after its next rebalance. The pull's own commitOffset is not applied: it predates the reset."""
+        store = self.b.store
+        log.info("pull of group %s on %s queue %d at %d answered OFFSET_RESET to %d (admin reset)", group, topic,
+                 queue_id, offset, reset)
+        return cmd.response(RC.PULL_OFFSET_MOVED, "OFFSET_RESET", {
+            "suggestWhichBrokerId": "0", "nextBeginOffset": str(reset),
+            "minOffset": str(store.min_offset(topic, queue_id)), "maxOffset": str(store.max_offset(topic, queue_id))})
 
     def _pull_once(self, cmd: RemotingCommand, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
                    tags: MessageFilter) -> RemotingCommand:
