@@ -136,7 +136,8 @@ def reset_offset_by_time(namesrv: str | None, group: str, topic: str, stamp: str
 @click.option("-s", "--srcGroup", "src", required=True, help="source consumer group")
 @click.option("-d", "--destGroup", "dest", required=True, help="destination consumer group")
 @click.option("-t", "--topic", required=True)
-@click.option("-o", "--offline", default="true", help="accepted for mqadmin compatibility (no effect here)")
+@click.option("-o", "--offline", default="true",
+              help="offline flag: accepted and ignored, as Apache 5.3.3's mqadmin defines it and never reads it")
 def clone_group_offset(namesrv: str | None, src: str, dest: str, topic: str, offline: str) -> None:
     """Give a group the committed offsets another group has on a topic."""
     async def go(c: AdminClient) -> int:
