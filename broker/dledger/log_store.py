@@ -1,8 +1,12 @@
 """The Raft log of DLedger mode *is* the commit log.
 
-A normal Raft entry is exactly one commit-log record, encoded by the leader with the
-physical offset it will have on every member (the leader plans offsets ahead of the
-Raft log end, see ``MessageStore.prepare``); a no-op entry has no bytes.  Next to the
+A normal Raft entry is one or more consecutive commit-log records of one segment (a
+leader proposes each ``put_messages`` group as one entry, broker/dledger/node.py), encoded
+by the leader with the physical offsets they will have on every member (the leader plans
+offsets ahead of the Raft log end, see ``MessageStore.prepare``); a no-op entry has no
+bytes.  An entry is written with one ``pwrite`` and lost or kept whole by recovery (an
+entry whose bytes the commit log does not hold in full is dropped with every later one),
+so a group is committed, and survives a crash, all or nothing.  Next to the
 commit log a small index file keeps, per entry, its term, commit-log offset, size and
 kind (24 bytes, like DLedger's index file), so the Raft core's ``term(i)`` and
 ``entries(lo, hi)`` are one array lookup and one positional read.  Truncating a

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from rocketscope.broker.ha import events as ev
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import EventKind, HardState, NotLeader, ProposalDropped, RaftConfig, RaftNode, Ready, Role
-from rocketscope.broker.store.message_store import PutResult, PutStatus
+from rocketscope.broker.store.message_store import MessageStore, PutResult, PutStatus
 from rocketscope.broker.store.record import RecordError, StoredMessage
 from rocketscope.config import ConfigError
 
@@ -43,6 +43,49 @@ def parse_peers(text: str) -> dict[str, str]:
             raise ConfigError(f"config key dLegerPeers has bad item {item!r}: expected id-host:port")
         peers[pid] = addr
     return peers
+
+
+@dataclass
+class EntryPlan:
+    """One proposal's Raft entries: what ``plan_entries`` made of a group of messages."""
+
+    results: list[PutResult]  # one per message, in order (MESSAGE_ILLEGAL ones take no entry)
+    datas: list[bytes]  # the entries' bytes: consecutive records, one segment each
+    accepted: list[StoredMessage]  # the messages in the entries, in log order
+    entry_of: list[int]  # per accepted message, its entry's position in ``datas``
+    cursor: int  # the log end once the entries are written
+
+
+def plan_entries(store: MessageStore, messages: list[StoredMessage], cursor: int, max_bytes: int) -> EntryPlan:
+    """Encode ``messages`` at the log end ``cursor`` into as few Raft entries as the log allows.
+
+    An entry is one or more consecutive records of one commit-log segment: a new entry starts
+    where a record rolls to the next segment (``MessageStore.prepare`` moved it past the
+    segment's end) or where the entry would pass ``max_bytes`` (one record larger than that
+    is an entry of its own).  A record is never split.
+    """
+    plan = EntryPlan([], [], [], [], cursor)
+    chunk: list[bytes] = []
+    size = 0
+    for m in messages:
+        try:
+            data = store.prepare(m, cursor)
+        except RecordError as exc:
+            plan.results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, reason=str(exc)))
+            continue
+        if chunk and (m.physical_offset != cursor or size + len(data) > max_bytes):
+            plan.datas.append(chunk[0] if len(chunk) == 1 else b"".join(chunk))
+            chunk, size = [], 0
+        chunk.append(data)
+        size += len(data)
+        plan.entry_of.append(len(plan.datas))
+        plan.accepted.append(m)
+        plan.results.append(PutResult(PutStatus.PUT_OK, m))
+        cursor = m.physical_offset + len(data)
+    if chunk:
+        plan.datas.append(chunk[0] if len(chunk) == 1 else b"".join(chunk))
+    plan.cursor = cursor
+    return plan
 
 
 @dataclass
@@ -182,6 +225,18 @@ class DLedgerNode:
 
     # -------------------------------------------------------------- proposals
     async def propose(self, messages: list[StoredMessage]) -> list[PutResult]:
+        """Replicate one group of messages (one ``put_messages`` call) as few Raft entries as possible.
+
+        The records of the group are concatenated into one entry (broker/dledger/log_store.py: an
+        entry is one or more consecutive commit-log records), cut only where a record rolls to a
+        new commit-log segment or the entry would pass ``max_append_bytes``; so a batch of 32
+        messages is one entry, one index slot, one ``pwrite`` per member and one waiter (one per
+        entry: a message succeeds only if the committed entry holding it still carries the term
+        it was proposed in, so an entry is answered all or nothing).  The records enter the
+        store's pending dispatch here (``MessageStore.add_pending``), so the leader never decodes
+        its own records back from the commit log; they become visible once committed, like every
+        other record.
+        """
         node, store = self.node, self.broker.store
         assert node is not None
         if not self.is_leader:
@@ -189,16 +244,8 @@ class DLedgerNode:
                               f"{self.group} (leader: {self.leader_id or 'none yet'})") for _ in messages]
         saved = dict(store.queue_next)
         cursor = self._cursor if self._cursor is not None else store.commit_log.max_offset
-        datas, results = [], []
-        for m in messages:
-            try:
-                data = store.prepare(m, cursor)
-            except RecordError as exc:
-                results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, reason=str(exc)))
-                continue
-            datas.append(data)
-            results.append(PutResult(PutStatus.PUT_OK, m))
-            cursor = m.physical_offset + len(data)
+        plan = plan_entries(store, messages, cursor, self.config.max_append_bytes)
+        results, datas = plan.results, plan.datas
         if not datas:
             return results
         try:
@@ -208,7 +255,8 @@ class DLedgerNode:
             store.queue_next.update(saved)
             reason = "not the leader" if isinstance(exc, NotLeader) else str(exc)
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=reason) if r.message else r for r in results]
-        self._cursor = cursor
+        self._cursor = plan.cursor
+        store.add_pending(plan.accepted)
         term = node.term
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
@@ -221,12 +269,12 @@ class DLedgerNode:
         self._kick.set()
         timeout = self.broker.settings.maxWaitAckTimeMs / 1000
         await asyncio.wait(futures, timeout=timeout)
-        oks = iter([f.done() and not f.cancelled() and f.result() for f in futures])
+        committed = [f.done() and not f.cancelled() and f.result() for f in futures]
+        if all(committed):
+            return results
+        positions = iter(plan.entry_of)
         for r in results:
-            if r.message is None:
-                continue
-            ok = next(oks)
-            if not ok:
+            if r.message is not None and not committed[next(positions)]:
                 r.status = PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
                 r.reason = "not committed at a majority within maxWaitAckTimeMs (the leader may have changed)"
         return results
@@ -262,6 +310,8 @@ class DLedgerNode:
                                            to_offset=truncated[1])
         if rd.hard_state is not None:
             lg.save_hard_state(rd.hard_state, rd.must_sync)
+            if rd.hard_state.term != self.term:  # only a new term's leader can replace this node's proposals
+                self.broker.store.drop_pending()
             self.term = rd.hard_state.term
         if rd.must_sync:
             await asyncio.to_thread(lg.sync)
@@ -299,6 +349,7 @@ class DLedgerNode:
             self.broker.on_dledger_role_change()
         elif was_leader and role != Role.LEADER:
             self._cursor = None
+            self.broker.store.drop_pending()
             self._fail_waiters("leadership lost")
             log.info("dledger %s/%s: no longer leader (now %s, leader %s)", self.group, self.self_id, role, leader)
             self.broker.on_dledger_role_change()

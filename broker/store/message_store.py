@@ -294,6 +294,23 @@ class MessageStore:
             self.on_data(msg.physical_offset + len(data))
         return data
 
+    def add_pending(self, messages: list[StoredMessage]) -> None:
+        """Queue records a replicated writer encoded with ``prepare`` for dispatch once confirmed.
+
+        A DLedger leader's proposal (broker/dledger/node.py): its records reach the commit log
+        through the Raft log, and dispatching these objects spares decoding them back from it.
+        They are dispatched only below the confirm offset.
+        """
+        self._pending.extend(messages)
+
+    def drop_pending(self) -> None:
+        """Forget records queued by ``add_pending`` (a deposed leader's: others may replace them).
+
+        Always safe: ``dispatched`` never passes a pending record, so whatever of them the log
+        still holds is read back from it when confirmed, like a replica's records.
+        """
+        self._pending.clear()
+
     def rebuild_queue_offsets(self) -> None:
         """Queue offsets past the dispatched part, from the log itself (a new Raft leader's uncommitted tail)."""
         for key, cq in self.cqs.items():
