@@ -100,6 +100,8 @@ class BrokerMetrics:
         self.rollbacks = telemetry.counter("rocketmq_rollback_messages_total")
         self.finish_latency = telemetry.histogram("rocketmq_finish_message_latency")
         self.delay_latency = telemetry.histogram("rocketmq_delay_message_latency")
+        self.timer_enqueue = telemetry.counter("rocketmq_timer_enqueue_total")  # added to by broker/timer.py
+        self.timer_dequeue = telemetry.counter("rocketmq_timer_dequeue_total")
         self.rpc_latency = telemetry.histogram("rocketmq_rpc_latency")
         self.append_latency = telemetry.histogram("dledger_append_entry_latency")
         self.elections = telemetry.counter("dledger_election_total")
@@ -301,6 +303,8 @@ class BrokerMetrics:
         "rocketmq_consumer_ready_messages", "rocketmq_storage_size", "rocketmq_storage_flush_behind_bytes",
         "rocketmq_storage_dispatch_behind_bytes", "rocketmq_storage_message_reserve_time",
         "rocketmq_storage_disk_usage_ratio", "rocketmq_timing_messages", "rocketmq_half_messages",
+        "rocketmq_timer_enqueue_lag", "rocketmq_timer_enqueue_latency", "rocketmq_timer_dequeue_lag",
+        "rocketmq_timer_dequeue_latency", "rocketmq_timer_message_snapshot",
         "rocketmq_topic_max_offset", "rocketmq_consumer_committed_offset", "rocketmq_consumer_queue_lag_messages",
         "rocketmq_consumer_queue_lag_latency", "rocketmq_ha_role", "rocketmq_ha_replica_ack_offset",
         "rocketmq_ha_replication_lag_bytes", "rocketmq_ha_sync_state_set_size", "rocketmq_ha_master_epoch",
@@ -369,6 +373,7 @@ class BrokerMetrics:
         self._ha(snap)
         timing = b.timer.pending_by_topic()  # kept by the timer index per topic (broker/timer_store.py)
         snap["rocketmq_timing_messages"] = [(n, {"topic": t}) for t, n in timing.items()]
+        snap.update(b.timer.gauges())  # the timer wheel's lags and distribution (broker/timer.py)
         halves: dict[str, int] = {}
         for half in b.transactions.pending.values():
             halves[half.topic] = halves.get(half.topic, 0) + 1

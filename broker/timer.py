@@ -68,6 +68,10 @@ RECALL_HANDLE = "__RECALL_HANDLE"
 TIMER_PROPS = (REAL_TOPIC, REAL_QID, DELIVER_MS, ROLL_OF, ROLL_TIMES)
 HEAP_BUDGET = 20_000  # units of the current slot held in memory at once (the rest stay on disk)
 CHECK_MARGIN_MS = 2_000  # messages due this long after a takeover are still checked against the log
+TIMER_BOUNDS_S = (5, 60, 300, 900, 3600, 14400, 28800, 86400)  # Apache's TimerMetrics distribution (timer_bound_s)
+DIST_REFRESH_S = 5.0  # the distribution scans a day of wheel slots: at most this often
+DUE_SCAN_SLOTS = 86_400  # dequeue lag: wheel slots below now counted at most (a writer far behind is far behind)
+STORE_LABELS = {"storage_type": "local", "storage_medium": "disk"}
 
 
 class RecallError(Exception):
@@ -145,6 +149,8 @@ class TimerService:
         self.rolled_total = 0
         self.deduplicated_total = 0
         self.last_takeover_s = 0.0
+        self._dist: list[tuple[float, dict[str, str]]] = []
+        self._dist_at = 0.0
 
     # ------------------------------------------------------------------ start
     def _open(self) -> None:
@@ -215,6 +221,47 @@ class TimerService:
     def pending_by_topic(self) -> dict[str, int]:
         return dict(self.index.cp.topic_counts) if self.index is not None else {}
 
+    def gauges(self) -> dict[str, list[tuple[float, dict[str, str]]]]:
+        """RocketMQ 5's timer gauges from the wheel's real state (broker/metrics.py samples them):
+        enqueue lag and latency (timer-topic records not yet indexed, and the oldest one's age), dequeue lag
+        and latency (messages due and not delivered, and how late the oldest is; the writer only, 0 elsewhere)
+        and the distribution of wheel units over Apache's bounds from now."""
+        idx = self.index
+        if idx is None:
+            return {}
+        now = int(time.time() * 1000)
+        lo = max(self.enqueue_offset, self.store.min_offset(TIMER_TOPIC, 0))
+        enq_lag = max(0, self.store.max_offset(TIMER_TOPIC, 0) - lo)
+        enq_ms = max(0, now - (self.store.store_time(TIMER_TOPIC, 0, lo) or now)) if enq_lag else 0
+        deq_lag, oldest = 0, now
+        if self.broker.is_master and not self._takeover:
+            for d in self.near:  # loaded units (at most HEAP_BUDGET)
+                if d.due_ms <= now:
+                    deq_lag += 1
+                    oldest = min(oldest, d.due_ms)
+            if self.read_ms <= now:  # slots not loaded yet although their time came
+                counts = idx.wheel.counts(self.read_ms, min((now - self.read_ms) // self.precision + 1,
+                                                            DUE_SCAN_SLOTS))
+                if self._cursor is not None and counts:  # the slot being loaded: only what is still on disk
+                    counts[0] = self._cursor[2]
+                for k, c in enumerate(counts):
+                    if c:
+                        deq_lag += c
+                        oldest = min(oldest, self.read_ms + k * self.precision)
+        if time.monotonic() - self._dist_at >= DIST_REFRESH_S or not self._dist:
+            self._dist_at = time.monotonic()
+            per_slot = idx.wheel.counts(now, TIMER_BOUNDS_S[-1] * 1000 // self.precision)
+            self._dist, prev = [], 0
+            for bound in TIMER_BOUNDS_S:
+                end = bound * 1000 // self.precision
+                self._dist.append((sum(per_slot[prev:end]), {"timer_bound_s": str(bound), **STORE_LABELS}))
+                prev = end
+        return {"rocketmq_timer_enqueue_lag": [(enq_lag, STORE_LABELS)],
+                "rocketmq_timer_enqueue_latency": [(enq_ms, STORE_LABELS)],
+                "rocketmq_timer_dequeue_lag": [(deq_lag, STORE_LABELS)],
+                "rocketmq_timer_dequeue_latency": [(now - oldest, STORE_LABELS)],
+                "rocketmq_timer_message_snapshot": list(self._dist)}
+
     # ----------------------------------------------------------------- accept
     def wrap(self, msg: StoredMessage, deliver_ms: int) -> None:
         """Turn a message into its timer-topic form (in place) before it is stored."""
@@ -243,16 +290,24 @@ class TimerService:
         end = self.store.max_offset(TIMER_TOPIC, 0)
         pos = max(self.enqueue_offset, self.store.min_offset(TIMER_TOPIC, 0))
         writing = self.broker.is_master and not self._takeover
+        per_topic: dict[str, int] = {}
         while pos < end and budget > 0:
             got = self.store.get(TIMER_TOPIC, 0, pos, min(256, budget))
             for msg in got.messages:
-                self._enqueue_one(msg, writing)
+                topic = self._enqueue_one(msg, writing)
+                if topic is not None:
+                    per_topic[topic] = per_topic.get(topic, 0) + 1
             budget -= max(len(got.messages), 1)
             pos = got.next_offset if got.next_offset > pos else pos + 1
         self.enqueue_offset = pos
+        counter = self.broker.metrics.timer_enqueue
+        for topic, n in per_topic.items():  # rocketmq_timer_enqueue_total: one add per topic and pass
+            counter.add(n, {"topic": topic, **STORE_LABELS})
         return pos >= end
 
-    def _enqueue_one(self, msg: StoredMessage, writing: bool) -> None:
+    def _enqueue_one(self, msg: StoredMessage, writing: bool) -> str | None:
+        """Index one timer-topic record; the real topic of a delay message seen for the first time (not a rolled
+        copy, a recall or a progress record), which rocketmq_timer_enqueue_total counts."""
         idx = self.index
         assert idx is not None
         p = msg.properties
@@ -269,7 +324,7 @@ class TimerService:
                     del self._below[q]
                 for q in [q for q, slot in self._below_recalls.items() if q < e and slot < t]:
                     del self._below_recalls[q]
-            return
+            return None
         if RECALL_OF in p:
             target, topic = int(p[RECALL_OF]), p.get(REAL_TOPIC, "")
             slot = int(p.get(SLOT_MS, "0") or 0)
@@ -280,7 +335,7 @@ class TimerService:
                 self.recalled[target] = slot
             elif slot < self.read_ms:
                 self._below_recalls[target] = slot
-            return
+            return None
         topic = p.get(REAL_TOPIC, "")
         deliver_ms = int(p.get(DELIVER_MS, "0") or 0)
         slot, kind = self._slot_of(deliver_ms, msg.store_timestamp)
@@ -297,6 +352,7 @@ class TimerService:
         elif not writing and slot < self.read_ms:  # kept for a takeover (few: late arrivals only)
             self._below[msg.queue_offset] = Due(slot if kind == KIND_ROLL else deliver_ms, msg.queue_offset,
                                                 msg.physical_offset, msg.size, kind, topic, deliver_ms, slot, True)
+        return None if ROLL_OF in p else topic
 
     def _follow_to(self, t: int) -> None:
         """A replica moves its read time to the writer's claim, counting the slots passed as delivered."""
@@ -536,6 +592,7 @@ class TimerService:
             return
         self.index.count_down(d.topic)
         self.delivered_total += 1
+        self.broker.metrics.timer_dequeue.add(1, {"topic": d.topic, **STORE_LABELS})
         self.broker.on_delay_delivered(out, now - d.deliver_ms)
 
     def _check_in_doubt(self) -> None:

@@ -178,6 +178,22 @@ CATALOGUE: tuple[Instrument, ...] = (
     Instrument("rocketmq_storage_disk_usage_ratio", G, "1", "Used fraction (0..1) of the store's file system.",
                _STORE, origin="rocketscope"),
     Instrument("rocketmq_timing_messages", G, "", "Delay messages waiting to be delivered.", ("topic",)),
+    # timer wheel (4.7, broker/timer.py): the enqueue indexes the timer topic, the dequeue delivers what is due
+    Instrument("rocketmq_timer_enqueue_lag", G, "", "Timer-topic records not yet indexed into the timer wheel.",
+               _STORE),
+    Instrument("rocketmq_timer_enqueue_latency", G, "ms", "Age of the oldest timer-topic record not yet indexed.",
+               _STORE),
+    Instrument("rocketmq_timer_dequeue_lag", G, "", "Delay messages due but not yet delivered (writer only).",
+               _STORE),
+    Instrument("rocketmq_timer_dequeue_latency", G, "ms",
+               "How late the oldest due, undelivered delay message is (writer only).", _STORE),
+    Instrument("rocketmq_timer_enqueue_total", C, "1", "Delay messages indexed into the timer wheel.",
+               ("topic", *_STORE)),
+    Instrument("rocketmq_timer_dequeue_total", C, "1", "Delay messages delivered to their real topic.",
+               ("topic", *_STORE)),
+    Instrument("rocketmq_timer_message_snapshot", G, "",
+               "Timer-wheel units due within each bound from now (timer_bound_s 5 .. 86400, each bucket after the "
+               "previous bound), refreshed at most every 5 s.", ("timer_bound_s", *_STORE)),
     Instrument("rocketmq_delay_message_latency", H, "s", "Delivery time minus born time of delay messages.",
                ("topic",), DELAY_LATENCY_BUCKETS),
     # --- client metrics (6.1): pushed by the official clients, accepted and re-exported by the broker
