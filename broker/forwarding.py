@@ -23,6 +23,13 @@ the new writer within its own deadline* instead of failing:
   ``WRITER_CHANGED``, or a local writer that lost its role while serving) is retried
   at the new writer, ``RETRY_PAUSE_S`` apart, until the deadline.
 
+A channel closed under a request (broker/broker.py ``stop`` closes the forwarder's channels
+while its gRPC servers still serve requests in their grace period; a retired channel is
+closed ``RETIRE_AFTER_S`` after replacement) is never used again: the call is started on a
+fresh channel instead (grpc's ``UsageError: Channel is closed`` reached a client in chaos
+seed 7, docs/CHAOS.md).  The name server is asked through the forwarder's own channels for
+the same reason: the name-server client's channels close with it.
+
 Retrying a send can store it twice if the first attempt was committed after all
 (at-least-once, as the client's own retry).
 """
@@ -34,13 +41,13 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
-from rocketscope.broker.protocol import common_pb2
+from rocketscope.broker.protocol import common_pb2, namesrv_pb2_grpc
 
 from .request_metadata import request_metadata
 from .slave_read import SLAVE_READ_HEADER
@@ -49,6 +56,7 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 FORWARDED_HEADER = "x-rocketscope-forwarded"
 LOCAL_METHODS = frozenset({"QueryRoute", "QueryAssignment"})
 ROUTE_METHODS = frozenset({"QueryRoute"})  # asked of the writer first, answered here when it does not answer
@@ -83,6 +91,20 @@ class NoLeader(Exception):
 
 class WriterMoved(Exception):
     """The writer this call went to is no longer the writer in this node's view."""
+
+
+class ChannelClosed(WriterMoved):
+    """The channel under a forwarded call was closed (the call ends as cancelled): retry on a fresh one."""
+
+
+def _closed_under_us(call: Any) -> bool:
+    """Whether ``call`` ended cancelled while the task waiting on it was not itself being cancelled.
+
+    A call whose channel is closed ends with asyncio.CancelledError, not an AioRpcError; letting
+    that propagate cancels the server handler and the client waits out its whole deadline.
+    """
+    task = asyncio.current_task()
+    return bool(call.cancelled()) and (task is None or task.cancelling() == 0)
 
 
 def writer_changed(resp: Any) -> bool:
@@ -242,9 +264,10 @@ class LeaderForwarder:
         self._ns_checked = now
         self._ns_leader = None
         b = self.broker
-        for stub in b.namesrv.stubs.values():
+        for ns in b.namesrv.addresses:
             try:
-                info = await stub.GetClusterInfo(common_pb2.Empty(), timeout=1)
+                info = await self.start(ns, lambda ch: namesrv_pb2_grpc.NameServerStub(ch).GetClusterInfo(
+                    common_pb2.Empty(), timeout=1))
             except grpc.aio.AioRpcError:
                 continue
             for live in info.brokers:
@@ -266,6 +289,21 @@ class LeaderForwarder:
             self._channels[addr] = ch
         return ch
 
+    def start(self, addr: str, begin: Callable[[grpc.aio.Channel], T]) -> T:
+        """``begin(channel)`` on the channel to ``addr``; on a fresh channel when that one was closed under us.
+
+        Starting a call on a closed channel raises grpc's UsageError at once (no I/O happened),
+        so starting it again on a new channel is always safe.
+        """
+        ch = self._channel(addr)
+        try:
+            return begin(ch)
+        except grpc.aio.UsageError:
+            if self._channels.get(addr) is ch:
+                del self._channels[addr]
+            log.info("channel to %s was closed under a forwarded request; dialling a fresh one", addr)
+            return begin(self._channel(addr))
+
     def _retire(self, ch: grpc.aio.Channel) -> None:
         async def later() -> None:
             await asyncio.sleep(RETIRE_AFTER_S)
@@ -277,15 +315,18 @@ class LeaderForwarder:
     async def call_unary(self, addr: str, path: str, request: Any, resp_type: type,
                          context: grpc.aio.ServicerContext, deadline: float) -> Any:
         """One forwarded unary call that waits for the channel, abandoned if the writer moves meanwhile."""
-        call = self._channel(addr).unary_unary(path, request_serializer=lambda m: m.SerializeToString(),
-                                               response_deserializer=resp_type.FromString)
-        task = asyncio.ensure_future(call(request, metadata=self.metadata(context), wait_for_ready=True,
-                                          timeout=max(0.001, deadline - time.monotonic())))
+        md = self.metadata(context)
+        call = self.start(addr, lambda ch: ch.unary_unary(
+            path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=resp_type.FromString)(
+            request, metadata=md, wait_for_ready=True, timeout=max(0.001, deadline - time.monotonic())))
+        task = asyncio.ensure_future(call)
         task.add_done_callback(_retrieve)  # an abandoned call's late failure is not an unhandled error
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=WATCH_S)
                 if done:
+                    if task.cancelled():
+                        raise ChannelClosed(addr)
                     return task.result()
                 if self.moved_from(addr):
                     raise WriterMoved(addr)
@@ -300,9 +341,11 @@ class LeaderForwarder:
         return md
 
     async def close(self) -> None:
+        """Close the channels; a request still being served afterwards (server grace period) dials a new one."""
         for task in list(self._retiring):
             task.cancel()
-        for ch in self._channels.values():
+        channels, self._channels = self._channels, {}
+        for ch in channels.values():
             await ch.close()
 
 
@@ -388,10 +431,11 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
                     async for item in handler(request, context):
                         yield item
                     return
-                stub = fwd._channel(addr).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
-                                                       response_deserializer=resp_type.FromString)
-                call = stub(request, metadata=fwd.metadata(context), wait_for_ready=True,
-                            timeout=max(0.001, deadline - time.monotonic()))
+                md = fwd.metadata(context)
+                call = fwd.start(addr, lambda ch, md=md: ch.unary_stream(  # type: ignore[misc]
+                    path, request_serializer=lambda m: m.SerializeToString(),
+                    response_deserializer=resp_type.FromString)(
+                    request, metadata=md, wait_for_ready=True, timeout=max(0.001, deadline - time.monotonic())))
                 sent = False
                 retry = False
                 try:
@@ -406,6 +450,14 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
                         continue
                     if not sent:
                         yield error(NoLeader(f"forwarding {method_name} to {addr} failed: {exc.code().name}"))
+                    return
+                except asyncio.CancelledError:
+                    if not _closed_under_us(call):
+                        raise
+                    if not sent and await fwd.pause(deadline):
+                        continue  # the channel was closed under the call: a fresh one takes it
+                    if not sent:
+                        yield error(NoLeader(f"forwarding {method_name} to {addr} failed: channel closed"))
                     return
                 finally:
                     call.cancel()  # no-op when it finished
@@ -508,10 +560,11 @@ class StreamRelay:
             async for item in self.handler(self._drain(up, False, self.request_type), self.context):
                 await self.out.put(item)
             return
-        call = self.fwd._channel(target).stream_stream(self.path, request_serializer=lambda m: m.SerializeToString(),
-                                                       response_deserializer=self.resp_type.FromString)
-        stream = call(self._drain(up, True, self.request_type), metadata=self.fwd.metadata(self.context),
-                      wait_for_ready=True)
+        md = self.fwd.metadata(self.context)
+        stream = self.fwd.start(target, lambda ch: ch.stream_stream(
+            self.path, request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=self.resp_type.FromString)(
+            self._drain(up, True, self.request_type), metadata=md, wait_for_ready=True))
         try:
             async for item in stream:
                 await self.out.put(item)
