@@ -21,6 +21,19 @@ Invariants (``violations``; a run passes only when they are all empty):
 * ``early``: a delayed message delivered before its delivery time;
 * ``logs``: the replicas' commit logs differ below the committed point (checked by the harness).
 
+With ``store`` (tests/chaos/store_probe.py: what the topics' queues hold at the end and each
+group's committed offset), a message a group is missing is classified instead of being called
+lost outright (``classify``):
+
+* not in any of the topic's queues: ``lost`` (safety);
+* stored below the group's committed offset (the group acknowledged past it without receiving
+  it): ``skipped`` (safety: lost for that group);
+* stored at or above the committed offset: a *backlog* when the group still received new keys
+  in the last ``STALL_S`` of the drain (a liveness figure, reported under ``liveness`` with the
+  drain's consumption rate and the time the backlog needs at that rate, not a violation), else
+  ``stalled`` (the group stopped consuming stored messages: a liveness failure).
+  FIFO tails are classified the same way (``fifo_stalled`` is the verdict without ``store``).
+
 Figures (``faults`` and ``totals``): for each fault, from its start to the next fault's start
 (or the end of the load), the longest window with no successful send, client-visible send
 failures (a send that raised after the client's own retries), redeliveries (deliveries beyond
@@ -37,6 +50,8 @@ from typing import Any
 from chaos.harness import GROUPS
 
 PUSH_GROUP = GROUPS[2]
+STALL_S = 20.0  # a group with no new key for this long at the end of the drain has stopped (tests/chaos/workload.py)
+RATE_S = 30.0  # the drain's consumption rate is measured over its last this-many seconds
 
 
 def _max_gap(oks: list[float], start: float, end: float) -> float:
@@ -76,9 +91,68 @@ def must_keys(events: list[dict[str, Any]]) -> tuple[set[str], set[str], dict[st
     return must, forbidden, invoked
 
 
+def drain_window(events: list[dict[str, Any]], load_end: float) -> tuple[float, float]:
+    """(start, end) of the drain: the runner's ``load-end`` and ``drained`` events, else load_end .. last event."""
+    start = next((e["t"] for e in events if e["f"] == "load-end"), load_end)
+    end = next((e["t"] for e in events if e["f"] == "drained"), max((e["t"] for e in events), default=start))
+    return start, max(start, end)
+
+
+def classify(missing: set[str], group: str, first_seen: dict[str, float], store: dict[str, Any],
+             drain: tuple[float, float]) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    """Sort one group's missing keys into lost / skipped / stalled / backlog (see the module's docstring).
+
+    ``first_seen``: the time each must-key first reached the group.  Returns (violations by kind,
+    the group's liveness figures).
+    """
+    stored: dict[str, list[dict[str, Any]]] = store["stored"]
+    committed: dict[str, int] = store["committed"].get(group, {})
+    lost, skipped, pending = [], [], []
+    for key in sorted(missing):
+        copies = stored.get(key, [])
+        if not copies:
+            lost.append(key)
+        elif all(c["offset"] < committed.get(c["queue"], 0) for c in copies):
+            skipped.append(key)
+        else:
+            pending.append(key)
+    start, end = drain
+    last_new = max((t for t in first_seen.values() if t <= end), default=None)
+    idle = end - last_new if last_new is not None else end - start
+    recent = sum(1 for t in first_seen.values() if end - RATE_S <= t <= end)
+    window = min(RATE_S, end - start) or RATE_S
+    rate = recent / window
+    out: dict[str, list[str]] = {}
+    if lost:
+        out["lost"] = lost
+    if skipped:
+        out["skipped"] = skipped
+    figures: dict[str, Any] = {}
+    if pending:
+        progressing = idle <= STALL_S
+        if not progressing:
+            out["stalled"] = pending
+        kinds: dict[str, int] = defaultdict(int)
+        for k in pending:
+            kinds[k.split("-", 1)[0]] += 1
+        figures = {"stored_unconsumed": len(pending), "by_kind": dict(kinds), "progressing": progressing,
+                   "rate_per_s": round(rate, 2), "seconds_since_new_key": round(idle, 1),
+                   "eta_s": round(len(pending) / rate, 1) if rate > 0 else None,
+                   "drain_s": round(end - start, 1)}
+    return out, figures
+
+
 def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end: float,
-          logs: tuple[bool, str] | None = None, groups: tuple[str, ...] = GROUPS) -> dict[str, Any]:
-    """The verdict over ``events`` (History.events); ``windows`` are the nemesis' runs (Nemesis.run)."""
+          logs: tuple[bool, str] | None = None, groups: tuple[str, ...] = GROUPS,
+          store: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The verdict over ``events`` (History.events); ``windows`` are the nemesis' runs (Nemesis.run).
+
+    ``store`` (tests/chaos/store_probe.py ``probe``) separates a backlog from a stall from a loss;
+    without it (or when it holds ``error``) every missing key is ``lost`` as before.
+    """
+    classified = store is not None and "error" not in store
+    drain = drain_window(events, load_end)
+    liveness: dict[str, Any] = {}
     must, forbidden, invoked = must_keys(events)
     checked = {e["key"] for e in events if e["f"] == "checkback"}
     deliveries: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -88,8 +162,9 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
             deliveries[e["group"]].append(e)
         elif e["f"] == "ack" and e["type"] == "ok":
             acks[(e["group"], e["key"])].append(e["t"])
-    violations: dict[str, Any] = {name: {} for name in ("lost", "fifo_stalled", "tx_unchecked", "phantom",
-                                                         "tx_duplicates", "fifo", "early")}
+    violations: dict[str, Any] = {name: {} for name in ("lost", "skipped", "stalled", "fifo_stalled",
+                                                         "tx_unchecked", "phantom", "tx_duplicates", "fifo",
+                                                         "early")}
     redelivered: list[tuple[float, str]] = []
     duplicated: list[tuple[float, str]] = []
     for g in groups:
@@ -101,10 +176,22 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
                      and k not in checked}
         if unchecked:
             violations["tx_unchecked"][g] = sorted(unchecked)
-        if lost := sorted(missing - stalled - unchecked):
-            violations["lost"][g] = lost
-        if stalled:
-            violations["fifo_stalled"][g] = sorted(stalled)
+        if classified:
+            assert store is not None
+            first_seen: dict[str, float] = {}
+            for d in ds:
+                if d["key"] in must:
+                    first_seen.setdefault(d["key"], d["t"])
+            kinds, figures = classify(missing - unchecked, g, first_seen, store, drain)
+            for name, keys in kinds.items():
+                violations[name][g] = keys
+            if figures:
+                liveness[g] = figures
+        else:
+            if lost := sorted(missing - stalled - unchecked):
+                violations["lost"][g] = lost
+            if stalled:
+                violations["fifo_stalled"][g] = sorted(stalled)
         if phantom := sorted(k for k in got if k not in invoked or k in forbidden):
             violations["phantom"][g] = phantom
         count: dict[str, int] = defaultdict(int)
@@ -165,9 +252,23 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
                                        if d["key"] in invoked and invoked[d["key"]]["kind"] == "delay"),
                                       default=0.0), 2),
         "deliberately_unacked": sum(1 for e in events if e["f"] == "noack"),
+        # ground truth of the classification: how many must-keys the store reading found (all, when it works)
+        "must_found_in_store": sum(1 for k in must if k in store["stored"]) if classified and store else None,
         "baseline_max_no_send_s": round(_max_gap(send_ok, min(send_ok, default=0.0), first), 3) if send_ok else None,
     }
-    return {"valid": not violations, "violations": violations, "faults": faults, "totals": totals}
+    valid = not violations
+    if not valid:
+        reason = summarize(violations)
+    else:
+        backlog = {g: f["stored_unconsumed"] for g, f in liveness.items()}
+        reason = ("nothing lost" + (" (each missing message looked up in the store)" if classified else "")
+                  + ("; backlog still being consumed when the drain ended: " + ", ".join(
+                      f"{g} {n} at {liveness[g]['rate_per_s']}/s" for g, n in backlog.items()) if backlog else ""))
+    if store is not None and "error" in store:
+        reason += f" (store not read: {store['error']}; missing messages counted as lost)"
+    return {"valid": valid, "verdict": "VALID" if valid else "INVALID", "reason": reason,
+            "classified": classified, "liveness": liveness, "violations": violations, "faults": faults,
+            "totals": totals}
 
 
 def summarize(violations: dict[str, Any], limit: int = 5) -> str:

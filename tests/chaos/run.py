@@ -31,7 +31,10 @@ from chaos.harness import MODES, ChaosCluster  # noqa: E402
 from chaos.history import History  # noqa: E402
 from chaos.nemesis import Fault, Nemesis, schedule_from_seed, schedule_json, schedule_load  # noqa: E402
 from chaos.netproxy import link_loop  # noqa: E402
+from chaos.store_probe import probe  # noqa: E402
 from chaos.workload import Workload  # noqa: E402
+
+DRAIN_LIMIT_S = 420.0  # the drain's overall limit; it ends earlier when every group has everything or stops
 
 
 def say(text: str) -> None:
@@ -45,7 +48,7 @@ def replay_command(mode: str, seed: int, faults: list[Fault], defaults: bool) ->
 
 
 def run(mode: str, faults: list[Fault], seed: int, root: Path, *, defaults: bool = False,
-        duration: float | None = None, warmup_acks: int = 60, drain_timeout: float = 240.0) -> dict[str, Any]:
+        duration: float | None = None, warmup_acks: int = 60, drain_timeout: float = DRAIN_LIMIT_S) -> dict[str, Any]:
     """Run ``faults`` (then, with ``duration``, more drawn from ``seed`` until it has passed) and check.
 
     Returns the checker's verdict plus ``schedule``, ``seed``, ``mode`` and ``replay``; the
@@ -107,11 +110,13 @@ def _run_on(cc: ChaosCluster, mode: str, faults: list[Fault], seed: int, root: P
         h.add("info", "drained", "runner", complete=drained)
     finally:
         wl.stop()
+    say("reading the topics' queues and the groups' committed offsets (backlog, stall or loss)")
+    store = probe(cc.c.namesrv_addr, cc.c.admin_json)
     try:
         logs = cc.logs_equal()
     except AssertionError as exc:
         logs = (False, f"replicas never reached one log end: {exc}")
-    verdict = check(h.events, windows, load_end, logs)
+    verdict = check(h.events, windows, load_end, logs, store=store)
     result: dict[str, Any] = dict(verdict)
     result["schedule"] = json.loads(schedule_json(done))
     result["replay"] = replay_command(mode, seed, done, defaults)
@@ -124,7 +129,8 @@ def _run_on(cc: ChaosCluster, mode: str, faults: list[Fault], seed: int, root: P
 
 
 def report(result: dict[str, Any]) -> str:
-    lines = [f"mode {result['mode']} seed {result['seed']}: {'VALID' if result['valid'] else 'INVALID'}"]
+    lines = [f"mode {result['mode']} seed {result['seed']}: {'VALID' if result['valid'] else 'INVALID'}: "
+             f"{result.get('reason', '')}"]
     for f in result["faults"]:
         fault = Fault(**f["fault"])
         lines.append(f"  {f['n']:>3} {fault.describe():<48} node {f['node']} (writer {f['writer_before']}): "
@@ -135,7 +141,12 @@ def report(result: dict[str, Any]) -> str:
                  f"{t['must_deliver']} must reach each group, deliveries {t['deliveries']}, "
                  f"{t['redeliveries']} redeliveries ({t['deliberately_unacked']} acks skipped on purpose), "
                  f"{t['duplicates']} duplicates, {t['checkbacks']} check-backs, delayed messages up to "
-                 f"{t['delay_max_late_s']} s late")
+                 f"{t['delay_max_late_s']} s late; {t.get('must_found_in_store')} of them found in the store")
+    for g, f in result.get("liveness", {}).items():
+        lines.append(f"  backlog {g}: {f['stored_unconsumed']} stored, not yet consumed {f['by_kind']}; "
+                     f"{'still consuming' if f['progressing'] else 'STOPPED'} at {f['rate_per_s']}/s over the "
+                     f"drain's last seconds (last new key {f['seconds_since_new_key']} s before its end, "
+                     f"drain {f['drain_s']} s, {f['eta_s']} s more at that rate)")
     lines.append(f"  logs: {result['logs_check']}")
     if not result["valid"]:
         lines.append(f"  VIOLATIONS: {summarize(result['violations'])}")
@@ -153,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schedule", default=None, help="JSON list of faults to replay exactly")
     ap.add_argument("--defaults", action="store_true", help="controller mode: RocketMQ's default broker timing")
     ap.add_argument("--keep", default=None, help="directory for the stores, logs, history and verdict")
+    ap.add_argument("--drain-limit", type=float, default=DRAIN_LIMIT_S,
+                    help="overall limit of the drain after the load (s); it goes on while groups make progress")
     args = ap.parse_args(argv)
     if args.schedule:
         faults = schedule_load(args.schedule)
@@ -163,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"chaos-{args.mode}-"))
     drawn = f"drawn for {args.duration}s" if args.duration else "none"
     say(f"seed {args.seed}, schedule {schedule_json(faults) if faults else drawn}")
-    result = run(args.mode, faults, args.seed, root, defaults=args.defaults, duration=args.duration)
+    result = run(args.mode, faults, args.seed, root, defaults=args.defaults, duration=args.duration,
+                 drain_timeout=args.drain_limit)
     print(report(result), flush=True)
     say(f"history, verdict and stores in {root}")
     if result["valid"] and not args.keep:

@@ -119,3 +119,74 @@ def test_the_same_seed_gives_the_same_schedule_and_it_round_trips() -> None:
     assert schedule_load(schedule_json(a)) == a
     assert {f.kind for f in schedule_from_seed(1, "controller", 200)} == {
         "kill", "restart", "pause", "isolate", "oneway", "slow"}
+
+
+def _drain(h: H, load_end: float, drained: float) -> None:
+    h.events.append({"t": load_end, "type": "info", "f": "load-end", "proc": "runner"})
+    h.events.append({"t": drained, "type": "info", "f": "drained", "proc": "runner"})
+    h.events.sort(key=lambda e: e["t"])
+
+
+def _store(stored: dict[str, int], committed: dict[str, int]) -> dict[str, Any]:
+    """Every key in one queue "T|b|0" at the given offset; each group's committed offset in that queue."""
+    return {"stored": {k: [{"queue": "T|b|0", "offset": o}] for k, o in stored.items()},
+            "committed": {g: {"T|b|0": c} for g, c in committed.items()}}
+
+
+def test_missing_messages_are_lost_skipped_or_a_backlog_by_what_the_store_holds() -> None:
+    h = H()
+    for i in range(6):
+        h.send(f"n-{i}")  # offsets 0..5 in the one queue, except n-5: never stored
+    h.t = 100.0  # the drain: both groups still receive new keys until its end
+    for g in GROUPS:
+        for i, t in ((0, 100.0), (1, 130.0), (2, 195.0)):
+            h.events.append({"t": t, "type": "ok", "f": "deliver", "proc": g, "group": g, "key": f"n-{i}",
+                             "attempt": 1, "wall": 1e12})
+    _drain(h, 99.0, 200.0)
+    # A committed up to offset 4 (n-3 acknowledged without ever reaching A: skipped), B up to 3
+    store = _store({f"n-{i}": i for i in range(5)}, {"A": 4, "B": 3})
+    v = check(h.events, [], 99.0, groups=GROUPS, store=store)
+    assert v["violations"]["lost"] == {"A": ["n-5"], "B": ["n-5"]}  # acknowledged, in no queue
+    assert v["violations"]["skipped"] == {"A": ["n-3"]}  # stored below A's committed offset, never received
+    assert "stalled" not in v["violations"]
+    assert v["liveness"]["A"]["stored_unconsumed"] == 1  # n-4
+    assert v["liveness"]["B"]["stored_unconsumed"] == 2  # n-3, n-4
+    assert v["liveness"]["B"]["progressing"] and v["liveness"]["B"]["rate_per_s"] == round(1 / 30, 2)
+    assert v["verdict"] == "INVALID" and "lost" in v["reason"]
+    assert v["totals"]["must_found_in_store"] == 5
+
+
+def test_a_backlog_still_being_consumed_is_valid_and_a_stopped_one_is_a_stall() -> None:
+    def run(last_delivery: float) -> dict[str, Any]:
+        h = H()
+        for i in range(40):
+            h.send(f"n-{i}")
+        for g in GROUPS:
+            for i in range(30):  # 30 received, the last at ``last_delivery``
+                t = last_delivery - (29 - i) * 1.0
+                h.events.append({"t": t, "type": "ok", "f": "deliver", "proc": g, "group": g, "key": f"n-{i}",
+                                 "attempt": 1, "wall": 1e12})
+                h.events.append({"t": t, "type": "ok", "f": "ack", "proc": g, "group": g, "key": f"n-{i}"})
+        _drain(h, 50.0, 240.0)
+        return check(h.events, [], 50.0, groups=GROUPS,
+                     store=_store({f"n-{i}": i for i in range(40)}, {"A": 30, "B": 30}))
+
+    moving = run(last_delivery=239.0)
+    assert moving["valid"] and moving["verdict"] == "VALID", moving["violations"]
+    f = moving["liveness"]["A"]
+    assert f["stored_unconsumed"] == 10 and f["progressing"] and f["rate_per_s"] == 1.0 and f["eta_s"] == 10.0
+    assert "backlog" in moving["reason"]
+
+    stopped = run(last_delivery=200.0)  # nothing new for the drain's last 40 s (> STALL_S)
+    assert stopped["verdict"] == "INVALID"
+    assert stopped["violations"] == {"stalled": {g: [f"n-{i}" for i in sorted(range(30, 40), key=str)]
+                                                 for g in GROUPS}}
+    assert not stopped["liveness"]["A"]["progressing"]
+
+
+def test_without_a_store_reading_missing_messages_stay_lost_and_the_reason_says_why() -> None:
+    h = H()
+    h.send("n-0")
+    v = check(h.events, [], h.t + 1, groups=GROUPS, store={"error": "Unreachable: no broker answered"})
+    assert v["violations"]["lost"] == {"A": ["n-0"], "B": ["n-0"]}
+    assert not v["classified"] and "store not read" in v["reason"]
