@@ -177,6 +177,39 @@ def table_rows(out: Path, names: Any) -> dict[str, int]:
         con.close()
 
 
+APPROXIMATE = ("p50_ms", "p95_ms", "p99_ms")
+"""Columns the engines compute differently: Spark's percentile_approx, DuckDB's exact nearest rank."""
+
+
+def compare_tables(spark_out: Path, duck_out: Path, names: Any) -> dict[str, int]:
+    """Rows that differ between Spark's and DuckDB's tables (EXCEPT ALL both ways), per table.
+
+    Every column but the percentiles (:data:`APPROXIMATE`) must be equal, nested arrays
+    included.  Spark writes timestamps as INT96 (read as plain TIMESTAMP, UTC values) and DuckDB
+    as UTC-adjusted instants, so Spark's columns are cast to DuckDB's types, in UTC.
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    differ: dict[str, int] = {}
+    try:
+        for name in names:
+            duck = f"read_parquet('{duck_out / name}/**/*.parquet', hive_partitioning = true)"
+            spark = f"read_parquet('{spark_out / name}/**/*.parquet', hive_partitioning = true)"
+            cols = [(c[0], c[1]) for c in con.execute(f"DESCRIBE SELECT * FROM {duck}").fetchall()
+                    if c[0] not in APPROXIMATE]
+            d_cols = ", ".join(f'"{c}"' for c, _ in cols)
+            s_cols = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t in cols)
+            d_sel, s_sel = f"SELECT {d_cols} FROM {duck}", f"SELECT {s_cols} FROM {spark}"
+            row = con.execute(f"SELECT (SELECT count(*) FROM ({s_sel} EXCEPT ALL {d_sel})) + "
+                              f"(SELECT count(*) FROM ({d_sel} EXCEPT ALL {s_sel}))").fetchone()
+            differ[name] = int(row[0]) if row else -1
+    finally:
+        con.close()
+    return differ
+
+
 def jvm_size_as_duckdb(size: str) -> str:
     """A JVM memory size (``2g``, ``512m``: binary units) as DuckDB writes it (``2GiB``)."""
     units = {"k": "KiB", "m": "MiB", "g": "GiB", "t": "TiB"}
@@ -273,8 +306,11 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
         result["spark_pipeline_rows"] = table_rows(out, JOBS)
         result["pipeline_rows_agree"] = result["spark_pipeline_rows"] == result["duckdb_pipeline_rows"]
         result["pipeline_records_agree"] = result["records"] == result["duckdb_records"]
-        if not result["pipeline_rows_agree"]:
-            log(f"row counts differ: spark {result['spark_pipeline_rows']}, duckdb {result['duckdb_pipeline_rows']}")
+        result["pipeline_rows_differ"] = compare_tables(out, work / "duckdb-tables", JOBS)
+        result["pipeline_tables_agree"] = not any(result["pipeline_rows_differ"].values())
+        if not (result["pipeline_rows_agree"] and result["pipeline_tables_agree"]):
+            log(f"tables differ: rows spark {result['spark_pipeline_rows']}, duckdb {result['duckdb_pipeline_rows']}; "
+                f"differing rows (percentiles aside) {result['pipeline_rows_differ']}")
         if incremental:
             model.unpersist()
             old, new = split_files(data)
@@ -378,6 +414,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 "cpu": round(entry["all_jobs_cpu_s"] / entry["duckdb_pipeline_cpu_s"], 2)
                 if entry.get("all_jobs_cpu_s") and entry.get("duckdb_pipeline_cpu_s") else None,
                 "rows_agree": entry.get("pipeline_rows_agree"),
+                "tables_agree": entry.get("pipeline_tables_agree"),
             }
     out["spark_over_duckdb_pipeline_by_size"] = by_size
     if by_size:
@@ -408,7 +445,7 @@ def print_table(results: dict[str, Any]) -> None:
                                                     "e2e_latency")]
     rows += [("all jobs (s)", "all_jobs_s"), ("all jobs CPU (s)", "all_jobs_cpu_s"),
              ("duckdb pipeline (s)", "duckdb_pipeline_s"), ("duckdb pipeline CPU (s)", "duckdb_pipeline_cpu_s"),
-             ("pipeline rows agree", "pipeline_rows_agree"),
+             ("pipeline rows agree", "pipeline_rows_agree"), ("pipeline tables agree", "pipeline_tables_agree"),
              ("join: spark interval (s)", "join_spark_interval_s"),
              ("join: spark window (s)", "join_spark_window_s"), ("join: duckdb ASOF (s)", "join_duckdb_s"),
              ("join results agree", "join_results_agree"), ("driver JVM peak RSS (MB)", "driver_jvm_peak_rss_mb"),
