@@ -170,6 +170,7 @@ def test_quick_demo_every_part_comes_up_and_ctrl_c_stops_everything(tmp_path: Pa
     assert not processes_mentioning(str(work)), "a process of the demo is still running"
 
 
+@pytest.mark.long  # ~30-60 s; make test keeps the quick demo's Ctrl-C test, which checks the same process cleanup
 def test_sigterm_during_spark_stops_the_jvm_too(tmp_path: Path) -> None:
     work, log = tmp_path / "demo-term", tmp_path / "demo.out"
     seen: dict[int, str] = {}

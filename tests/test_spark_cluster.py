@@ -166,6 +166,8 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], int]]:
             _stop(proc)
 
 
+@pytest.mark.long  # ~100 s (a master, a worker and spark-submit); bench/spark_bench.py --cluster-workers 1,2 runs the
+# same jobs on one and two workers; the jobs themselves stay in make test in local mode (tests/test_spark_jobs.py)
 def test_spark_submit_against_standalone_cluster(standalone, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     master, env, web = standalone
     data, out = tmp_path / "data", tmp_path / "out"

@@ -38,6 +38,8 @@ def _actual(spark, out: Path) -> dict[tuple, tuple[int, int]]:  # type: ignore[n
     return {(r["m"], r["topic"], r["broker_group"], r["replica"]): (r["messages"], r["samples"]) for r in df.collect()}
 
 
+@pytest.mark.long  # ~90-120 s of micro-batches; Spark streaming stays in make test through the rocketscope source
+# (tests/test_spark_datasource.py::test_stream_picks_up_new_messages_and_resumes_from_its_checkpoint)
 def test_stream_picks_up_a_new_file(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     gen = tmp_path / "gen"
     generate(gen, CONFIG, progress=False)
