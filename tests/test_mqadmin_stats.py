@@ -18,11 +18,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster import LocalCluster, wait_until
 from peers_support import require_peers
 from rmq import drain, message, producer, simple_consumer
+from rocketmq.v5.exception.client_exception import InternalErrorException
 from test_admin_ops import CLUSTER, admin, diff_total, lag, mqadmin, ok
 
 pytestmark = pytest.mark.e2e
@@ -122,3 +124,47 @@ def test_reset_offset_moves_a_running_go_push_consumer(cluster: LocalCluster, tm
             go.kill()
             go.wait(10)
     assert go_received(out) == dict.fromkeys(bodies, 2)
+
+
+def grpc_group_scenario(namesrv: str, home: Path, endpoint: str, topic: str, group: str) -> dict[str, Any]:
+    """12 sent, 8 received and acked by a gRPC SimpleConsumer; then what mqadmin statsAll prints for the day
+    and what consumerProgress answers (its Diff Total, or the route it could not find)."""
+    with producer(endpoint, topic) as p:
+        for i in range(SENT):
+            p.send(message(topic, f"cmp-{i}".encode()))
+    ids: set[str] = set()
+    with simple_consumer(endpoint, group, topic, await_s=5) as consumer:  # Apache's proxy polls >= 5 s
+        deadline = time.monotonic() + 90
+        while len(ids) < CONSUMED and time.monotonic() < deadline:
+            try:
+                ids |= {m.message_id for m in drain(consumer, CONSUMED - len(ids), batch=1, timeout=30)}
+            except InternalErrorException as exc:  # Apache's proxy before it has the client's Settings
+                if '"settings" is null' not in str(exc):  # (docs/PEERS.md, pitfalls): receive again
+                    raise
+    rows = stats_rows(mqadmin(namesrv, home, "statsAll", "-t", topic), topic)
+    progress = mqadmin(namesrv, home, "consumerProgress", "-g", group)
+    missing = f"No topic route info in name server for the topic: %RETRY%{group}"
+    return {"consumed": len(ids), "rows": [(r[1], int(r[5]), int(r[6])) for r in rows],
+            "progress": "no retry route" if missing in progress else diff_total(progress)}
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_stats_and_progress_compared_with_apache(cluster: LocalCluster, apache_rocketmq: Any, tmp_path: Path
+                                                 ) -> None:
+    """The same gRPC-only traffic on Apache RocketMQ 5.3.3 (behind its proxy) and on RocketScope, read with
+    Apache's mqadmin (docs/COMPATIBILITY.md A7, A8)."""
+    require_peers()
+    ref = apache_rocketmq
+    topic = f"StatsCmp{int(time.time())}"
+    group = f"{topic}Group"
+    ref.create_topic(topic)
+    apache = grpc_group_scenario(ref.namesrv_addr, tmp_path / "apache", ref.endpoint, topic, group)
+    admin(cluster, "updateTopic", "-c", CLUSTER, "-t", topic, "-r", "4", "-w", "4")
+    ours = grpc_group_scenario(cluster.namesrv_addr, tmp_path / "ours", cluster.brokers["broker-a"].endpoint,
+                               topic, group)
+    # read within the minute of the traffic, Apache's 24 h figures are its minute sums: the same as ours
+    assert apache["rows"] == ours["rows"] == [(group, SENT, CONSUMED)]
+    assert apache["consumed"] == ours["consumed"] == CONSUMED
+    # the deviation (A7): behind its proxy Apache never creates the group's retry topic, RocketScope does
+    assert (apache["progress"], ours["progress"]) == ("no retry route", SENT - CONSUMED)
