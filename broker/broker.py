@@ -31,6 +31,7 @@ from .clients import ClientRegistry
 from .dledger.node import DLedgerNode
 from .dledger.retention import DLedgerRetention
 from .dledger.transport import PeerServicer
+from .errors import grpc_code
 from .forwarding import LeaderForwarder
 from .groups import GroupManager
 from .grpc_options import server_options
@@ -646,10 +647,7 @@ class Broker:
             await self.transactions.end(request.transaction_id, request.message_id, request.resolution,
                                         request.source == pb.SOURCE_SERVER_CHECK)
         except TransactionError as exc:
-            codes = {"INVALID_TRANSACTION_ID": Code.INVALID_TRANSACTION_ID,
-                     "ILLEGAL_MESSAGE_ID": Code.ILLEGAL_MESSAGE_ID, "NOT_FOUND": Code.MESSAGE_NOT_FOUND}
-            code = codes.get(exc.kind, Code.INTERNAL_SERVER_ERROR)
-            raise RequestError(code, str(exc)) from None
+            raise RequestError(grpc_code(exc), str(exc)) from None
         return svc.EndTransactionResponse(status=status())
 
     async def recall_message(self, request: svc.RecallMessageRequest) -> svc.RecallMessageResponse:
@@ -658,8 +656,7 @@ class Broker:
             msg_id = await self.timer.recall(request.topic.name, request.recall_handle)
             self.trace_hooks.on_recalled(request.topic.name, msg_id, success=True)
         except RecallError as exc:
-            code = {"BAD": Code.BAD_REQUEST, "NOT_FOUND": Code.NOT_FOUND}.get(exc.kind, Code.INTERNAL_SERVER_ERROR)
-            raise RequestError(code, f"recall_handle: {exc}") from None
+            raise RequestError(grpc_code(exc), f"recall_handle: {exc}") from None
         return svc.RecallMessageResponse(status=status(), message_id=msg_id)
 
     def on_delay_delivered(self, msg: StoredMessage, late_ms: int) -> None:

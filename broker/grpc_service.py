@@ -21,6 +21,7 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 from .convert import to_grpc, to_stored
+from .errors import grpc_code
 from .grpc_registration import Unparseable
 from .pop import PopError, retry_topic
 from .request_metadata import request_metadata
@@ -46,10 +47,6 @@ PUT_STATUS_CODES = {
     PutStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
     PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
-}
-POP_ERROR_CODES = {
-    "INVALID_RECEIPT_HANDLE": Code.INVALID_RECEIPT_HANDLE,
-    "MESSAGE_NOT_FOUND": Code.MESSAGE_NOT_FOUND,
 }
 # RocketMQ's delay levels 3..18: the default retry back-off of a push consumer
 ACK_WAIT_S = 3.0  # longest an ack waits for a new writer to catch up, or for its record to be replicated
@@ -460,7 +457,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                 metadata_value(context, "x-mq-client-id"), client_traced(context))
                 st = status()
             except PopError as exc:
-                st = status(POP_ERROR_CODES.get(exc.kind, Code.BAD_REQUEST), f"entries[{i}].receipt_handle: {exc}")
+                st = status(grpc_code(exc), f"entries[{i}].receipt_handle: {exc}")
             codes.add(st.code)
             resp.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
         remaining = context.time_remaining()
@@ -493,7 +490,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             handle = self.broker.change_invisible(request.group.name, request.receipt_handle, invisible,
                                                   request.message_id)
         except PopError as exc:
-            raise RequestError(POP_ERROR_CODES.get(exc.kind, Code.BAD_REQUEST), f"receipt_handle: {exc}") from None
+            raise RequestError(grpc_code(exc), f"receipt_handle: {exc}") from None
         return svc.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
 
     @guarded(svc.ForwardMessageToDeadLetterQueueResponse)
@@ -505,7 +502,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         try:
             await self.broker.forward_to_dlq(request.group.name, request.receipt_handle, request.message_id)
         except PopError as exc:
-            raise RequestError(POP_ERROR_CODES.get(exc.kind, Code.BAD_REQUEST), f"receipt_handle: {exc}") from None
+            raise RequestError(grpc_code(exc), f"receipt_handle: {exc}") from None
         return svc.ForwardMessageToDeadLetterQueueResponse(status=status())
 
     # ------------------------------------------- message types and pull APIs

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX
 
+from .errors import BrokerError, ErrorKind
 from .filter import accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
@@ -59,12 +60,8 @@ def origin_topic(msg: StoredMessage) -> str:
     return msg.properties.get(RETRY_TOPIC_PROPERTY, msg.topic)
 
 
-class PopError(Exception):
-    """A refused POP operation; ``kind`` maps to a v2 status code in the gRPC layer."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+class PopError(BrokerError):
+    """A refused POP operation (broker/errors.py maps its kind to each protocol's code)."""
 
 
 @dataclass
@@ -470,9 +467,9 @@ class PopService:
         try:
             handle = ReceiptHandle.decode(handle_text)
         except ReceiptHandleError as exc:
-            raise PopError("INVALID_RECEIPT_HANDLE", str(exc)) from None
+            raise PopError(ErrorKind.INVALID_RECEIPT_HANDLE, str(exc)) from None
         if handle.broker != self.broker_name:
-            raise PopError("INVALID_RECEIPT_HANDLE",
+            raise PopError(ErrorKind.INVALID_RECEIPT_HANDLE,
                            f"receipt_handle belongs to broker {handle.broker}, not {self.broker_name}")
         st = self.states.get((group, handle.topic, handle.queue_id))
         entry = st.inflight.get(handle.offset) if st else None
@@ -482,7 +479,7 @@ class PopService:
             entry = Inflight(handle.seq, handle.deadline_ms)
             st.inflight[handle.offset] = entry
         if st is None or entry is None or entry.seq != handle.seq:
-            raise PopError("INVALID_RECEIPT_HANDLE",
+            raise PopError(ErrorKind.INVALID_RECEIPT_HANDLE,
                            "receipt_handle has expired: the invisible duration passed and the message was "
                            "redelivered, or it was already acknowledged")
         return handle, st
@@ -512,7 +509,7 @@ class PopService:
         handle, st = self._resolve(group, handle_text)
         msg = self.store.message_at(handle.topic, handle.queue_id, handle.offset)
         if msg is None:
-            raise PopError("MESSAGE_NOT_FOUND", "the message of this receipt_handle is no longer stored")
+            raise PopError(ErrorKind.MESSAGE_NOT_FOUND, "the message of this receipt_handle is no longer stored")
         await self._to_dlq(group, msg)
         if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)

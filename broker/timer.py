@@ -43,6 +43,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .errors import BrokerError, ErrorKind
 from .store.message_store import PutStatus
 from .store.record import StoredMessage
 from .timer_store import KIND_DELETE, KIND_NORMAL, KIND_ROLL, TimerIndex
@@ -74,10 +75,8 @@ DUE_SCAN_SLOTS = 86_400  # dequeue lag: wheel slots below now counted at most (a
 STORE_LABELS = {"storage_type": "local", "storage_medium": "disk"}
 
 
-class RecallError(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+class RecallError(BrokerError):
+    """A refused RecallMessage (broker/errors.py maps its kind to each protocol's code)."""
 
 
 def make_recall_handle(broker: str, topic: str, deliver_ms: int, msg_id: str) -> str:
@@ -92,7 +91,7 @@ def parse_recall_handle(handle: str) -> tuple[str, str, int, str]:
             raise ValueError("unknown layout")
         return parts[1], parts[2], int(parts[3]), parts[4]
     except (ValueError, UnicodeDecodeError) as exc:
-        raise RecallError("BAD", f"recall_handle is not one this broker issued ({exc})") from None
+        raise RecallError(ErrorKind.BAD_REQUEST, f"recall_handle is not one this broker issued ({exc})") from None
 
 
 @dataclass(order=True, slots=True)
@@ -682,13 +681,14 @@ class TimerService:
     async def recall(self, topic: str, handle: str) -> str:
         broker, h_topic, _deliver_ms, msg_id = parse_recall_handle(handle)
         if broker != self.broker.broker_name:
-            raise RecallError("BAD", f"recall_handle belongs to broker {broker}, not {self.broker.broker_name}")
+            raise RecallError(ErrorKind.BAD_REQUEST,
+                              f"recall_handle belongs to broker {broker}, not {self.broker.broker_name}")
         if h_topic != topic:
-            raise RecallError("BAD", f"recall_handle is for topic {h_topic}, not {topic}")
+            raise RecallError(ErrorKind.BAD_REQUEST, f"recall_handle is for topic {h_topic}, not {topic}")
         store = self.store
         copies = [m for m in store.lookup(TIMER_TOPIC, msg_id, 16)
                   if m.properties.get(REAL_TOPIC) == topic and RECALL_OF not in m.properties]
-        gone = RecallError("NOT_FOUND", f"message {msg_id} was already delivered, recalled, or never delayed")
+        gone = RecallError(ErrorKind.NOT_FOUND, f"message {msg_id} was already delivered, recalled, or never delayed")
         if not copies or store.lookup(TIMER_TOPIC, f"{msg_id}-recall", 1):
             raise gone
         offsets = {str(m.queue_offset) for m in copies}
@@ -702,7 +702,7 @@ class TimerService:
                                          "UNIQ_KEY": f"{msg_id}-recall"})
         (res,) = await store.put([tomb])
         if res.message is None:
-            raise RecallError("FAILED", f"cannot record the recall: {res.reason or res.status.value}")
+            raise RecallError(ErrorKind.INTERNAL, f"cannot record the recall: {res.reason or res.status.value}")
         self.recalled[target.queue_offset] = slot
         self._wake.set()
         log.info("delayed message %s of topic %s recalled", msg_id, topic)

@@ -35,6 +35,7 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketscope.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 from .convert import to_grpc
+from .errors import BrokerError, ErrorKind
 from .store.record import TRANSACTION_COMMIT, TRANSACTION_PREPARED, StoredMessage
 
 if TYPE_CHECKING:
@@ -53,10 +54,8 @@ OP_KIND = "TRAN_OP"
 CATCH_UP_WAIT_S = 3.0  # longest an EndTransaction waits for a new writer to confirm its predecessors' log
 
 
-class TransactionError(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+class TransactionError(BrokerError):
+    """A refused EndTransaction (broker/errors.py maps its kind to each protocol's code)."""
 
 
 @dataclass
@@ -186,10 +185,11 @@ class TransactionService:
         if half is None:
             half = await self._find_replicated(tx_id)
         if half is None:
-            raise TransactionError("INVALID_TRANSACTION_ID",
+            raise TransactionError(ErrorKind.INVALID_TRANSACTION_ID,
                                    f"transaction_id {tx_id} is unknown or already resolved")
         if msg_id and msg_id != half.msg_id:
-            raise TransactionError("ILLEGAL_MESSAGE_ID", f"message_id {msg_id} does not belong to transaction {tx_id}")
+            raise TransactionError(ErrorKind.ILLEGAL_MESSAGE_ID,
+                                   f"message_id {msg_id} does not belong to transaction {tx_id}")
         if resolution == pb.TRANSACTION_RESOLUTION_UNSPECIFIED:
             return "UNKNOW"
         if tx_id in self._resolving:
@@ -207,7 +207,8 @@ class TransactionService:
         if resolution == pb.COMMIT:
             msg = self.store.message_at(HALF_TOPIC, 0, half.offset)
             if msg is None:
-                raise TransactionError("NOT_FOUND", f"half message of transaction {tx_id} is no longer stored")
+                raise TransactionError(ErrorKind.MESSAGE_NOT_FOUND,
+                                       f"half message of transaction {tx_id} is no longer stored")
             real = self._unwrap(msg)
             if self._already_committed(real, msg):
                 # an earlier commit answered as failed (leader transfer, lost quorum) was stored all the same:
@@ -222,7 +223,8 @@ class TransactionService:
             # writer left the half pending at the next writer, which checked it back and committed it again
             res, op_res = await self.store.put([real, self._op(half.offset, "COMMIT_MESSAGE")])
             if res.message is None or op_res.message is None:
-                raise TransactionError("FAILED", f"cannot store the committed message: {res.reason or op_res.reason}")
+                raise TransactionError(ErrorKind.INTERNAL,
+                                       f"cannot store the committed message: {res.reason or op_res.reason}")
             self.broker.on_transaction_committed(real)
             self.committed_total += 1
             kind = "COMMIT_MESSAGE"

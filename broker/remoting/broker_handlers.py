@@ -777,6 +777,7 @@ class RemotingBroker:
 
     # -------------------------------------------------------- transactions
     async def end_transaction(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        from ..errors import remoting_code
         from ..transaction import TransactionError
 
         h = Header(cmd)
@@ -792,7 +793,7 @@ class RemotingBroker:
         try:
             await self.b.transactions.end(tx_id, msg_id, resolution, h.bool("fromTransactionCheck"))
         except TransactionError as exc:
-            return cmd.response(RC.SYSTEM_ERROR, str(exc))
+            return cmd.response(remoting_code(exc), str(exc))
         return cmd.response()
 
 
