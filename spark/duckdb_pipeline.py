@@ -118,7 +118,7 @@ MACROS = [
 ]
 
 RECORDS_SQL = f"""
-CREATE OR REPLACE TEMP TABLE records AS
+CREATE OR REPLACE TABLE records AS
 WITH bodies AS (
     -- invalid UTF-8 is not trace data: try() makes decode's error a null, as sqldecode's is_valid_utf8
     SELECT tags AS origin_topic, string_split(try(decode(body)), chr(2)) AS chunks
@@ -167,7 +167,7 @@ _EVENT_JSON = (
     '"to_offset": "BIGINT", "role": "VARCHAR", "leader": "VARCHAR", "steps": "BIGINT[][]"}'
 )
 EVENTS_SQL = f"""
-CREATE OR REPLACE TEMP TABLE events AS
+CREATE OR REPLACE TABLE events AS
 WITH parsed AS (
     SELECT json_transform(j, {_lit(_EVENT_JSON)}) AS e
     FROM (SELECT try(decode(body)) AS j FROM rs_rows WHERE topic = {_lit(HA_EVENTS_TOPIC)})
@@ -258,19 +258,13 @@ SELECT cand.*, a.asof_ts AS ack_ts
 FROM cand ASOF LEFT JOIN acks a
   ON cand.broker_group = a.broker_group AND cand.gen = a.gen AND cand.replica = a.replica
  AND a."offset" > cand.phys_offset""",
-    # Pubs with the quorum commit time and the sorted replicas array of each copy (Model.copies).
-    "copies": f"""
-WITH rep AS (
-    SELECT msg_id, born_ts, store_host, phys_offset,
-        max(ack_ts) FILTER (WHERE replica = {_Q}) AS committed_ts,
-        list_sort(list({{'replica': replica, 'ack_ts': rs_ts(ack_ts), 'latency_ms': ack_ts - born_ts}})
-                  FILTER (WHERE replica <> {_Q})) AS replicas
-    FROM replication GROUP BY msg_id, born_ts, store_host, phys_offset
-)
-SELECT p.*, rep.committed_ts, rep.replicas
-FROM pubs p LEFT JOIN rep
-  ON p.msg_id = rep.msg_id AND p.born_ts = rep.born_ts AND p.store_host = rep.store_host
- AND p.phys_offset = rep.phys_offset""",
+    # The replicas of each (group, generation) numbered by name: the slots of :func:`copies_sql`.
+    "replica_slots": f"""
+SELECT broker_group, gen, replica, row_number() OVER (PARTITION BY broker_group, gen ORDER BY replica) AS slot
+FROM (SELECT DISTINCT broker_group, gen, replica FROM acks WHERE replica <> {_Q})""",
+    "slot_names": """
+SELECT broker_group, gen, list(replica ORDER BY slot) AS names FROM replica_slots GROUP BY broker_group, gen""",
+    "copies": "",  # copies_sql(): its shape depends on the most replicas a group has
     # One row per msgId with Pub records: the effective copy and the flags (Model.messages).  The
     # effective copy is the minimum of a struct led by the order (live first, then successful, then
     # earliest stored, then store host), the same tie-breaking as the Spark aggregate.
@@ -359,6 +353,40 @@ LEFT JOIN trunc t ON o."group" = t."group" AND o.new_gen = t.new_gen
 WHERE o.old_gen IS NOT NULL AND o.new_gen > o.old_gen""",
 }
 """The shared tables, in build order; each is created once per run (a temporary table)."""
+
+def copies_sql(slots: int) -> str:
+    """Pubs with the quorum commit time and the sorted ``replicas`` array of each copy (Model.copies).
+
+    The array is built from one column pair per replica slot (ack time, and whether the copy
+    has a row for that replica), aggregated per copy with fixed-size states, and the slots'
+    names (sorted, so the array is sorted as Spark's ``array_sort``) joined afterwards.  A
+    ``list()`` aggregate per copy, the direct translation, keeps its state in memory (it
+    does not spill): it was what ran out of memory under a memory limit.
+    """
+    slots = max(1, slots)
+    aggs = ",\n        ".join(
+        f"max(r.ack_ts) FILTER (WHERE s.slot = {i}) AS t{i}, count(*) FILTER (WHERE s.slot = {i}) AS c{i}"
+        for i in range(1, slots + 1))
+    items = ", ".join(
+        f"CASE WHEN rep.c{i} > 0 THEN {{'replica': n.names[{i}], 'ack_ts': rs_ts(rep.t{i}), "
+        f"'latency_ms': rep.t{i} - rep.born_ts}} END" for i in range(1, slots + 1))
+    return f"""
+WITH rep AS (
+    SELECT r.msg_id, r.born_ts, r.store_host, r.phys_offset, r.broker_group, r.gen,
+        max(r.ack_ts) FILTER (WHERE r.replica = {_Q}) AS committed_ts,
+        {aggs}
+    FROM replication r LEFT JOIN replica_slots s
+      ON r.broker_group = s.broker_group AND r.gen = s.gen AND r.replica = s.replica
+    GROUP BY r.msg_id, r.born_ts, r.store_host, r.phys_offset, r.broker_group, r.gen
+)
+SELECT p.*, rep.committed_ts,
+    CASE WHEN rep.msg_id IS NOT NULL THEN list_filter([{items}], lambda x: x IS NOT NULL) END AS replicas
+FROM pubs p
+LEFT JOIN rep
+  ON p.msg_id = rep.msg_id AND p.born_ts = rep.born_ts AND p.store_host = rep.store_host
+ AND p.phys_offset = rep.phys_offset
+LEFT JOIN slot_names n ON rep.broker_group = n.broker_group AND rep.gen = n.gen"""
+
 
 _STATS = """count(*) AS messages, count(latency_ms) AS samples,
         list_sort(list(latency_ms) FILTER (WHERE latency_ms IS NOT NULL)) AS v, max(latency_ms) AS max_ms"""
@@ -487,6 +515,8 @@ def connect(threads: int = 2, memory_limit: str | None = None,
         con.execute(f"SET temp_directory = {_lit(temp_directory)}")  # where it spills beyond the limit
     # timestamps are UTC instants; TIMESTAMP -> TIMESTAMPTZ casts and date_trunc then mean UTC
     con.execute("SET TimeZone = 'UTC'")
+    # no query here needs its input's order (the tables are sets): less memory, more parallel plans
+    con.execute("SET preserve_insertion_order = false")
     for macro in MACROS:
         con.execute(macro)
     return con
@@ -520,10 +550,21 @@ def decode(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     return _count(con, "records"), _count(con, "events")
 
 
-def build_shared(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the shared tables once, in dependency order."""
+SCRATCH = ("records", "pubs", "attempts")
+"""Shared tables no job reads (only other shared tables do): dropped once those are built, so the
+memory they hold (the decoded records above all) is free for the jobs."""
+
+
+def build_shared(con: duckdb.DuckDBPyConnection, keep_scratch: bool = False) -> None:
+    """Create the shared tables once, in dependency order; drop the :data:`SCRATCH` ones unless asked to keep them."""
     for name, sql in SHARED_SQL.items():
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
+        if name == "copies":
+            row = con.execute("SELECT max(slot) FROM replica_slots").fetchone()
+            sql = copies_sql(int(row[0] or 0) if row else 0)
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS {sql}")
+    if not keep_scratch:
+        for name in SCRATCH:
+            con.execute(f"DROP TABLE {name}")
 
 
 def build_job(con: duckdb.DuckDBPyConnection, name: str) -> str:
@@ -531,7 +572,7 @@ def build_job(con: duckdb.DuckDBPyConnection, name: str) -> str:
     if name not in JOB_SQL:
         raise ValueError(f"unknown job {name!r}: choose from {', '.join(JOB_SQL)}")
     table = f"out_{name}"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {JOB_SQL[name]}")
+    con.execute(f"CREATE OR REPLACE TABLE {table} AS {JOB_SQL[name]}")
     return table
 
 
