@@ -12,10 +12,13 @@ plain-Python reference (``spark/reference.py``, ``tests/test_duckdb_pipeline.py`
 
 Shape of a run (:func:`run_pipeline`): the input Parquet files are a view; decoding
 creates the ``records`` and ``events`` tables; the shared tables (leaderships, pubs,
-acks, replication, copies, messages, attempts, consumers, failovers) are each created
-once as temporary tables, as the Spark model persists its shared tables once per run;
-each job is one query over them, materialised and written as Parquet partitioned by
-``date`` with the same columns and types as the Spark job's table.
+acks, replication, replica slots, copies, messages, attempts, consumers, failovers) are
+each created once as tables of the connection's database (in memory unless the caller's
+connection is a file; DuckDB evicts them to its temporary directory under a memory
+limit), as the Spark model persists its shared tables once per run; each job is one
+query over them, materialised and written as Parquet partitioned by ``date`` with the
+same columns and types as the Spark job's table (timestamps as UTC-adjusted instants,
+where Spark writes INT96).
 
 Where DuckDB differs from the Spark code, and why:
 
@@ -352,7 +355,7 @@ LEFT JOIN started s ON o."group" = s."group" AND o.new_gen = s.new_gen
 LEFT JOIN trunc t ON o."group" = t."group" AND o.new_gen = t.new_gen
 WHERE o.old_gen IS NOT NULL AND o.new_gen > o.old_gen""",
 }
-"""The shared tables, in build order; each is created once per run (a temporary table)."""
+"""The shared tables, in build order; each is created once per run (``copies`` by :func:`copies_sql`)."""
 
 def copies_sql(slots: int) -> str:
     """Pubs with the quorum commit time and the sorted ``replicas`` array of each copy (Model.copies).
@@ -517,6 +520,8 @@ def connect(threads: int = 2, memory_limit: str | None = None,
     con.execute("SET TimeZone = 'UTC'")
     # no query here needs its input's order (the tables are sets): less memory, more parallel plans
     con.execute("SET preserve_insertion_order = false")
+    # no progress bar on stdout: the benchmark reads its result from stdout's last line
+    con.execute("SET enable_progress_bar = false")
     for macro in MACROS:
         con.execute(macro)
     return con
