@@ -51,6 +51,7 @@ REAL_QID = "REAL_QID"
 PRODUCER_CLIENT = "__PRODUCER_CLIENT_ID"
 OP_OF = "TRAN_OP_OFFSET"
 OP_KIND = "TRAN_OP"
+COMMITTED_IDS_KEPT = 100_000  # message IDs remembered as committed by this writer (a retried send comes within seconds)
 CATCH_UP_WAIT_S = 3.0  # longest an EndTransaction waits for a new writer to confirm its predecessors' log
 
 
@@ -82,6 +83,10 @@ class TransactionService:
         self._op_pos = 0
         self._ready_at = 0  # log end when this node last took over as writer (see writer_caught_up)
         self._resolving: set[str] = set()  # transactions whose commit or rollback is being stored now
+        # commits in progress per message ID: halves of one message (a send retried across a failover) committed
+        # at once wait for each other, so the later ones find the first commit (chaos controller seed 7, session 9)
+        self._committing: dict[str, tuple[asyncio.Lock, int]] = {}  # message ID -> (its lock, commits using it)
+        self._committed_ids: dict[str, None] = {}  # message IDs this writer committed, newest last (bounded)
 
     # ---------------------------------------------------------------- recover
     def recover(self) -> None:
@@ -210,21 +215,35 @@ class TransactionService:
                 raise TransactionError(ErrorKind.MESSAGE_NOT_FOUND,
                                        f"half message of transaction {tx_id} is no longer stored")
             real = self._unwrap(msg)
-            if self._already_committed(real, msg):
-                # an earlier commit answered as failed (leader transfer, lost quorum) was stored all the same:
-                # only the op record is missing, storing the message again would deliver it twice
-                log.info("transaction %s of message %s: already committed; writing its op record only", tx_id,
-                         half.msg_id)
-                await self._write_op(half.offset, "COMMIT_MESSAGE")
-                self._resolved.add(half.offset)
-                self.pending.pop(tx_id, None)
-                return "COMMIT_MESSAGE"
-            # the message and its op record in one write: a commit whose op record was lost with the
-            # writer left the half pending at the next writer, which checked it back and committed it again
-            res, op_res = await self.store.put([real, self._op(half.offset, "COMMIT_MESSAGE")])
-            if res.message is None or op_res.message is None:
-                raise TransactionError(ErrorKind.INTERNAL,
-                                       f"cannot store the committed message: {res.reason or op_res.reason}")
+            lock, users = self._committing.get(half.msg_id, (asyncio.Lock(), 0))
+            self._committing[half.msg_id] = (lock, users + 1)
+            try:
+                async with lock:
+                    if half.msg_id in self._committed_ids or self._already_committed(real, msg):
+                        # an earlier commit answered as failed (leader transfer, lost quorum) was stored all the
+                        # same, or another half of this message was committed meanwhile: only the op record is
+                        # missing, storing the message again would deliver it twice
+                        log.info("transaction %s of message %s: already committed; writing its op record only",
+                                 tx_id, half.msg_id)
+                        await self._write_op(half.offset, "COMMIT_MESSAGE")
+                        self._resolved.add(half.offset)
+                        self.pending.pop(tx_id, None)
+                        return "COMMIT_MESSAGE"
+                    # the message and its op record in one write: a commit whose op record was lost with the
+                    # writer left the half pending at the next writer, which checked it back and committed it again
+                    res, op_res = await self.store.put([real, self._op(half.offset, "COMMIT_MESSAGE")])
+                    if res.message is None or op_res.message is None:
+                        raise TransactionError(ErrorKind.INTERNAL,
+                                               f"cannot store the committed message: {res.reason or op_res.reason}")
+                    self._committed_ids[half.msg_id] = None
+                    while len(self._committed_ids) > COMMITTED_IDS_KEPT:
+                        del self._committed_ids[next(iter(self._committed_ids))]
+            finally:
+                lock, users = self._committing[half.msg_id]
+                if users > 1:
+                    self._committing[half.msg_id] = (lock, users - 1)
+                else:
+                    del self._committing[half.msg_id]
             self.broker.on_transaction_committed(real)
             self.committed_total += 1
             kind = "COMMIT_MESSAGE"

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from cluster import LocalCluster, cluster_with_namesrv
+from cluster import LocalCluster, cluster_with_namesrv, start_dledger_group, wait_until
 from conftest import failed_call
 from rmq import simple_consumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -71,6 +71,37 @@ def test_half_message_stored_twice_by_a_retry_is_delivered_once(cluster: LocalCl
     seen: Counter[str] = Counter()
     with simple_consumer(node.endpoint, GROUP, TOPIC, await_s=1) as consumer:
         end = time.monotonic() + 10  # the second copy, if stored, is in the queue right behind the first
+        while time.monotonic() < end:
+            for m in consumer.receive(16, 30):
+                seen[m.message_id] += 1
+                consumer.ack(m)
+    assert seen == Counter({message_id: 1}), f"one transactional message, deliveries: {dict(seen)}"
+
+
+@pytest.mark.long  # a three-member DLedger group: about a minute on the 2-core machine
+@pytest.mark.timeout(300)
+def test_halves_of_one_message_committed_at_once_are_delivered_once(cluster: LocalCluster) -> None:
+    """Chaos controller seed 7 (session 9): one send retried into four halves, four check-backs answered COMMIT at
+    once, and each commit found no earlier one (they were all being replicated): four deliveries per group.
+    A DLedger group, where (as in controller mode) a commit is visible only once replicated."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    c = cluster
+    nodes = start_dledger_group(c, "broker-txc", preferredLeaderId="n0")  # a commit is indexed once replicated
+    wait_until(lambda: any(b["grpcAddr"] == nodes[0].endpoint and b["brokerId"] == 0
+                           for b in c.admin_json("clusterList")), timeout=60, what="n0 leading")
+    node = nodes[0]
+    c.admin("updateTopic", "-b", node.admin_addr, "-t", TOPIC, "-r", "1", "-w", "1", "-a", "+message.type=TRANSACTION")
+    message_id = uuid.uuid4().hex.upper()
+    with grpc.insecure_channel(node.endpoint) as ch:
+        stub = svc_grpc.MessagingServiceStub(ch)
+        halves = [send_half(stub, message_id) for _ in range(4)]
+        assert len(set(halves)) == 4, "the broker gave two halves one transaction ID"
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda tx: commit(stub, message_id, tx, pb.SOURCE_SERVER_CHECK), halves))
+    seen: Counter[str] = Counter()
+    with simple_consumer(node.endpoint, GROUP, TOPIC, await_s=1) as consumer:
+        end = time.monotonic() + 10  # any further copy is in the queue right behind the first
         while time.monotonic() < end:
             for m in consumer.receive(16, 30):
                 seen[m.message_id] += 1
