@@ -24,7 +24,7 @@ happened, not the end of the interval (an upper bound off by up to the interval)
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
@@ -89,13 +89,24 @@ class HaEvent:
     steps: tuple[tuple[int, int], ...] = field(default_factory=tuple)
 
     def to_json(self) -> str:
-        data = asdict(self)
+        """The event's message body; computed once (an event is spooled, re-spooled and appended).
+
+        Built from the fields directly rather than with ``dataclasses.asdict``, which deep-copies
+        every ``steps`` pair and was a visible share of a DLedger leader's CPU (docs/BENCHMARKS.md,
+        issue 20); the text is the same.
+        """
+        cached = self.__dict__.get("_json")
+        if cached is not None:
+            return cached
+        data = {name: getattr(self, name) for name in _FIELD_KINDS}
         data["members"] = list(self.members)
         if self.steps:
             data["steps"] = [list(step) for step in self.steps]
         else:
             del data["steps"]  # most events have none: keep their bodies as before
-        return json.dumps(data, separators=(",", ":"), sort_keys=True)
+        text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+        self.__dict__["_json"] = text  # frozen: not through __setattr__; not a field (eq, hash, replace ignore it)
+        return text
 
     def expand(self) -> list[HaEvent]:
         """One event per advance this event stands for: its folded ``steps`` (oldest first), then itself."""
