@@ -806,6 +806,10 @@ def bind_broker_port(broker: Broker, server: Any, host: str, port: int, tls: Any
     if not s.enableRemoting:
         return bind_listener(server, "listenPort", host, port, tls)
     broker.remoting = RemotingBroker(broker)  # type: ignore[attr-defined]
+    if getattr(broker, "acl_guard", None) is not None:  # aclEnable: the same accounts as gRPC (docs/SECURITY.md)
+        from ..security.remoting_acl import RemotingAcl
+
+        broker.remoting.server.gate = RemotingAcl(broker.acl_guard).gate  # type: ignore[attr-defined]
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         return bind_with_remoting(server, address, tls, broker.remoting.server,  # type: ignore[attr-defined]

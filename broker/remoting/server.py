@@ -151,6 +151,9 @@ class RemotingServer:
         self.idle_s = idle_s
         self.recorder = recorder
         self.connections: dict[int, Connection] = {}
+        # the access check run on every request before its handler (broker/security/remoting_acl.py when
+        # aclEnable): None lets it through, else the answer to send instead
+        self.gate: Callable[[RemotingCommand, Connection], RemotingCommand | None] | None = None
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.port = 0
@@ -254,6 +257,8 @@ class RemotingServer:
                                            f"[OVERLOAD]system busy, {len(inflight)} requests in flight on this "
                                            "connection"))
                 continue
+            if self.gate is not None and self._refused(cmd, conn):
+                continue
             if cmd.code in self.group_handlers:
                 grouped.setdefault(cmd.code, []).append(cmd)
                 continue
@@ -261,6 +266,21 @@ class RemotingServer:
             inflight.add(task)
             task.add_done_callback(inflight.discard)
         return pos, grouped
+
+    def _refused(self, cmd: RemotingCommand, conn: Connection) -> bool:
+        """Run the gate; answer a refused request (unless oneway) and say so."""
+        assert self.gate is not None
+        resp = self.gate(cmd, conn)
+        if resp is None:
+            return False
+        if self.recorder is not None:
+            with contextlib.suppress(Exception):
+                self.recorder(cmd.code, resp.code, 0.0)
+        if not cmd.is_oneway:
+            resp.opaque = cmd.opaque
+            resp.flag |= FLAG_RESPONSE
+            conn.send(resp)
+        return True
 
     def _idle_check(self, conn: Connection) -> None:
         """Close a connection that sent nothing for ``idle_s`` (or stalled inside a frame that long)."""
@@ -293,7 +313,7 @@ class RemotingServer:
             except FrameError:
                 break
             pos += 4 + length
-            if not cmd.is_response:
+            if not cmd.is_response and not (self.gate is not None and self._refused(cmd, conn)):
                 asyncio.get_running_loop().create_task(self._dispatch(cmd, conn))
 
     async def _dispatch_group(self, code: int, cmds: list[RemotingCommand], conn: Connection) -> None:

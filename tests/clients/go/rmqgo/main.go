@@ -3,6 +3,8 @@
 //	rmqgo produce -ns ADDR -topic T -n N [-size B] [-batch K] [-depth D] [-group G] [-warmup W]
 //	rmqgo consume -ns ADDR -topic T -group G -n N [-timeout S]
 //
+// -ak/-sk (both commands) sign every request with primitive.Credentials (the broker's aclEnable).
+//
 // Every outcome is one JSON line on stdout, so the Python tests read ground truth, not logs.
 package main
 
@@ -68,11 +70,18 @@ func produce(args []string) {
 	quiet := fs.Bool("quiet", false, "print only the summary")
 	warmup := fs.Int("warmup", 0, "untimed messages sent first (route, connections, JIT of the server); "+
 		"a {\"event\":\"warm\"} line marks the start of the timed part")
+	ak := fs.String("ak", "", "access key (ACL; with -sk)")
+	sk := fs.String("sk", "", "secret key (ACL)")
+	retries := fs.Int("retries", 2, "retries of a failed send")
 	_ = fs.Parse(args)
-	p, err := rocketmq.NewProducer(
+	popts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver(strings.Split(*ns, ";"))),
-		producer.WithGroupName(*group), producer.WithRetry(2),
-		producer.WithSendMsgTimeout(10*time.Second))
+		producer.WithGroupName(*group), producer.WithRetry(*retries),
+		producer.WithSendMsgTimeout(10 * time.Second)}
+	if *ak != "" {
+		popts = append(popts, producer.WithCredentials(primitive.Credentials{AccessKey: *ak, SecretKey: *sk}))
+	}
+	p, err := rocketmq.NewProducer(popts...)
 	if err != nil {
 		fail("new producer: %v", err)
 	}
@@ -208,11 +217,17 @@ func consume(args []string) {
 	n := fs.Int("n", 10, "stop after this many distinct messages")
 	timeout := fs.Int("timeout", 60, "give up after this many seconds")
 	failFirst := fs.Int("fail-first", 0, "ask for redelivery (ConsumeRetryLater) of the first N deliveries")
+	ak := fs.String("ak", "", "access key (ACL; with -sk)")
+	sk := fs.String("sk", "", "secret key (ACL)")
 	_ = fs.Parse(args)
-	c, err := rocketmq.NewPushConsumer(
+	copts := []consumer.Option{
 		consumer.WithNsResolver(primitive.NewPassthroughResolver(strings.Split(*ns, ";"))),
 		consumer.WithGroupName(*group), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
-		consumer.WithConsumerModel(consumer.Clustering))
+		consumer.WithConsumerModel(consumer.Clustering)}
+	if *ak != "" {
+		copts = append(copts, consumer.WithCredentials(primitive.Credentials{AccessKey: *ak, SecretKey: *sk}))
+	}
+	c, err := rocketmq.NewPushConsumer(copts...)
 	if err != nil {
 		fail("new consumer: %v", err)
 	}
