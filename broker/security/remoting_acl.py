@@ -6,7 +6,7 @@ primitive.Credentials) adds ext fields ``AccessKey``, ``Signature`` and, when it
 ``Signature`` and ``_UNIQUE_KEY_QUERY`` (AccessKey and SecurityToken included), ordered
 by field name, concatenated as UTF-8, followed by the body bytes; the signature is
 Base64(HMAC-SHA1(content, secretKey)).  There is no date in it, so unlike gRPC there is
-no clock-skew bound (a captured request can be replayed: TLS is the answer, as in RocketMQ).
+no clock-skew bound: a captured request can be replayed, as in RocketMQ (docs/SECURITY.md).
 
 What each request code needs follows Apache's PlainAccessResource for remoting, with
 groups checked as groups (RocketMQ checks ``%RETRY%group`` as a topic); SEND_BATCH_MESSAGE
@@ -20,7 +20,6 @@ with a remark naming the cause, never the secret.
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import json
 from collections.abc import Callable
@@ -43,14 +42,13 @@ ADMIN_CODES = frozenset({17, 25, 200, 207, 215, 222})
 
 def content(fields: dict[str, str], body: bytes) -> bytes:
     """What the client signed: the values of the ext fields sorted by name, then the body."""
-    text = "".join(v for k, v in sorted(fields.items()) if k not in UNSIGNED and v is not None)
+    text = "".join([fields[k] for k in sorted(fields) if k not in UNSIGNED])
     return text.encode("utf-8") + (body or b"")
 
 
 def sign(fields: dict[str, str], body: bytes, secret_key: str) -> str:
     """Base64(HMAC-SHA1) of ``content``: what a client puts in the Signature field (also used by tests)."""
-    mac = hmac.new(secret_key.encode("utf-8"), content(fields, body), hashlib.sha1).digest()
-    return base64.b64encode(mac).decode("ascii")
+    return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), content(fields, body), "sha1")).decode("ascii")
 
 
 def _need(kind: str, name: str | None, perm: Perm) -> tuple[Need, ...]:
