@@ -8,13 +8,17 @@ docstring); the Go client computes its own, so a shared mistake would show.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from cluster import LocalCluster, wait_until
 from go_clients import rmqgo, run_go, summary
+from peers_support import require_peers
 
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode, ResponseCode
@@ -143,3 +147,41 @@ def test_go_consumer_with_sub_rights_receives_and_a_foreign_group_is_refused(clu
     assert not [e for e in refused if e.get("event") == "received"], refused[-3:]
     log = cluster.brokers["broker-acl"].proc.log()
     assert "has DENY on group other-group, SUB is needed" in log  # refused by the ACL, not merely slow
+
+
+PROBE = r'''
+import java.util.HashMap;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+
+public class AclProbe {
+    public static void main(String[] a) throws Exception {
+        RemotingCommand cmd = RemotingCommand.createRequestCommand(310, null);
+        HashMap<String, String> f = new HashMap<>();
+        f.put("b", "TopicX"); f.put("a", "pg"); f.put("g", "1700000000000"); f.put("queueId", "3");
+        f.put("i", "KEYS\u0001k1\u0002UNIQ_KEY\u0001ABC\u0002"); f.put("_UNIQUE_KEY_QUERY", "true");
+        cmd.setExtFields(f);
+        cmd.setBody("body-\u00e9".getBytes("UTF-8"));
+        new AclClientRPCHook(new SessionCredentials("remoteProducer", "remote-secret")).doBeforeRequest("x:1", cmd);
+        System.out.println(cmd.getExtFields().get("Signature"));
+    }
+}
+'''
+
+
+def test_signature_rule_matches_apaches_acl_client_rpc_hook(tmp_path: Path) -> None:
+    """Apache's own AclClientRPCHook (rocketmq-client 5.3.3) signs a command; our rule must give the same."""
+    require_peers()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "peers"))
+    import reference_cluster as ref  # peers/ is not a package
+
+    src = tmp_path / "AclProbe.java"
+    src.write_text(PROBE)
+    res = subprocess.run(["java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{ref.LIB}/*", str(src)],
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    apache = res.stdout.strip().splitlines()[-1]
+    fields = {"b": "TopicX", "a": "pg", "g": "1700000000000", "queueId": "3",
+              "i": "KEYS\x01k1\x02UNIQ_KEY\x01ABC\x02", "_UNIQUE_KEY_QUERY": "true", "AccessKey": "remoteProducer"}
+    assert sign(fields, "body-\u00e9".encode(), "remote-secret") == apache

@@ -3,8 +3,9 @@
 A remoting client with credentials (Java's AclClientRPCHook, the Go client's
 primitive.Credentials) adds ext fields ``AccessKey``, ``Signature`` and, when it has one,
 ``SecurityToken``.  The signed content is the values of every ext field except
-``Signature`` and ``_UNIQUE_KEY_QUERY`` (AccessKey and SecurityToken included), ordered
-by field name, concatenated as UTF-8, followed by the body bytes; the signature is
+``Signature`` (AccessKey and SecurityToken included; ``_UNIQUE_KEY_QUERY`` too, unless the
+request's version is 4.9.3 or older, whose clients left it out), ordered by field name,
+concatenated as UTF-8, followed by the body bytes; the signature is
 Base64(HMAC-SHA1(content, secretKey)).  There is no date in it, so unlike gRPC there is
 no clock-skew bound: a captured request can be replayed, as in RocketMQ (docs/SECURITY.md).
 
@@ -33,22 +34,27 @@ from .resources import ADMIN, ANY_ACCOUNT, Need, Requirement
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
-UNSIGNED = frozenset({SIGNATURE, "_UNIQUE_KEY_QUERY"})  # AclUtils leaves these out of the content
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+# MQVersion.Version.V4_9_3's ordinal: clients up to it did not sign _UNIQUE_KEY_QUERY, later ones do
+# (checked against Apache's 5.3.3 jars: AclClientRPCHook signs it; the broker skips it only up to this version)
+V4_9_3 = 399
 RETRY_PREFIX = "%RETRY%"
 
 # state-changing admin codes (Apache's Permission.needAdminPerm list, plus the offset reset)
 ADMIN_CODES = frozenset({17, 25, 200, 207, 215, 222})
 
 
-def content(fields: dict[str, str], body: bytes) -> bytes:
+def content(fields: dict[str, str], body: bytes, version: int = V4_9_3 + 1) -> bytes:
     """What the client signed: the values of the ext fields sorted by name, then the body."""
-    text = "".join([fields[k] for k in sorted(fields) if k not in UNSIGNED])
+    skip = (SIGNATURE, UNIQUE_KEY_QUERY) if version <= V4_9_3 else (SIGNATURE,)
+    text = "".join([fields[k] for k in sorted(fields) if k not in skip])
     return text.encode("utf-8") + (body or b"")
 
 
-def sign(fields: dict[str, str], body: bytes, secret_key: str) -> str:
+def sign(fields: dict[str, str], body: bytes, secret_key: str, version: int = V4_9_3 + 1) -> str:
     """Base64(HMAC-SHA1) of ``content``: what a client puts in the Signature field (also used by tests)."""
-    return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), content(fields, body), "sha1")).decode("ascii")
+    mac = hmac.digest(secret_key.encode("utf-8"), content(fields, body, version), "sha1")
+    return base64.b64encode(mac).decode("ascii")
 
 
 def _need(kind: str, name: str | None, perm: Perm) -> tuple[Need, ...]:
@@ -125,7 +131,7 @@ class RemotingAcl:
         account = acl.accounts.get(access_key)
         if account is None:
             return g._deny(UNAUTHORIZED, "account", f"unknown access key {access_key!r}", method, host, access_key)
-        if not hmac.compare_digest(sign(fields, cmd.body, account.secret_key), given.strip()):
+        if not hmac.compare_digest(sign(fields, cmd.body, account.secret_key, cmd.version), given.strip()):
             return g._deny(UNAUTHORIZED, "signature", f"signature does not match for access key {access_key!r} "
                            "(wrong secret key?)", method, host, access_key)
         if not account.address_allowed(host):
