@@ -79,10 +79,7 @@ def main() -> int:
                 time.sleep(max(0.5, 3 * d / 1000))  # the delayed follower's last acks arrive
                 after = replicate_sums(g.metrics_text(leader))
                 run = Run(d, f"n{delayed}", f"n{control}", ids, costs)
-                for remote, (s, n) in after.items():
-                    s0, n0 = before.get(remote, (0.0, 0.0))
-                    if n > n0:
-                        run.metrics_mean[remote] = (s - s0) / (n - n0)
+                run.metrics_from(before, after)
                 log(f"delay {d:g} ms: reading {len(ids)} timelines")
                 collect_timelines(run, c.namesrv_addr)
                 runs.append((topic, run))

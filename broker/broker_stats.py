@@ -117,31 +117,24 @@ class BrokerStats:
 
     def on_put_results(self, results: Iterable[PutResult], ok: object) -> None:
         """Stored messages per topic (``REAL_TOPIC`` for a timer or transaction message), one call per topic."""
-        per_topic: dict[str, list[int]] = {}
-        for res in results:
-            msg = res.message
-            if msg is None or res.status is not ok:
-                continue
-            c = per_topic.setdefault(msg.properties.get("REAL_TOPIC", msg.topic), [0, 0])
-            c[0] += 1
-            c[1] += msg.size
-        for topic, (n, size) in per_topic.items():
+        stored = (res.message for res in results if res.message is not None and res.status is ok)
+        for topic, (n, size) in _per_topic(stored, lambda m: m.properties.get("REAL_TOPIC", m.topic)).items():
             self.on_put(topic, n, size)
 
     def on_delivered(self, group: str, deliveries: Iterable[Delivery]) -> None:
-        per_topic: dict[str, list[int]] = {}
-        for d in deliveries:  # under the topic read, as Apache: a retry under %RETRY%<group>
-            c = per_topic.setdefault(d.message.topic, [0, 0])
-            c[0] += 1
-            c[1] += d.message.size
-        for topic, (n, size) in per_topic.items():
-            self.on_get(topic, group, n, size)
+        # under the topic read, as Apache: a retry under %RETRY%<group>
+        self.on_pulled(group, (d.message for d in deliveries))
 
     def on_pulled(self, group: str, messages: Iterable[StoredMessage]) -> None:
-        per_topic: dict[str, list[int]] = {}
-        for m in messages:
-            c = per_topic.setdefault(m.topic, [0, 0])
-            c[0] += 1
-            c[1] += m.size
-        for topic, (n, size) in per_topic.items():
+        for topic, (n, size) in _per_topic(messages, lambda m: m.topic).items():
             self.on_get(topic, group, n, size)
+
+
+def _per_topic(messages: Iterable[StoredMessage], topic_of: Callable[[StoredMessage], str]) -> dict[str, list[int]]:
+    """(messages, bytes) per topic: one counter update per topic of a batch, not per message."""
+    out: dict[str, list[int]] = {}
+    for m in messages:
+        c = out.setdefault(topic_of(m), [0, 0])
+        c[0] += 1
+        c[1] += m.size
+    return out

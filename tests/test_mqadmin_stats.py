@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import LocalCluster, wait_until
+from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from peers_support import require_peers
 from rmq import drain, message, producer, simple_consumer
 from rocketmq.v5.exception.client_exception import InternalErrorException
@@ -34,16 +34,9 @@ SENT, CONSUMED = 12, 8
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("mqadmin-stats"))
-    try:
-        c.start_namesrv()
+    with cluster_with_namesrv(tmp_path_factory.mktemp("mqadmin-stats"), lambda: False) as c:
         c.start_broker("broker-a")
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def stats_rows(out: str, topic: str) -> list[list[str]]:

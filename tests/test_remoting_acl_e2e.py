@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import LocalCluster, wait_until
+from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from go_clients import rmqgo, run_go, summary
 from peers_support import require_peers
 
@@ -45,9 +45,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = tmp_path_factory.mktemp("remoting-acl")
     acl_file = root / "plain_acl.yml"
     acl_file.write_text(yaml.safe_dump(ACL))
-    c = LocalCluster(root)
-    try:
-        c.start_namesrv()
+    with cluster_with_namesrv(root, lambda: False) as c:
         c.start_broker("broker-acl", aclEnable="true", aclFile=acl_file, autoCreateTopicEnable="false")
         for name in ("RemoteOk", "RemoteDenied", "RemoteBadKey"):
             c.admin("--accessKey", "opsAdmin", "--secretKey", "admin-secret", "updateTopic", "-t", name, "-r",
@@ -56,11 +54,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 wait_until(lambda n=name: ns.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": n}).code == 0,
                            what=f"route of {name}")
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def signed(fields: dict[str, str], ak: str, sk: str, body: bytes = b"") -> dict[str, str]:

@@ -196,10 +196,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[t
                 after_sums = replicate_sums(g.metrics_text(writer))
                 g.delay(writer, delayed, 0)
                 replication = Run(DELAY_MS, f"n{delayed}", f"n{control}", ids, costs)
-                for remote, (total, n) in after_sums.items():
-                    total0, n0 = before_sums.get(remote, (0.0, 0.0))
-                    if n > n0:
-                        replication.metrics_mean[remote] = (total - total0) / (n - n0)
+                replication.metrics_from(before_sums, after_sums)
                 collect_timelines(replication, c.namesrv_addr)
                 phase("delayed follower measured")
                 # --- the failover: paced sends, kill -9 of the leader, sends until they succeed again

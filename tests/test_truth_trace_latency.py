@@ -63,10 +63,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[t
             ids, costs = send_paced(g.endpoint, TOPIC, MESSAGES, GAP_MS)
             after = replicate_sums(g.metrics_text(leader))
             run = Run(DELAY_MS, f"n{delayed}", f"n{control}", ids, costs)
-            for remote, (s, n) in after.items():
-                s0, n0 = before.get(remote, (0.0, 0.0))
-                if n > n0:
-                    run.metrics_mean[remote] = (s - s0) / (n - n0)
+            run.metrics_from(before, after)
             from truth_harness import collect_timelines
 
             collect_timelines(run, c.namesrv_addr)

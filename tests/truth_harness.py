@@ -151,6 +151,13 @@ class Run:
     spark_p50: dict[str, float] = field(default_factory=dict)
     dashboard_p50: dict[str, float] = field(default_factory=dict)
 
+    def metrics_from(self, before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> None:
+        """Each replica's mean replicate latency over the run, from two readings of ``replicate_sums``."""
+        for remote, (total, n) in after.items():
+            total0, n0 = before.get(remote, (0.0, 0.0))
+            if n > n0:
+                self.metrics_mean[remote] = (total - total0) / (n - n0)
+
     def median(self, values: list[int] | list[float]) -> float:
         return float(statistics.median(values)) if values else float("nan")
 
