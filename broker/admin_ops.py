@@ -19,8 +19,7 @@ import grpc
 
 from rocketscope.broker.protocol import admin_pb2, common_pb2
 from rocketscope.config import ConfigError
-
-from .topics import is_retry_or_dlq
+from rocketscope.names import is_retry_or_dlq
 
 if TYPE_CHECKING:
     from .broker import Broker

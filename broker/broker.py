@@ -22,6 +22,7 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, dledger_pb2_grpc, ha_pb2_grpc, namesrv_pb2
 from rocketscope.config import ConfigError, Settings
+from rocketscope.names import HA_EVENTS_TOPIC, TIMER_TOPIC, is_system_topic
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
 from .admin_service import BrokerAdminService
@@ -55,15 +56,14 @@ from .slave_read import SlaveReader
 from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
-from .timer import TIMER_TOPIC, RecallError, TimerService
-from .topics import TopicConfig, TopicManager, group_queue, is_system_topic
+from .timer import RecallError, TimerService
+from .topics import TopicConfig, TopicManager, group_queue
 from .trace_hooks import NoTrace, TraceHooks
 from .transaction import HALF_TOPIC, TransactionError, TransactionService
 from .validation import RequestError, check_topic
 
 log = logging.getLogger(__name__)
 Code = pb.Code
-HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
 
 
 def store_config(s: Settings, store_host: str) -> StoreConfig:

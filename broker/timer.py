@@ -43,6 +43,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rocketscope.names import TIMER_TOPIC
+
 from .errors import BrokerError, ErrorKind
 from .store.message_store import PutStatus
 from .store.record import StoredMessage
@@ -53,7 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_GROUP = "CID_RMQ_SYS_TIMER"  # the in-memory timer's progress (before the wheel): where a fresh index starts
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"

@@ -9,11 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# defined in rocketscope/names.py; broker.py and admin_ops.py still import them from here
-from rocketscope.names import DLQ_PREFIX as DLQ_PREFIX
-from rocketscope.names import RETRY_PREFIX as RETRY_PREFIX
-from rocketscope.names import is_retry_or_dlq as is_retry_or_dlq
-from rocketscope.names import is_system_topic as is_system_topic
+from rocketscope.names import is_retry_or_dlq, is_system_topic
 
 from .persistence import load_json, save_json
 

@@ -35,7 +35,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from .events import COMMIT_ADVANCED, HA_EVENTS_TOPIC, REPLICA_ACK, HaEvent, HaEventError
+from rocketscope.names import HA_EVENTS_TOPIC
+
+from .events import COMMIT_ADVANCED, REPLICA_ACK, HaEvent, HaEventError
 
 log = logging.getLogger(__name__)
 

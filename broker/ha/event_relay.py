@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc
+from rocketscope.names import HA_EVENTS_TOPIC
 
 from .events import (
     COMMIT_ADVANCED,
     EVENT_TYPES,
-    HA_EVENTS_TOPIC,
     REPLICA_ACK,
     HaEvent,
     HaEventError,

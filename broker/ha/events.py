@@ -27,8 +27,6 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"
-
 ROLE_CHANGE = "role_change"
 ELECTION_STARTED = "election_started"
 ELECTION_WON = "election_won"

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rocketscope.names import HA_EVENTS_TOPIC
+
 from . import record
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
@@ -45,7 +47,6 @@ def _tag_hash(tag: str) -> int:
     return h
 
 ALL_TOPICS_KEY = "*"
-HA_EVENTS_TOPIC = "RMQ_SYS_HA_EVENTS"  # index key prefix under which every message id is also indexed
 
 
 class PutStatus(enum.Enum):
