@@ -51,6 +51,7 @@ from rocketscope.broker.protocol import common_pb2, namesrv_pb2_grpc
 
 from .request_metadata import request_metadata
 from .slave_read import SLAVE_READ_HEADER
+from .stream_revival import StreamRevival
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -113,58 +114,6 @@ def writer_changed(resp: Any) -> bool:
     if st is None or st.code != pb.HA_NOT_AVAILABLE:
         return False
     return st.message == "SERVICE_NOT_AVAILABLE" or any(m in st.message for m in WRITER_CHANGED)
-
-
-class StreamRevival:
-    """Routes that make the official Python client open a Telemetry stream again after losing it (issue 15).
-
-    The client opens a Telemetry stream for each set of endpoints a route names, when that
-    set is new to it, and otherwise only re-opens one at its settings sync, every 300 s.  A
-    stream ends for good when the member holding it is killed, and the writer then cannot
-    check the producer's transactions back for up to five minutes (tests/chaos,
-    ``tx_unchecked``).  So the writer, answering a route to a producer that has had no
-    stream here (served or relayed, see StreamRelay) for ``GRACE_S``, names every queue's
-    endpoints without one of the members: a set the client has not seen, for which it
-    opens a channel and a stream at once.  The member left out changes every ``STEP_S`` while
-    the stream stays missing; once it is back, routes name every member again (the client
-    then opens one more stream for that set, which is harmless).  The client asks for routes
-    every 30 s, which bounds how long a producer stays unreachable.
-    """
-
-    GRACE_S = 5.0
-    STEP_S = 20.0
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self._variant: dict[str, tuple[int, float]] = {}  # producer -> (member left out, since)
-        self.routes_varied = 0
-
-    def apply(self, client_id: str, queues: Any) -> None:
-        """Leave one member out of ``queues``' endpoints when ``client_id`` is a producer that lost its stream."""
-        info = self.broker.clients.clients.get(client_id) if client_id else None
-        if info is None or info.client_type != pb.PRODUCER or not self.broker.is_master:
-            return
-        now = time.monotonic()
-        if info.outbox is not None:
-            self._variant.pop(client_id, None)
-            return
-        if now - info.no_stream_since < self.GRACE_S:
-            return
-        k, since = self._variant.get(client_id, (-1, 0.0))
-        if now - since >= self.STEP_S:
-            k, since = k + 1, now
-            self._variant[client_id] = (k, since)
-            self.routes_varied += 1
-            log.info("producer %s has no Telemetry stream: its routes leave member %d out so it opens one", client_id,
-                     k)
-        for mq in queues:
-            addrs = sorted(mq.broker.endpoints.addresses, key=lambda a: (a.host, a.port))
-            if len(addrs) < 2:
-                continue
-            keep = [a for i, a in enumerate(addrs) if i != k % len(addrs)]
-            del mq.broker.endpoints.addresses[:]
-            for a in keep:
-                mq.broker.endpoints.addresses.add(host=a.host, port=a.port)
 
 
 class LeaderForwarder:
