@@ -106,7 +106,7 @@ class NameServer:
         self.remoting = RemotingServer("name server", handlers, max_frame=self.settings.remotingFrameMaxLength,
                                        idle_s=self.settings.serverChannelMaxIdleTimeSeconds)
         return bind_with_remoting(self.server, address, tls, self.remoting,  # type: ignore[no-any-return]
-                                  self.settings.remotingListenPort)
+                                  self.settings.remotingListenPort, self.security.server_tls)
 
     def _register_gauges(self) -> None:
         """Gauges read plain dicts the event loop replaces whole, so the reader thread never sees them change."""

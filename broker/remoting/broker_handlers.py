@@ -812,7 +812,9 @@ def bind_broker_port(broker: Broker, server: Any, host: str, port: int, tls: Any
         broker.remoting.server.gate = RemotingAcl(broker.acl_guard).gate  # type: ignore[attr-defined]
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
+        # remoting is a client front door: TLS it terminates follows tls.server.need.client.auth, not the
+        # internal rule ``tls`` carries for the admin gRPC service sharing the port
         return bind_with_remoting(server, address, tls, broker.remoting.server,  # type: ignore[attr-defined]
-                                  s.remotingListenPort)
+                                  s.remotingListenPort, broker.security.server_tls)
     except OSError as exc:
         raise OSError(f"config key listenPort: cannot listen on {address}: {exc}") from None

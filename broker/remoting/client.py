@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import struct
 
 from .codec import JSON, RemotingCommand, decode, encode
@@ -14,10 +15,13 @@ _I32 = struct.Struct(">i")
 class RemotingClient:
     """One connection; ``invoke`` sends a request and returns the response with the same opaque."""
 
-    def __init__(self, addr: str, timeout_s: float = 10.0, language: str = "PYTHON", version: int = 479) -> None:
+    def __init__(self, addr: str, timeout_s: float = 10.0, language: str = "PYTHON", version: int = 479,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: speak TLS (remoting over TLS, tls.server.mode permissive or enforcing) with this context."""
         host, _, port = addr.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock: socket.socket = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self.language = language
         self.version = version
         self._opaque = itertools.count(1)

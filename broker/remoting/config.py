@@ -9,7 +9,7 @@ from .codec import DEFAULT_MAX_FRAME
 REMOTING_KEYS: list[Key] = [
     Key("enableRemoting", bool, True, "serve RocketMQ's classic TCP protocol (remoting) beside gRPC; see REMOTING.md"),
     Key("remotingListenPort", int, 0, "port of the remoting server; 0 shares listenPort with gRPC (the first "
-        "bytes tell the protocols apart; needs TLS off)", check=port),
+        "bytes, and in TLS the ClientHello's ALPN, tell the protocols apart); TLS follows tls.server.mode", check=port),
     Key("serverChannelMaxIdleTimeSeconds", int, 120, "seconds after which an idle remoting connection, or one "
         "stalled inside a frame, is closed", check=positive),
     Key("remotingFrameMaxLength", int, DEFAULT_MAX_FRAME, "largest remoting frame accepted, bytes (RocketMQ's "

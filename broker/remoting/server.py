@@ -438,39 +438,50 @@ class SharedPortListener:
 
 
 def bind_with_remoting(server: Any, address: str, tls: Any, remoting: RemotingServer | None,
-                       remoting_port: int = 0) -> Any:
+                       remoting_port: int = 0, remoting_tls: Any = None) -> Any:
     """Bind ``server`` (grpc.aio) for ``address`` and put ``remoting`` beside it.
 
-    With ``remoting_port`` 0 and TLS off, both share ``address`` (``SharedPortListener``);
-    otherwise gRPC binds as ``security.listener.bind_server`` does and remoting listens on
-    ``remoting_port`` of its own (when non-zero) once the returned listener starts.
+    With ``remoting_port`` 0 both share ``address``: ``SharedPortListener`` with TLS off,
+    ``tls_listener.SniffingListener`` in permissive or enforcing mode (gRPC then listens on
+    loopback ports only, TLS still terminated by gRPC with ``tls``; remoting over TLS is
+    terminated with ``remoting_tls``, the client-port rule of ``tls.server.need.client.auth``).
+    Otherwise gRPC binds as ``security.listener.bind_server`` does and remoting listens on
+    ``remoting_port`` of its own once the returned listener starts.
     """
     from ..security.listener import bind_server
     from ..security.tls import TlsMode
 
     if remoting is None:
         return bind_server(server, address, tls)
+    rtls = remoting_tls if remoting_tls is not None else tls
     if remoting_port == 0 and tls.mode is TlsMode.DISABLED:
         grpc_port = server.add_insecure_port("127.0.0.1:0")
         if not grpc_port:
             raise OSError("cannot bind the internal loopback gRPC port")
         return SharedPortListener(address, remoting, grpc_port)
-    inner = bind_server(server, address, tls)
     if remoting_port == 0:
-        log.warning("%s: remoting is not served: TLS mode %s needs remotingListenPort set to a port of its own "
-                    "(remoting over TLS is not implemented)", remoting.name, tls.mode.name)
-        return inner
-    return _BesideListener(inner, remoting, address.rpartition(":")[0], remoting_port)
+        from ..security.tls_context import ReloadingSslContext
+        from .tls_listener import SniffingListener
+
+        grpc_tls_port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
+        grpc_port = server.add_insecure_port("127.0.0.1:0") if tls.mode is TlsMode.PERMISSIVE else 0
+        if not grpc_tls_port or (tls.mode is TlsMode.PERMISSIVE and not grpc_port):
+            raise OSError("cannot bind the internal loopback gRPC ports")
+        return SniffingListener(address, remoting, tls.mode, ReloadingSslContext(rtls), grpc_port, grpc_tls_port)
+    inner = bind_server(server, address, tls)
+    return _BesideListener(inner, remoting, address.rpartition(":")[0], remoting_port, rtls)
 
 
 class _BesideListener:
     """gRPC's listener plus remoting on a port of its own."""
 
-    def __init__(self, inner: Any, remoting: RemotingServer, host: str, port: int) -> None:
+    def __init__(self, inner: Any, remoting: RemotingServer, host: str, port: int, tls: Any = None) -> None:
         self.inner = inner
         self.remoting = remoting
         self.host = host.strip("[]")
         self.remoting_port = port
+        self.tls = tls
+        self._sniffer: Any = None
 
     @property
     def port(self) -> int:
@@ -478,8 +489,18 @@ class _BesideListener:
 
     async def start(self) -> None:
         await self.inner.start()
-        await self.remoting.start(self.host, self.remoting_port)
+        if self.tls is None or not self.tls.enabled:
+            await self.remoting.start(self.host, self.remoting_port)
+            return
+        from ..security.tls_context import ReloadingSslContext
+        from .tls_listener import SniffingListener
+
+        address = f"[{self.host}]:{self.remoting_port}" if ":" in self.host else f"{self.host}:{self.remoting_port}"
+        self._sniffer = SniffingListener(address, self.remoting, self.tls.mode, ReloadingSslContext(self.tls))
+        await self._sniffer.start()
 
     async def stop(self) -> None:
+        if self._sniffer is not None:
+            await self._sniffer.stop()
         await self.remoting.stop()
         await self.inner.stop()

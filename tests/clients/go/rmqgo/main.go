@@ -4,6 +4,7 @@
 //	rmqgo consume -ns ADDR -topic T -group G -n N [-timeout S]
 //
 // -ak/-sk (both commands) sign every request with primitive.Credentials (the broker's aclEnable).
+// -tls (both commands) speaks TLS to the name server and the brokers (WithTls).
 //
 // Every outcome is one JSON line on stdout, so the Python tests read ground truth, not logs.
 package main
@@ -73,6 +74,7 @@ func produce(args []string) {
 	ak := fs.String("ak", "", "access key (ACL; with -sk)")
 	sk := fs.String("sk", "", "secret key (ACL)")
 	retries := fs.Int("retries", 2, "retries of a failed send")
+	useTLS := fs.Bool("tls", false, "TLS to the name server and brokers (WithTls; the client skips verification)")
 	_ = fs.Parse(args)
 	popts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver(strings.Split(*ns, ";"))),
@@ -80,6 +82,9 @@ func produce(args []string) {
 		producer.WithSendMsgTimeout(10 * time.Second)}
 	if *ak != "" {
 		popts = append(popts, producer.WithCredentials(primitive.Credentials{AccessKey: *ak, SecretKey: *sk}))
+	}
+	if *useTLS {
+		popts = append(popts, producer.WithTls(true))
 	}
 	p, err := rocketmq.NewProducer(popts...)
 	if err != nil {
@@ -219,6 +224,7 @@ func consume(args []string) {
 	failFirst := fs.Int("fail-first", 0, "ask for redelivery (ConsumeRetryLater) of the first N deliveries")
 	ak := fs.String("ak", "", "access key (ACL; with -sk)")
 	sk := fs.String("sk", "", "secret key (ACL)")
+	useTLS := fs.Bool("tls", false, "TLS to the name server and brokers (WithTls; the client skips verification)")
 	_ = fs.Parse(args)
 	copts := []consumer.Option{
 		consumer.WithNsResolver(primitive.NewPassthroughResolver(strings.Split(*ns, ";"))),
@@ -226,6 +232,9 @@ func consume(args []string) {
 		consumer.WithConsumerModel(consumer.Clustering)}
 	if *ak != "" {
 		copts = append(copts, consumer.WithCredentials(primitive.Credentials{AccessKey: *ak, SecretKey: *sk}))
+	}
+	if *useTLS {
+		copts = append(copts, consumer.WithTls(true))
 	}
 	c, err := rocketmq.NewPushConsumer(copts...)
 	if err != nil {

@@ -1,0 +1,165 @@
+"""Remoting over TLS (issue 19): the name server's and the broker's remoting ports in enforcing and permissive mode.
+
+Ground truth: the messages Apache's Go client v2 reports sent (``WithTls``) and received, and the
+store's queue offsets read with raw GET_MAX_OFFSET frames over TLS.  RocketMQ's rule
+(``NettyRemotingServer.TlsModeHandler`` in rocketmq-remoting 5.3.3): in enforcing mode a
+connection whose first byte is not a TLS handshake is closed without an answer; in permissive
+mode TLS and plaintext share the port.  The same port also carries gRPC (docs/REMOTING.md), so
+each mode is checked with gRPC plain and over TLS too.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, wait_until
+from conftest import free_port
+from go_clients import rmqgo, run_go, summary
+
+from rocketscope.broker.protocol import common_pb2, namesrv_pb2_grpc
+from rocketscope.broker.remoting.client import RemotingClient
+from rocketscope.broker.remoting.codec import RemotingCommand, RequestCode, ResponseCode, encode
+from rocketscope.broker.security.certs import generate_dev_certs
+
+pytestmark = pytest.mark.e2e
+QUEUES = 4
+
+
+def tls_conf(certs: Path, mode: str) -> dict[str, Any]:
+    return {"tls.server.mode": mode, "tls.server.certPath": certs / "server.pem",
+            "tls.server.keyPath": certs / "server.key", "tls.client.trustCertPath": certs / "ca.pem"}
+
+
+def client_ctx(certs: Path) -> ssl.SSLContext:
+    """Verifies the server against the development CA (the Go client skips verification)."""
+    return ssl.create_default_context(cafile=str(certs / "ca.pem"))
+
+
+def start_namesrv(c: LocalCluster, name: str, conf: dict[str, Any]) -> str:
+    port = free_port()
+    path = c.root / f"{name}.conf"
+    path.write_text("".join(f"{k}={v}\n" for k, v in {"listenPort": port, **conf}.items()))
+    c.namesrvs.append(Proc(name, [str(BIN), "namesrv", "-c", str(path)], c.root / f"{name}.log").start())
+    wait_until(lambda: _port_open(port), what=f"{name} port")
+    return f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("remoting-tls-certs")
+    generate_dev_certs(out, overwrite=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def enforcing(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, str, BrokerNode]]:
+    """An enforcing name server and broker; the broker registers over gRPC-over-TLS through the shared port."""
+    rmqgo()  # build (or skip) before any process starts
+    c = LocalCluster(tmp_path_factory.mktemp("remoting-tls"))
+    ok = False
+    try:
+        ns = start_namesrv(c, "namesrv-tls", tls_conf(certs, "enforcing"))
+        node = c.start_broker("broker-tls", namesrvAddr=ns, **tls_conf(certs, "enforcing"))
+        with RemotingClient(node.admin_addr, tls=client_ctx(certs)) as b:
+            resp = b.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "TlsT", "readQueueNums": str(QUEUES),
+                                                                  "writeQueueNums": str(QUEUES), "perm": "6"})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        with RemotingClient(ns, tls=client_ctx(certs)) as n:
+            wait_until(lambda: n.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TlsT"}).code == 0,
+                       timeout=30, what="route of TlsT over TLS")
+        yield c, ns, node
+        ok = True
+    finally:
+        if not ok:
+            print(c.logs())
+        c.stop()
+
+
+def max_offsets(addr: str, certs: Path, topic: str) -> int:
+    with RemotingClient(addr, tls=client_ctx(certs)) as b:
+        return sum(int(b.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)}).fields["offset"])
+                   for q in range(QUEUES))
+
+
+def plaintext_answer(addr: str) -> bytes:
+    """Send one plaintext GET_BROKER_CLUSTER_INFO frame; what comes back before the server closes (or 2 s pass)."""
+    host, _, port = addr.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(encode(RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO, opaque=7, language="PYTHON",
+                                         version=479)))
+        s.settimeout(2)
+        got = b""
+        try:
+            while chunk := s.recv(4096):
+                got += chunk
+        except TimeoutError:
+            return got + b"<still open>"
+        except ConnectionResetError:  # closed with our frame unread: the kernel answers with a reset
+            return got + b"<reset>"
+        return got
+
+
+def grpc_cluster_brokers(addr: str, certs: Path | None) -> set[str]:
+    """The name server's gRPC GetClusterInfo on the shared port, over TLS when ``certs`` is given."""
+    if certs is None:
+        ch = grpc.insecure_channel(addr)
+    else:
+        ch = grpc.secure_channel(addr, grpc.ssl_channel_credentials((certs / "ca.pem").read_bytes()))
+    with ch:
+        info = namesrv_pb2_grpc.NameServerStub(ch).GetClusterInfo(common_pb2.Empty(), timeout=10)
+    return {b.registration.broker_name for b in info.brokers}
+
+
+def test_go_client_over_tls_produces_and_consumes(enforcing: tuple[LocalCluster, str, BrokerNode],
+                                                  certs: Path) -> None:
+    _, ns, node = enforcing
+    before = max_offsets(node.admin_addr, certs, "TlsT")
+    sent = run_go("produce", "-tls", "-ns", ns, "-topic", "TlsT", "-n", "20", "-retries", "0", timeout=90)
+    assert summary(sent)["sent"] == 20, sent
+    assert max_offsets(node.admin_addr, certs, "TlsT") - before == 20
+    got = run_go("consume", "-tls", "-ns", ns, "-topic", "TlsT", "-group", "TlsReaders", "-n", "20",
+                 "-timeout", "60", timeout=90)
+    assert sorted({e["body"] for e in got if e["event"] == "received"}) == sorted(f"go-{i}" for i in range(20))
+
+
+def test_enforcing_closes_plaintext_remoting_and_keeps_grpc_over_tls(enforcing: tuple[LocalCluster, str, BrokerNode],
+                                                                      certs: Path) -> None:
+    _, ns, node = enforcing
+    for addr in (ns, node.admin_addr):
+        # closed without an answer, as RocketMQ's TlsModeHandler does (a reset: the frame was left unread)
+        assert plaintext_answer(addr) in (b"", b"<reset>"), addr
+    with RemotingClient(ns, tls=client_ctx(certs)) as n:  # the same frame over TLS is answered
+        resp = n.invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
+    assert resp.code == ResponseCode.SUCCESS and b"broker-tls" in resp.body
+    # gRPC over TLS still terminates in gRPC behind the shared port (ALPN h2 is spliced through)
+    assert grpc_cluster_brokers(ns, certs) == {"broker-tls"}
+    with pytest.raises(grpc.RpcError):
+        grpc_cluster_brokers(ns, None)
+    # the Go client without TLS cannot talk to an enforcing name server: nothing is sent
+    before = max_offsets(node.admin_addr, certs, "TlsT")
+    plain = run_go("produce", "-ns", ns, "-topic", "TlsT", "-n", "1", "-retries", "0", timeout=90)
+    assert not [e for e in plain if e.get("event") == "sent"], plain
+    assert max_offsets(node.admin_addr, certs, "TlsT") == before
+
+
+def test_permissive_port_serves_all_four(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One permissive name server port: remoting plain and TLS, gRPC plain and TLS."""
+    c = LocalCluster(tmp_path_factory.mktemp("remoting-permissive"))
+    try:
+        ns = start_namesrv(c, "namesrv-permissive", tls_conf(certs, "permissive"))
+        with RemotingClient(ns) as plain, RemotingClient(ns, tls=client_ctx(certs)) as secure:
+            for cl in (plain, secure):
+                assert cl.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+            assert secure.sock.version() is not None and not isinstance(plain.sock, ssl.SSLSocket)
+        assert grpc_cluster_brokers(ns, None) == set() == grpc_cluster_brokers(ns, certs)
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
