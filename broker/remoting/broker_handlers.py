@@ -79,11 +79,15 @@ PUT_CODES = {
     PutStatus.FLUSH_DISK_TIMEOUT: RC.FLUSH_DISK_TIMEOUT,
     PutStatus.FLUSH_SLAVE_TIMEOUT: RC.FLUSH_SLAVE_TIMEOUT,
     PutStatus.SERVICE_NOT_AVAILABLE: RC.SERVICE_NOT_AVAILABLE,
-    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: RC.SLAVE_NOT_AVAILABLE,
+    # Apache's SendMessageProcessor answers SYSTEM_ERROR "in-sync replicas not enough" (not SLAVE_NOT_AVAILABLE),
+    # which its clients retry; DLedger's quorum timeout is this status on both (docs/COMPATIBILITY.md R6-R8)
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: RC.SYSTEM_ERROR,
     PutStatus.MESSAGE_ILLEGAL: RC.MESSAGE_ILLEGAL,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: RC.MESSAGE_ILLEGAL,
     PutStatus.OS_PAGE_CACHE_BUSY: RC.SYSTEM_BUSY,
 }
+# answers that still carry the stored message's headers (Apache's sendOK=true): the clients report a status, no error
+_STORED_CODES = frozenset((RC.SUCCESS, RC.FLUSH_DISK_TIMEOUT, RC.FLUSH_SLAVE_TIMEOUT, RC.SLAVE_NOT_AVAILABLE))
 # SendMessageRequestHeaderV2's short names -> the V1 header's names
 V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
             "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
@@ -336,7 +340,10 @@ class RemotingBroker:
             try:
                 cfg = await b.topic_for_send(topic)
             except RequestError as exc:
-                raise HeaderError(exc.message, CORE_CODES.get(exc.code, RC.SYSTEM_ERROR)) from None
+                # a slave (or DLedger follower) answers a write SERVICE_NOT_AVAILABLE, as Apache's store does for
+                # BrokerRole.SLAVE: the clients retry another broker (gRPC's answer stays FORBIDDEN)
+                code = RC.SERVICE_NOT_AVAILABLE if not b.is_master else CORE_CODES.get(exc.code, RC.SYSTEM_ERROR)
+                raise HeaderError(exc.message, code) from None
         if queue_id >= max(cfg.read_queue_nums, cfg.write_queue_nums):
             raise HeaderError(f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums:"
                               f"[{cfg.write_queue_nums}]", RC.INVALID_PARAMETER)
@@ -416,8 +423,12 @@ class RemotingBroker:
                 ids.append(f"{self._msg_id_prefix}{res.message.physical_offset:016X}")
                 first = first or res.message
         code = next((c for c in codes if c != RC.SUCCESS), RC.SUCCESS)
-        if first is None:
+        if first is None or code not in _STORED_CODES:
+            # stored, but not as the send asked (DLedger: not committed at a majority): an error the client retries,
+            # without the headers of a stored message, as Apache answers (SendMessageProcessor's sendOK=false)
             reason = next((r.reason for r in results if r.reason), results[0].status.value if results else "")
+            if code == RC.SYSTEM_ERROR and any(r.status is PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH for r in results):
+                reason = f"in-sync replicas not enough: {reason}"
             return cmd.response(code if code != RC.SUCCESS else RC.SYSTEM_ERROR, reason or "message not stored")
         ext = {"msgId": ",".join(ids), "queueId": str(queue_id), "queueOffset": str(first.queue_offset),
                "MSG_REGION": b.settings.regionId, "TRACE_ON": "true" if b.settings.traceOn else "false"}

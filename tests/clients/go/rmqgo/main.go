@@ -153,7 +153,13 @@ func produce(args []string) {
 					atomic.AddInt64(&failed, int64(len(msgs)))
 					if !*quiet {
 						mu.Lock()
-						emit(map[string]interface{}{"event": "send_failed", "first": first, "error": fmt.Sprint(err)})
+						ev := map[string]interface{}{"event": "send_failed", "first": first, "error": fmt.Sprint(err),
+							"seconds": time.Since(t0).Seconds()}
+						if err == nil && res != nil { // answered, not SEND_OK: FLUSH_SLAVE_TIMEOUT (2), SLAVE_NOT_AVAILABLE (3), ...
+							ev["status"] = int(res.Status)
+							ev["offsetMsgId"] = res.OffsetMsgID
+						}
+						emit(ev)
 						mu.Unlock()
 					}
 					continue
