@@ -1,11 +1,13 @@
-"""One controller: the shared Raft core driven with real I/O, the state machine, the client service.
+"""One controller: the shared Raft driver over its own log, the state machine, the client service.
 
-The driving loop is DLedger mode's (broker/dledger/node.py): persist each Ready's entries
-and hard state (fsync when it says so), only then send its messages, then apply the
-committed entries.  Applying here means decoding a controller event and feeding it to
-``ControllerState.apply``.  Raft messages travel on DLedger's peer stream (same proto,
-same PeerLink), with the controller's client address in the batch header so that a
-follower can tell a broker where the leader is.
+The Raft driver (broker/raft/driver.py) is DLedger mode's and the simulator's: it persists
+each Ready's entries and hard state (fsync when it says so, in a worker thread), only then
+sends its messages, then applies the committed entries and answers the proposals.  This
+class injects the controller's log file (broker/controller/raft_log.py) and the peer links;
+applying here means decoding a controller event and feeding it to ``ControllerState.apply``.
+Raft messages travel on DLedger's peer stream (same proto, same PeerLink), with the
+controller's client address in the batch header so that a follower can tell a broker
+where the leader is.
 
 Requests are decided one at a time (``_decide_lock``) against the applied state, and the
 events are proposed and awaited before the next request is decided, as RocketMQ's
@@ -30,7 +32,9 @@ import grpc
 
 from rocketscope.broker.protocol import controller_pb2 as cpb
 from rocketscope.broker.protocol import controller_pb2_grpc, dledger_pb2
-from rocketscope.broker.raft import EventKind, NotLeader, ProposalDropped, RaftConfig, RaftNode, Ready, Role
+from rocketscope.broker.raft import Entry, Message, ProposalDropped, RaftConfig, RaftNode, Role
+from rocketscope.broker.raft.aio import AsyncioClock, ThreadSyncer
+from rocketscope.broker.raft.driver import RaftDriver
 from rocketscope.telemetry import Telemetry
 
 from ..dledger.transport import PeerLink, from_pb
@@ -73,12 +77,6 @@ class ControllerOptions:
                    unclean=s.enableElectUncleanMaster, notify=s.notifyBrokerRoleChanged)
 
 
-@dataclass
-class _Waiter:
-    term: int
-    future: asyncio.Future[bool]
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -94,18 +92,12 @@ class ControllerNode:
         self.state = ControllerState()
         self.live = LiveTable()
         self.log: ControllerLog | None = None
-        self.node: RaftNode | None = None
+        self.driver: RaftDriver | None = None
+        self.syncer = ThreadSyncer(f"controller {opts.group}/{opts.self_id}")
         self.links: dict[str, PeerLink] = {}
         self.peer_client_addrs: dict[str, str] = {opts.self_id: opts.client_addr}
-        self.waiters: dict[int, _Waiter] = {}
-        self.role = Role.FOLLOWER
-        self.leader_id: str | None = None
-        self.term = 0
-        self.commit_index = 0
         self.applied_index = 0
         self.leader_ready = False
-        self.elections = 0
-        self._kick = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._decide_lock = asyncio.Lock()
         self.telemetry = telemetry or Telemetry.disabled()
@@ -119,6 +111,31 @@ class ControllerNode:
             self.telemetry.gauge("rocketmq_controller_term", lambda: [(self.term, {})]),
             self.telemetry.gauge("rocketmq_controller_sync_state_set_size", self._sss_gauge),
         ]
+
+    # the driver's view, for requests, status and metrics
+    @property
+    def node(self) -> RaftNode | None:
+        return self.driver.node if self.driver is not None else None
+
+    @property
+    def role(self) -> Role:
+        return self.driver.role if self.driver is not None else Role.FOLLOWER
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.driver.leader_id if self.driver is not None else None
+
+    @property
+    def term(self) -> int:
+        return self.driver.term if self.driver is not None else 0
+
+    @property
+    def commit_index(self) -> int:
+        return self.driver.commit_index if self.driver is not None else 0
+
+    @property
+    def elections(self) -> int:
+        return self.driver.elections if self.driver is not None else 0
 
     # ------------------------------------------------------------- metrics
     def _active_gauge(self) -> list[tuple[float, dict[str, str]]]:
@@ -141,8 +158,9 @@ class ControllerNode:
         self.log = ControllerLog(self.opts.store_path)
         hs = self.log.hard_state
         # applied=0: the state machine lives in memory, so the committed prefix is replayed on start
-        self.node = RaftNode(self.config, self.log, hs, rng_seed=random.randrange(2**63), applied=0)
-        self.term = hs.term
+        node = RaftNode(self.config, self.log, hs, rng_seed=random.randrange(2**63), applied=0)
+        self.driver = RaftDriver(node, self.log, self, AsyncioClock(), self.syncer, self.opts.tick_ms / 1000,
+                                 apply=self._apply, on_append=self._on_append, on_role=self._on_role)
         log.info("controller %s/%s: log has %d entries, commit %d, term %d; peers %s", self.opts.group,
                  self.opts.self_id, self.log.last_index(), hs.commit, hs.term, self.opts.peers)
 
@@ -156,23 +174,23 @@ class ControllerNode:
                 link = PeerLink(pid, addr, self.header, channel=self.make_channel)
                 self.links[pid] = link
                 link.start()
+        assert self.driver is not None
+        self.driver.start()
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._ticker(), name="controller-tick"),
-                       loop.create_task(self._ready_loop(), name="controller-ready"),
-                       loop.create_task(self._scan_loop(), name="controller-scan")]
+        self._tasks = [loop.create_task(self._scan_loop(), name="controller-scan")]
         self._set_role_metric()
 
     async def stop(self) -> None:
+        if self.driver is not None:
+            self.driver.stop("the controller is shutting down")
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        await self.syncer.drain()
         for link in self.links.values():
             await link.stop()
-        for w in self.waiters.values():
-            if not w.future.done():
-                w.future.set_result(False)
         for g in self._gauges:
             with contextlib.suppress(Exception):
                 g.unregister()  # type: ignore[union-attr]
@@ -184,63 +202,33 @@ class ControllerNode:
     def on_batch(self, batch: dledger_pb2.RaftBatch) -> None:
         if batch.sender_grpc_addr:
             self.peer_client_addrs[batch.sender] = batch.sender_grpc_addr
-        assert self.node is not None
+        driver = self.driver
+        assert driver is not None
         for m in batch.messages:
             try:
-                self.node.step(from_pb(m))
+                driver.step(from_pb(m))
             except Exception:
                 log.exception("controller: bad message from %s", batch.sender)
-        self._kick.set()
 
-    async def _ticker(self) -> None:
-        assert self.node is not None
-        while True:
-            await asyncio.sleep(self.opts.tick_ms / 1000)
-            self.node.tick()
-            self._kick.set()
+    def send(self, m: Message) -> None:
+        """The driver's transport: the peer's gRPC stream (dropped when the peer is unknown)."""
+        link = self.links.get(m.to)
+        if link is not None:
+            link.send(m)
 
-    async def _ready_loop(self) -> None:
-        node = self.node
-        assert node is not None
-        while True:
-            await self._kick.wait()
-            self._kick.clear()
-            while node.has_ready():
-                rd = node.ready()
-                try:
-                    await self._handle(rd)
-                finally:
-                    node.advance(rd)
-
-    async def _handle(self, rd: Ready) -> None:
-        lg = self.log
-        assert lg is not None
-        if rd.entries and lg.append(rd.entries):
+    def _on_append(self, entries: list[Entry], dropped: int) -> None:
+        if dropped:
             log.warning("controller %s: replaced a divergent log tail from index %d", self.opts.self_id,
-                        rd.entries[0].index)
-        if rd.hard_state is not None:
-            lg.save_hard_state(rd.hard_state, rd.must_sync)
-            self.term = rd.hard_state.term
-        if rd.must_sync:
-            await asyncio.to_thread(lg.sync)
-        for m in rd.messages:
-            link = self.links.get(m.to)
-            if link is not None:
-                link.send(m)
-        if rd.soft_state is not None:
-            was_leader = self.role == Role.LEADER
-            self.role, self.leader_id = rd.soft_state.role, rd.soft_state.leader
-            if self.role != Role.LEADER:
-                self.leader_ready = False
-                if was_leader:
-                    for w in self.waiters.values():
-                        if not w.future.done():
-                            w.future.set_result(False)
-                    self.waiters.clear()
-            self._set_role_metric()
-            log.info("controller %s: role %s, leader %s, term %d", self.opts.self_id, self.role, self.leader_id,
-                     self.term)
-        for e in rd.committed_entries:
+                        entries[0].index)
+
+    def _on_role(self, role: Role, leader: str | None, was_leader: bool) -> None:
+        if role != Role.LEADER:
+            self.leader_ready = False
+        self._set_role_metric()
+        log.info("controller %s: role %s, leader %s, term %d", self.opts.self_id, role, leader, self.term)
+
+    def _apply(self, entries: list[Entry]) -> None:
+        for e in entries:
             if e.data:
                 try:
                     self.state.apply(decode_event(e.data))
@@ -251,30 +239,21 @@ class ControllerNode:
                 self.leader_ready = True
                 log.info("controller %s: leader of term %d is ready at index %d", self.opts.self_id, self.term,
                          e.index)
-            w = self.waiters.pop(e.index, None)
-            if w is not None and not w.future.done():
-                w.future.set_result(e.term == w.term)
-        if rd.committed_entries:
-            self.commit_index = rd.committed_entries[-1].index
-        for ev in rd.events:
-            if ev.kind == EventKind.ELECTION_WON:
-                self.elections += 1
 
     async def _propose(self, events: list[dict[str, Any]]) -> bool:
-        node = self.node
-        assert node is not None
-        try:
-            first = node.propose_batch([encode_event(e) for e in events])
-        except (NotLeader, ProposalDropped):
-            return False
-        term = node.term
+        driver = self.driver
+        assert driver is not None
         loop = asyncio.get_running_loop()
-        futures = []
-        for i in range(len(events)):
-            fut: asyncio.Future[bool] = loop.create_future()
-            self.waiters[first + i] = _Waiter(term, fut)
-            futures.append(fut)
-        self._kick.set()
+        futures: list[asyncio.Future[bool]] = [loop.create_future() for _ in events]
+
+        def answer(pos: int, ok: bool) -> None:
+            if not futures[pos].done():
+                futures[pos].set_result(ok)
+
+        try:
+            driver.propose([encode_event(e) for e in events], answer)
+        except ProposalDropped:
+            return False
         done, _ = await asyncio.wait(futures, timeout=COMMIT_TIMEOUT_S)
         return len(done) == len(futures) and all(f.result() for f in futures)
 

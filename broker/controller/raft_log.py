@@ -5,18 +5,19 @@ address change, an election, a SyncStateSet change), so the whole log lives in m
 and in one file; a restarted controller rebuilds its state by replaying the committed
 prefix, as DLedger's controller replays its log.  The file layout is ``>qqBI`` (index,
 term, kind, length) + data per entry; a torn tail after a crash is cut at the last whole
-entry.  Term and vote are kept and fsynced exactly as DLedger mode does (``hardstate``).
+entry.  Term and vote are kept and fsynced exactly as DLedger mode does: one ``hardstate``
+file written by broker/raft/hard_state_file.py.  This class is the controller's ``DurableLog``
+for the Raft driver (broker/raft/driver.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import struct
-import time
 from pathlib import Path
 
+from rocketscope.broker.raft.hard_state_file import HardStateFile
 from rocketscope.broker.raft.messages import Entry, EntryKind, HardState, entry_size
 
 log = logging.getLogger(__name__)
@@ -28,13 +29,15 @@ class ControllerLog:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "raftlog"
-        self.hard_state_path = self.directory / "hardstate"
+        self.hard_state_file = HardStateFile(self.directory / "hardstate")
         self.ents: list[Entry] = []
         self.positions: list[int] = []  # file position of each entry
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._load()
-        self.hard_state = self._load_hard_state()
-        self._commit_written = 0.0
+        stored = self.hard_state_file.load()
+        if stored is not None:
+            term, vote, commit = stored
+            self.hard_state_file.hard_state = HardState(term, vote, min(commit, self.last_index()))
 
     def _load(self) -> None:
         data = os.pread(self.fd, os.fstat(self.fd).st_size, 0)
@@ -52,29 +55,13 @@ class ControllerLog:
             os.ftruncate(self.fd, pos)
         self.file_end = pos
 
-    def _load_hard_state(self) -> HardState:
-        try:
-            d = json.loads(self.hard_state_path.read_text())
-            return HardState(int(d["term"]), d.get("vote"), min(int(d.get("commit", 0)), self.last_index()))
-        except (OSError, ValueError, KeyError):
-            return HardState()
+    @property
+    def hard_state(self) -> HardState:
+        return self.hard_state_file.hard_state
 
     def save_hard_state(self, hs: HardState, sync: bool) -> None:
         """Term and vote durably before answering; a commit-only change at most once a second (re-learnt)."""
-        old = self.hard_state
-        now = time.monotonic()
-        if (hs.term, hs.vote) == (old.term, old.vote) and now - self._commit_written < 1.0:
-            self.hard_state = hs
-            return
-        tmp = self.hard_state_path.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            json.dump({"term": hs.term, "vote": hs.vote, "commit": hs.commit}, fh)
-            if sync and (hs.term, hs.vote) != (old.term, old.vote):
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, self.hard_state_path)
-        self._commit_written = now
-        self.hard_state = hs
+        self.hard_state_file.save(hs, sync)
 
     # ------------------------------------------------------------ Storage
     def first_index(self) -> int:

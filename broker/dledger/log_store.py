@@ -20,19 +20,21 @@ offset of the last dropped entry), so ``term(base)`` still answers for the Appen
 follows it.  The new file is written aside and renamed over, so a crash leaves either the old
 or the new index, both consistent with the commit log.  There are no snapshots: a member
 that lost its store cannot catch up from the others once the prefix is gone (docs/STORAGE.md).
+
+This class is DLedger's ``DurableLog`` for the Raft driver (broker/raft/driver.py); its
+``hardstate`` file is written by broker/raft/hard_state_file.py, shared with the controller.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import os
 import struct
-import time
 from array import array
 from pathlib import Path
 
+from rocketscope.broker.raft.hard_state_file import HardStateFile
 from rocketscope.broker.raft.messages import Entry, EntryKind, HardState, entry_size
 from rocketscope.broker.store.message_store import MessageStore
 
@@ -51,7 +53,7 @@ class DLedgerLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.index_path = self.directory / "index"
         self.compacted_path = self.directory / "index.v2"
-        self.hard_state_path = self.directory / "hardstate"
+        self.hard_state_file = HardStateFile(self.directory / "hardstate")
         self.terms = array("q")
         self.offsets = array("q")
         self.sizes = array("i")
@@ -68,8 +70,11 @@ class DLedgerLog:
         else:
             self.fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._load()
-        self.hard_state = self._load_hard_state()
-        self._commit_written = 0.0
+        stored = self.hard_state_file.load()
+        if stored is not None:
+            term, vote, commit = stored
+            # the commit index is written lazily: it may predate a compaction, but the base was committed
+            self.hard_state_file.hard_state = HardState(term, vote, max(min(commit, self.last_index()), self.base))
 
     # ---------------------------------------------------------------- loading
     def _load(self) -> None:
@@ -100,36 +105,13 @@ class DLedgerLog:
                         self.commit_log.max_offset, end)
             self.commit_log.truncate(end)
 
-    def _load_hard_state(self) -> HardState:
-        try:
-            d = json.loads(self.hard_state_path.read_text())
-            # the commit index is written lazily: it may predate a compaction, but the base was committed
-            commit = max(min(int(d.get("commit", 0)), self.last_index()), self.base)
-            return HardState(int(d["term"]), d.get("vote"), commit)
-        except (OSError, ValueError, KeyError):
-            return HardState()
+    @property
+    def hard_state(self) -> HardState:
+        return self.hard_state_file.hard_state
 
     def save_hard_state(self, hs: HardState, sync: bool) -> None:
-        """Persist term and vote (and, lazily, commit).
-
-        Only term and vote must be durable before answering; the commit index is re-learnt
-        from the leader (docs/RAFT.md), so a commit-only change is written at most once a
-        second and never fsynced — it only spares a restarted node some re-dispatch.
-        """
-        old = self.hard_state
-        now = time.monotonic()
-        if (hs.term, hs.vote) == (old.term, old.vote) and now - self._commit_written < 1.0:
-            self.hard_state = hs
-            return
-        tmp = self.hard_state_path.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            json.dump({"term": hs.term, "vote": hs.vote, "commit": hs.commit}, fh)
-            if sync and (hs.term, hs.vote) != (old.term, old.vote):
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, self.hard_state_path)
-        self._commit_written = now
-        self.hard_state = hs
+        """Persist term and vote (and, lazily, commit): broker/raft/hard_state_file.py."""
+        self.hard_state_file.save(hs, sync)
 
     def close(self) -> None:
         os.close(self.fd)

@@ -1,17 +1,19 @@
-"""The DLedger member: drives the Raft core with ticks, messages and proposals.
+"""The DLedger member: the Raft driver (broker/raft/driver.py) over the commit log, plus what is DLedger's.
 
-The Ready contract (docs/RAFT.md) in asyncio: persist the entries and hard state, fsync
-(in a worker thread) when the Ready says so, only then send its messages, then apply the
-committed entries — which here means moving the store's confirm offset, so consumers see
-exactly the committed prefix, and answering the sends waiting for those indexes.  A send
-succeeds only if the committed entry at its index still carries the term it was proposed
-in; otherwise a new leader replaced it and the client gets an error, never SEND_OK.
+The driver owns the Ready loop, ticks, proposal waiters and role changes; this class injects
+the commit log and index (broker/dledger/log_store.py) as its durable log, the gRPC peer
+links as its transport, the asyncio clock and a worker-thread fsync (broker/raft/aio.py),
+and keeps what is DLedger's own: applying a committed entry moves the store's confirm
+offset (consumers see exactly the committed prefix), proposals are planned as commit-log
+records (``plan_entries``) and enter the store's pending dispatch, a new leader rebuilds the
+queue offsets, a deposed one drops its pending records, and every Raft event becomes an HA
+event.  A send succeeds only if the committed entry at its index still carries the term it
+was proposed in (the driver's rule); otherwise the client gets an error, never SEND_OK.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -20,7 +22,20 @@ from typing import TYPE_CHECKING
 
 from rocketscope.broker.ha import events as ev
 from rocketscope.broker.protocol import dledger_pb2
-from rocketscope.broker.raft import EventKind, HardState, NotLeader, ProposalDropped, RaftConfig, RaftNode, Ready, Role
+from rocketscope.broker.raft import (
+    Entry,
+    EventKind,
+    HardState,
+    Message,
+    NotLeader,
+    ProposalDropped,
+    RaftConfig,
+    RaftEvent,
+    RaftNode,
+    Role,
+)
+from rocketscope.broker.raft.aio import AsyncioClock, ThreadSyncer
+from rocketscope.broker.raft.driver import RaftDriver
 from rocketscope.broker.store.message_store import MessageStore, PutResult, PutStatus
 from rocketscope.broker.store.record import RecordError, StoredMessage
 from rocketscope.config import ConfigError
@@ -88,13 +103,6 @@ def plan_entries(store: MessageStore, messages: list[StoredMessage], cursor: int
     return plan
 
 
-@dataclass
-class Waiter:
-    term: int
-    future: asyncio.Future[bool]
-    started: float
-
-
 class DLedgerNode:
     def __init__(self, broker: Broker) -> None:
         s = broker.settings
@@ -113,20 +121,38 @@ class DLedgerNode:
                                  election_ticks_max=s.dLegerElectionTicksMax,
                                  preferred_leader=s.preferredLeaderId or None)
         self.log: DLedgerLog | None = None
-        self.node: RaftNode | None = None
+        self.driver: RaftDriver | None = None
+        self.syncer = ThreadSyncer(f"dledger {self.group}/{self.self_id}")
         self.links: dict[str, PeerLink] = {}
         self.peer_addrs: dict[str, tuple[str, str]] = {}  # id -> (grpc addr, admin addr)
-        self.waiters: dict[int, Waiter] = {}
-        self.role = Role.FOLLOWER
-        self.leader_id: str | None = None
-        self.term = 0
-        self.commit_index = 0
         self._cursor: int | None = None
-        self._kick = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self.elections = 0
         self.append_latencies: list[float] = []
         self._heard: dict[str, float] = {}  # peer id -> monotonic time of its last batch
+
+    # the driver's view, for status pages, metrics and retention
+    @property
+    def node(self) -> RaftNode | None:
+        return self.driver.node if self.driver is not None else None
+
+    @property
+    def role(self) -> Role:
+        return self.driver.role if self.driver is not None else Role.FOLLOWER
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.driver.leader_id if self.driver is not None else None
+
+    @property
+    def term(self) -> int:
+        return self.driver.term if self.driver is not None else 0
+
+    @property
+    def commit_index(self) -> int:
+        return self.driver.commit_index if self.driver is not None else 0
+
+    @property
+    def elections(self) -> int:
+        return self.driver.elections if self.driver is not None else 0
 
     @property
     def is_leader(self) -> bool:
@@ -169,8 +195,10 @@ class DLedgerNode:
         store = self.broker.store
         self.log = DLedgerLog(store, store.root / "dledger")
         hs = self.log.hard_state
-        self.node = RaftNode(self.config, self.log, hs, rng_seed=random.randrange(2**63), applied=hs.commit)
-        self.term, self.commit_index = hs.term, hs.commit
+        node = RaftNode(self.config, self.log, hs, rng_seed=random.randrange(2**63), applied=hs.commit)
+        self.driver = RaftDriver(node, self.log, self, AsyncioClock(), self.syncer, self.tick_s,
+                                 apply=self._apply, on_append=self._on_append, on_term=self._on_term,
+                                 on_role=self._on_role, on_event=self._emit)
         store.set_confirm_offset(self.log.end_offset(hs.commit))
         log.info("dledger %s/%s: log has %d entries, commit %d, term %d; peers %s", self.group, self.self_id,
                  self.log.last_index(), hs.commit, hs.term, self.peers)
@@ -186,19 +214,15 @@ class DLedgerNode:
                 link = PeerLink(pid, addr, self.header, channel=self.broker.security.client_tls.channel)
                 self.links[pid] = link
                 link.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._ticker(), name="dledger-tick"),
-                       loop.create_task(self._ready_loop(), name="dledger-ready")]
+        assert self.driver is not None
+        self.driver.start()
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        if self.driver is not None:
+            self.driver.stop("the broker is shutting down")
+        await self.syncer.drain()
         for link in self.links.values():
             await link.stop()
-        self._fail_waiters("the broker is shutting down")
         if self.log:
             self.log.sync()
             self.log.close()
@@ -208,20 +232,19 @@ class DLedgerNode:
         self._heard[batch.sender] = time.monotonic()
         if batch.sender_grpc_addr:
             self.peer_addrs[batch.sender] = (batch.sender_grpc_addr, batch.sender_admin_addr)
-        assert self.node is not None
+        driver = self.driver
+        assert driver is not None
         for m in batch.messages:
             try:
-                self.node.step(from_pb(m))
+                driver.step(from_pb(m))
             except Exception:
                 log.exception("dledger: bad message from %s", batch.sender)
-        self._kick.set()
 
-    async def _ticker(self) -> None:
-        assert self.node is not None
-        while True:
-            await asyncio.sleep(self.tick_s)
-            self.node.tick()
-            self._kick.set()
+    def send(self, m: Message) -> None:
+        """The driver's transport: the peer's gRPC stream (dropped when the peer is unknown)."""
+        link = self.links.get(m.to)
+        if link is not None:
+            link.send(m)
 
     # -------------------------------------------------------------- proposals
     async def propose(self, messages: list[StoredMessage]) -> list[PutResult]:
@@ -237,8 +260,8 @@ class DLedgerNode:
         its own records back from the commit log; they become visible once committed, like every
         other record.
         """
-        node, store = self.node, self.broker.store
-        assert node is not None
+        driver, store = self.driver, self.broker.store
+        assert driver is not None
         if not self.is_leader:
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=f"{self.self_id} is not the leader of "
                               f"{self.group} (leader: {self.leader_id or 'none yet'})") for _ in messages]
@@ -248,8 +271,24 @@ class DLedgerNode:
         results, datas = plan.results, plan.datas
         if not datas:
             return results
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[bool]] = [loop.create_future() for _ in datas]
+        started = time.perf_counter()
+        metrics = self.broker.metrics
+
+        def answer(pos: int, ok: bool) -> None:
+            fut = futures[pos]
+            if fut.done():
+                return
+            fut.set_result(ok)
+            if ok:
+                ms = (time.perf_counter() - started) * 1000
+                self.append_latencies.append(ms)
+                del self.append_latencies[:-2000]
+                metrics.on_dledger_commit(ms)
+
         try:
-            first = node.propose_batch(datas)
+            first = driver.propose(datas, answer)
         except ProposalDropped as exc:
             store.queue_next.clear()
             store.queue_next.update(saved)
@@ -257,16 +296,7 @@ class DLedgerNode:
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=reason) if r.message else r for r in results]
         self._cursor = plan.cursor
         store.add_pending(plan.accepted)
-        term = node.term
-        loop = asyncio.get_running_loop()
-        started = time.perf_counter()
-        self.broker.metrics.on_dledger_proposed(first, len(datas), started)
-        futures = []
-        for i in range(len(datas)):
-            fut: asyncio.Future[bool] = loop.create_future()
-            self.waiters[first + i] = Waiter(term, fut, started)
-            futures.append(fut)
-        self._kick.set()
+        metrics.on_dledger_proposed(first, len(datas), started)
         timeout = self.broker.settings.maxWaitAckTimeMs / 1000
         await asyncio.wait(futures, timeout=timeout)
         committed = [f.done() and not f.cancelled() and f.result() for f in futures]
@@ -279,68 +309,21 @@ class DLedgerNode:
                 r.reason = "not committed at a majority within maxWaitAckTimeMs (the leader may have changed)"
         return results
 
-    def _fail_waiters(self, reason: str) -> None:
-        for w in self.waiters.values():
-            if not w.future.done():
-                w.future.set_result(False)
-        self.waiters.clear()
+    # ------------------------------------------------------- driver callbacks
+    def _on_append(self, entries: list[Entry], truncated: tuple[int, int] | None) -> None:
+        if truncated is not None and truncated[1] > truncated[0]:
+            self._cursor = None
+            self.broker.ha_events.emit(ev.TRUNCATION, term=self.term, from_offset=truncated[0],
+                                       to_offset=truncated[1])
 
-    # ------------------------------------------------------------------ ready
-    async def _ready_loop(self) -> None:
-        node = self.node
-        assert node is not None
-        while True:
-            await self._kick.wait()
-            self._kick.clear()
-            while node.has_ready():
-                rd = node.ready()
-                try:
-                    await self._handle(rd)
-                finally:
-                    node.advance(rd)
+    def _on_term(self, old: int, new: int) -> None:
+        self.broker.store.drop_pending()  # only a new term's leader can replace this node's proposals
 
-    async def _handle(self, rd: Ready) -> None:
-        lg = self.log
-        assert lg is not None
-        if rd.entries:
-            truncated = lg.append(rd.entries)
-            if truncated is not None and truncated[1] > truncated[0]:
-                self._cursor = None
-                self.broker.ha_events.emit(ev.TRUNCATION, term=self.term, from_offset=truncated[0],
-                                           to_offset=truncated[1])
-        if rd.hard_state is not None:
-            lg.save_hard_state(rd.hard_state, rd.must_sync)
-            if rd.hard_state.term != self.term:  # only a new term's leader can replace this node's proposals
-                self.broker.store.drop_pending()
-            self.term = rd.hard_state.term
-        if rd.must_sync:
-            await asyncio.to_thread(lg.sync)
-        for m in rd.messages:
-            link = self.links.get(m.to)
-            if link is not None:
-                link.send(m)
-        if rd.soft_state is not None:
-            self._on_soft_state(rd.soft_state.role, rd.soft_state.leader)
-        if rd.committed_entries:
-            last = rd.committed_entries[-1].index
-            self.commit_index = last
-            self.broker.store.set_confirm_offset(lg.end_offset(last))
-            now = time.perf_counter()
-            for e in rd.committed_entries:
-                w = self.waiters.pop(e.index, None)
-                if w is not None and not w.future.done():
-                    ok = e.term == w.term
-                    w.future.set_result(ok)
-                    if ok:
-                        self.append_latencies.append((now - w.started) * 1000)
-                        self.broker.metrics.on_dledger_commit((now - w.started) * 1000)
-            del self.append_latencies[:-2000]
-        for e in rd.events:
-            self._emit(e)
+    def _apply(self, entries: list[Entry]) -> None:
+        assert self.log is not None
+        self.broker.store.set_confirm_offset(self.log.end_offset(entries[-1].index))
 
-    def _on_soft_state(self, role: Role, leader: str | None) -> None:
-        was_leader = self.is_leader
-        self.role, self.leader_id = role, leader
+    def _on_role(self, role: Role, leader: str | None, was_leader: bool) -> None:
         if role == Role.LEADER and not was_leader:
             store = self.broker.store
             self._cursor = store.commit_log.max_offset
@@ -350,35 +333,33 @@ class DLedgerNode:
         elif was_leader and role != Role.LEADER:
             self._cursor = None
             self.broker.store.drop_pending()
-            self._fail_waiters("leadership lost")
             log.info("dledger %s/%s: no longer leader (now %s, leader %s)", self.group, self.self_id, role, leader)
             self.broker.on_dledger_role_change()
         elif role != Role.LEADER:
             self.broker.on_dledger_role_change()
 
-    def _emit(self, e: object) -> None:
+    def _emit(self, e: RaftEvent) -> None:
         lg = self.log
         assert lg is not None
-        kind = e.kind  # type: ignore[attr-defined]
+        kind = e.kind
         ha = self.broker.ha_events
         if kind == EventKind.REPLICA_ACK:
-            self.broker.metrics.on_dledger_replica_ack(e.peer, e.index)  # type: ignore[attr-defined]
-            ha.emit(ev.REPLICA_ACK, term=self.term, replica=e.peer, offset=lg.end_offset(e.index))  # type: ignore
+            self.broker.metrics.on_dledger_replica_ack(e.peer, e.index)
+            ha.emit(ev.REPLICA_ACK, term=self.term, replica=e.peer, offset=lg.end_offset(e.index))
         elif kind == EventKind.COMMIT_ADVANCED:
-            ha.emit(ev.COMMIT_ADVANCED, term=self.term, offset=lg.end_offset(e.index))  # type: ignore[attr-defined]
+            ha.emit(ev.COMMIT_ADVANCED, term=self.term, offset=lg.end_offset(e.index))
         elif kind == EventKind.ROLE_CHANGE:
-            ha.emit(ev.ROLE_CHANGE, term=e.term, role=str(e.role).upper())  # type: ignore[attr-defined]
-        elif kind == EventKind.ELECTION_STARTED and not e.pre_vote:  # type: ignore[attr-defined]
-            ha.emit(ev.ELECTION_STARTED, term=e.term)  # type: ignore[attr-defined]
+            ha.emit(ev.ROLE_CHANGE, term=e.term, role=str(e.role).upper())
+        elif kind == EventKind.ELECTION_STARTED and not e.pre_vote:
+            ha.emit(ev.ELECTION_STARTED, term=e.term)
         elif kind == EventKind.ELECTION_WON:
-            self.elections += 1
             self.broker.metrics.on_dledger_election("won")
-            ha.emit(ev.ELECTION_WON, term=e.term)  # type: ignore[attr-defined]
-        elif kind == EventKind.ELECTION_LOST and not e.pre_vote:  # type: ignore[attr-defined]
+            ha.emit(ev.ELECTION_WON, term=e.term)
+        elif kind == EventKind.ELECTION_LOST and not e.pre_vote:
             self.broker.metrics.on_dledger_election("lost")
-            ha.emit(ev.ELECTION_LOST, term=e.term)  # type: ignore[attr-defined]
+            ha.emit(ev.ELECTION_LOST, term=e.term)
         elif kind == EventKind.LEADER_ELECTED:
-            ha.emit(ev.LEADER_ELECTED, term=e.term, leader=e.leader)  # type: ignore[attr-defined]
+            ha.emit(ev.LEADER_ELECTED, term=e.term, leader=e.leader)
 
     # ----------------------------------------------------------------- status
     def status(self) -> dict[str, object]:

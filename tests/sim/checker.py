@@ -6,7 +6,9 @@
   whole prefix before it, so checking each write is enough;
 - leader completeness: a node that wins term T holds every entry committed in a term before T;
 - state-machine safety: an index reported committed by any node never changes (a global
-  map of committed entries) and a stored committed entry is never truncated.
+  map of committed entries) and a stored committed entry is never truncated;
+- acknowledged writes: a proposal the driver answers as committed is the entry the cluster
+  committed at its index (broker/raft/driver.py answers by term; the data must match).
 
 Each check costs O(new entries) except leader completeness, O(committed) per election.
 """
@@ -36,6 +38,7 @@ class Checker:
         self.commit_term: dict[int, int] = {}
         self._entry_shape: dict[tuple[int, int], tuple[int, int, bytes]] = {}
         self.elections = 0
+        self.acked = 0
 
     def before_write(self, node: SimNode, rd: Ready) -> None:
         """Checks that need the node's storage as it was before ``rd`` is written."""
@@ -90,6 +93,14 @@ class Checker:
                 self.leaders[ev.term] = node.id
                 self.check_complete(node, f"leader completeness: new leader {node.id} of term {ev.term}",
                                     before_term=ev.term)
+
+    def acknowledged(self, node_id: str, index: int, data: bytes) -> None:
+        """A driver answered a proposal as committed: the cluster must have committed exactly it there."""
+        c = self.committed.get(index)
+        if c is None or c[1] != data:
+            raise InvariantViolation(f"acknowledged write: {node_id} answered {data!r} as committed at {index}, "
+                                     f"but the committed entry there is {c!r}")
+        self.acked += 1
 
     def check_complete(self, node: SimNode, what: str, upto: int | None = None,
                        before_term: int | None = None) -> None:

@@ -1,68 +1,147 @@
-"""A simulated server: a RaftNode plus storage with a durable part and an unsynced part.
+"""A simulated server: the production Raft driver (broker/raft/driver.py) on simulated storage, clock and network.
 
-``live`` is what the running process sees (the page cache): every Ready is written there
-at once.  ``durable`` only gets a Ready when the node syncs it, and only then may the
-Ready's messages leave, as the Ready contract says.  A crash between the write and the
-sync loses the unsynced Ready (or keeps it, as a lucky OS flush would): both are legal,
-since nobody has been told about it.
+What is simulated is only what the driver has injected: the log (tests/sim/storage.py:
+durable and unsynced parts), the clock (virtual time in ticks, timers fired by the
+scenario, so a paused or skewed node simply misses them), the transport (the seeded
+network of tests/sim/network.py) and the fsync runner (the scenario decides when a
+pending fsync completes, and a crash before then loses it).  Everything else — the Ready
+order, when messages may leave, applying, proposal waiters, role changes — is the code
+DLedger and the controller run.
 """
 
 from __future__ import annotations
 
-from rocketscope.broker.raft import MemoryStorage, RaftConfig, RaftNode, Ready
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+from rocketscope.broker.raft import Entry, Message, RaftConfig, RaftNode, Ready
+from rocketscope.broker.raft.driver import RaftDriver, ReadyObserver
+
+from .storage import SimLog
+
+
+class _Timer:
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class SimClock:
+    """Virtual time (one unit = one tick) read from the scenario; timers fire only when it says so."""
+
+    def __init__(self, now: Callable[[], int]) -> None:
+        self._now = now
+        self._timers: list[tuple[float, int, _Timer, Callable[[], None]]] = []
+        self._seq = 0
+        self._soon: list[Callable[[], None]] = []
+
+    def now(self) -> float:
+        return float(self._now())
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> _Timer:
+        handle = _Timer()
+        heapq.heappush(self._timers, (self._now() + delay, self._seq, handle, fn))
+        self._seq += 1
+        return handle
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        self._soon.append(fn)
+
+    def fire_due(self) -> None:
+        """Run the timers due by now (a skipped or paused node runs them late, once)."""
+        timers, now = self._timers, self._now()
+        while timers and timers[0][0] <= now:
+            _, _, handle, fn = heapq.heappop(timers)
+            if not handle.cancelled:
+                fn()
+
+    def run_soon(self) -> None:
+        while self._soon:
+            soon, self._soon = self._soon, []
+            for fn in soon:
+                fn()
+
+
+class SimTransport:
+    def __init__(self, send: Callable[[Message, int], None], now: Callable[[], int]) -> None:
+        self._send = send
+        self._now = now
+
+    def send(self, m: Message) -> None:
+        self._send(m, self._now())
 
 
 class SimNode:
-    def __init__(self, config: RaftConfig) -> None:
+    def __init__(self, config: RaftConfig, lazy_commit: bool = False) -> None:
         self.id = config.node_id
         self.config = config
-        self.durable = MemoryStorage()
-        self.live = self.durable
-        self.raft: RaftNode | None = None
-        self.pending: Ready | None = None
+        self.log = SimLog(lazy_commit)
+        self.driver: RaftDriver | None = None
+        self.clock: SimClock | None = None
+        self.pending_sync: tuple[Callable[[], None] | None, Callable[[], None]] | None = None
         self.applied = 0
         self.up = False
-        self.lose_on_restart = False
         self.starts = 0
         self.paused_until = 0  # SIGSTOP: no ticks, no processing, messages wait
+        self.written: list[Ready] = []  # Readys written since the scenario last looked
+        self.lost_unsynced = False  # the last crash lost unsynced writes
 
-    def start(self, rng_seed: int) -> None:
-        self.live = self.durable.copy()
-        self.raft = RaftNode(self.config, self.live, self.live.hard_state, rng_seed)
-        self.pending = None
+    @property
+    def raft(self) -> RaftNode | None:
+        return self.driver.node if self.driver is not None else None
+
+    @property
+    def live(self) -> Any:
+        return self.log.live
+
+    @property
+    def durable(self) -> Any:
+        return self.log.durable
+
+    def start(self, rng_seed: int, send: Callable[[Message, int], None], now: Callable[[], int],
+              observer: ReadyObserver | None = None) -> None:
+        self.log.open()
+        raft = RaftNode(self.config, self.log, self.log.hard_state, rng_seed)
+        self.clock = SimClock(now)
+        self.pending_sync = None
         self.applied = 0
+        self.driver = RaftDriver(raft, self.log, SimTransport(send, now), self.clock, self._defer_sync, 1.0,
+                                 apply=self._apply, observer=observer)
+        self.driver.start()
         self.up = True
         self.starts += 1
 
-    def crash(self, lose_unsynced: bool) -> None:
+    def _apply(self, entries: list[Entry]) -> None:
+        self.applied = entries[-1].index
+
+    def _defer_sync(self, fn: Callable[[], None] | None, done: Callable[[], None]) -> None:
+        """Every Ready waits here, fsync or not: the process may stall or die between a write and its send."""
+        self.pending_sync = (fn, done)
+
+    def finish_sync(self) -> None:
+        """The pending fsync (if the Ready needs one) completes: the driver sends, applies and goes on writing."""
+        pending = self.pending_sync
+        assert pending is not None
+        self.pending_sync = None
+        fn, done = pending
+        if fn is not None:
+            fn()
+        done()
+
+    def crash(self, lose_unsynced: bool) -> bool:
+        """The process dies (a pending fsync never completes); True when unsynced writes were lost."""
         self.up = False
         self.paused_until = 0
-        self.raft = None
-        self.lose_on_restart = lose_unsynced
-
-    def restart(self, rng_seed: int) -> bool:
-        """Start again from disk; returns True when an unsynced Ready was lost."""
-        lost = False
-        if self.pending is not None:
-            if self.lose_on_restart:
-                lost = True
-            else:
-                self.durable.save(self.pending.hard_state, self.pending.entries)
-        self.start(rng_seed)
-        return lost
-
-    def write(self) -> Ready:
-        assert self.raft is not None
-        rd = self.raft.ready()
-        self.live.save(rd.hard_state, rd.entries)
-        self.pending = rd
-        return rd
-
-    def sync(self, lazy_commit: bool) -> Ready:
-        """fsync the pending Ready; a commit-only hard state may stay unsynced (``lazy_commit``)."""
-        rd = self.pending
-        assert rd is not None
-        self.pending = None
-        hs = rd.hard_state if (rd.must_sync or not lazy_commit) else None
-        self.durable.save(hs, rd.entries)
-        return rd
+        if self.driver is not None:
+            self.driver.stop("crash")
+        self.driver = None
+        self.clock = None
+        self.pending_sync = None
+        self.written = []
+        self.lost_unsynced = self.log.crash(lose_unsynced)
+        return self.lost_unsynced

@@ -3,10 +3,12 @@
 Everything random comes from ``random.Random(seed)`` (node RNG seeds included) and
 nothing iterates a set or depends on the clock, so a seed replays exactly.
 
-Time moves in ticks (one RaftNode.tick each, with occasional skipped ticks as clock
-skew).  Within a tick, ``ROUNDS`` delivery rounds run: due messages are delivered, then
-every node writes its Ready and syncs it (at once or in a later round; a crash in between
-loses or keeps the unsynced write).  A message with no delay arrives in the next round,
+Every node runs the production Raft driver (broker/raft/driver.py) with simulated storage,
+clock, network and fsync (tests/sim/node.py).  Time moves in ticks (each node's driver
+ticker fires once per tick, with occasional skipped ticks as clock skew).  Within a tick,
+``ROUNDS`` delivery rounds run: due messages are delivered, then every node's driver
+writes its Readys and waits for the fsync, which completes at once or in a later round (a
+crash in between loses or keeps the unsynced writes).  A message with no delay arrives in the next round,
 which models a network much faster than a tick (50 ms tick, sub-millisecond LAN).
 """
 
@@ -110,7 +112,7 @@ class Simulation:
                 pre_vote=pre_vote, check_quorum=check_quorum, preferred_leader=preferred,
                 preferred_check_ticks=10, testing_faults=bugs,
             )
-            self.nodes[nid] = SimNode(cfg)
+            self.nodes[nid] = SimNode(cfg, self.lazy_commit)
         self.checker = Checker()
         self.now = 0
         self.proposals = 0
@@ -125,7 +127,13 @@ class Simulation:
                    f"dup={self.net.dup_p} delay={self.net.delay_p}x{self.net.max_delay} reorder={self.net.reorder} "
                    f"sync_now={self.p_sync_now} lazy_commit={self.lazy_commit}")
         for node in self.nodes.values():
-            node.start(rng.getrandbits(32))
+            self.start(node, rng.getrandbits(32))
+
+    def start(self, node: SimNode, rng_seed: int) -> None:
+        node.start(rng_seed, self.net.send, self._now, _Observer(self, node))
+
+    def _now(self) -> int:
+        return self.now
 
     # ------------------------------------------------------------------ driver
     def run(self) -> SimStats:
@@ -153,7 +161,7 @@ class Simulation:
             self.random_actions()
         for node in self.nodes.values():
             if node.up and node.paused_until <= self.now and not (self.p_tick_skip and rng.random() < self.p_tick_skip):
-                node.raft.tick()  # type: ignore[union-attr]
+                node.clock.fire_due()  # type: ignore[union-attr]
         for _ in range(ROUNDS):
             self.deliver()
             self.process()
@@ -168,37 +176,39 @@ class Simulation:
             elif node.up:
                 if verbose:
                     self.trace(f"  {m.frm}->{m.to} {_fmt_msg(m)}")
-                node.raft.step(m)  # type: ignore[union-attr]
+                node.driver.step(m)  # type: ignore[union-attr]
 
     def process(self) -> None:
         rng = self.rng
-        checker = self.checker
         for node in self.nodes.values():
             if not node.up or node.paused_until > self.now:
                 continue
-            if node.pending is not None:
+            if node.pending_sync is not None:
                 if rng.random() < self.p_sync_now:
-                    self.sync(node)
+                    node.finish_sync()
                 else:
                     continue
-            raft = node.raft
-            assert raft is not None
-            if raft.has_ready():
-                rd = raft.ready()
-                checker.before_write(node, rd)
-                node.live.save(rd.hard_state, rd.entries)
-                node.pending = rd
-                if self.verbose:
-                    for ev in rd.events:
-                        self.trace(f"{node.id} {_fmt_event(ev)}")
-                    if rd.truncate_from is not None:
-                        self.trace(f"{node.id} writes entries {rd.entries[0].index}..{rd.entries[-1].index} "
-                                   f"truncating from {rd.truncate_from}")
-                checker.after_ready(node, rd)
-                if self.p_moment and self.interesting(rd) and rng.random() < self.p_moment:
-                    self.crash_at_moment(node)
-                elif rng.random() < self.p_sync_now:
-                    self.sync(node)
+            node.clock.run_soon()  # type: ignore[union-attr]  # the driver's pump, if anything kicked it
+            if not node.written:
+                continue
+            # the driver wrote one Ready (then waits for its fsync): crash around it, or let it complete
+            rd = node.written[-1]
+            node.written = []
+            if self.p_moment and self.interesting(rd) and rng.random() < self.p_moment:
+                self.crash_at_moment(node)
+            elif rng.random() < self.p_sync_now:
+                node.finish_sync()
+
+    def observe_write(self, node: SimNode, rd: Ready) -> None:
+        """The driver wrote ``rd`` (its fsync may be pending): check it and remember it for crash moments."""
+        self.checker.after_ready(node, rd)
+        node.written.append(rd)
+        if self.verbose:
+            for ev in rd.events:
+                self.trace(f"{node.id} {_fmt_event(ev)}")
+            if rd.truncate_from is not None:
+                self.trace(f"{node.id} writes entries {rd.entries[0].index}..{rd.entries[-1].index} "
+                           f"truncating from {rd.truncate_from}")
 
     @staticmethod
     def interesting(rd: Ready) -> bool:
@@ -208,28 +218,18 @@ class Simulation:
         return any(ev.kind is EventKind.ELECTION_WON or ev.kind is EventKind.COMMIT_ADVANCED for ev in rd.events)
 
     def crash_at_moment(self, node: SimNode) -> None:
-        """Crash right before or right after the Ready's sync (FoundationDB-style "buggify")."""
+        """Crash right before or right after an interesting Ready's fsync (FoundationDB-style "buggify")."""
         rng = self.rng
         synced = rng.random() < 0.5
-        if synced:
-            self.sync(node)
+        if synced and node.pending_sync is not None:
+            node.finish_sync()
         lose = rng.random() < self.p_lose
         self.crashes += 1
         self.trace(f"CRASH {node.id} {'after' if synced else 'before'} syncing an interesting Ready"
-                   f"{' (losing it)' if lose and not synced else ''}")
+                   f"{' (losing unsynced writes)' if lose else ''}")
         node.crash(lose)
         if rng.random() < self.p_bounce:
             self.restart(node)
-
-    def sync(self, node: SimNode) -> None:
-        rd = node.sync(self.lazy_commit)
-        now = self.now
-        send = self.net.send
-        for m in rd.messages:
-            send(m, now)
-        if rd.committed_entries:
-            node.applied = rd.committed_entries[-1].index
-        node.raft.advance(rd)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ faults and clients
     def random_actions(self) -> None:
@@ -246,7 +246,7 @@ class Simulation:
                 lose = rng.random() < self.p_lose
                 self.crashes += 1
                 self.trace(f"CRASH {node.id} ({'losing' if lose else 'keeping'} unsynced writes"
-                           f"{', has one' if node.pending is not None else ''})")
+                           f"{', has some' if node.log.unsynced else ''})")
                 node.crash(lose)
                 if rng.random() < self.p_bounce:
                     self.restart(node)
@@ -271,9 +271,11 @@ class Simulation:
                 target = rng.choice([i for i in self.ids if i != leader.id])
                 self.trace(f"TRANSFER {leader.id} -> {target}")
                 leader.raft.transfer_leadership(target)  # type: ignore[union-attr]
+                leader.driver.kick()  # type: ignore[union-attr]
 
     def restart(self, node: SimNode) -> None:
-        lost = node.restart(self.rng.getrandbits(32))
+        lost = node.lost_unsynced
+        self.start(node, self.rng.getrandbits(32))
         hs = node.live.hard_state
         self.trace(f"RESTART {node.id}{' (lost its unsynced write)' if lost else ''}: term={hs.term} "
                    f"vote={hs.vote} commit={hs.commit} last={node.live.last_index()}")
@@ -312,7 +314,7 @@ class Simulation:
         data = f"{self.seed}:{self.proposals}".encode()
         for _ in range(2):
             try:
-                index = node.raft.propose(data)  # type: ignore[union-attr]
+                index = self.submit(node, data)
             except ProposalDropped as exc:
                 target = self.nodes.get(exc.leader_id or "")
                 if target is None or not target.up or target is node or target.paused_until > self.now:
@@ -323,6 +325,19 @@ class Simulation:
                 self.trace(f"PROPOSE {data!r} at {node.id} -> index {index} term {node.raft.term}")  # type: ignore[union-attr]
             return index
         return None
+
+    def submit(self, node: SimNode, data: bytes) -> int:
+        """Propose through the node's driver; its answer is checked against what the cluster committed."""
+        holder: list[int] = []
+        checker = self.checker
+
+        def answer(pos: int, ok: bool) -> None:
+            if ok:
+                checker.acknowledged(node.id, holder[0], data)
+
+        index = node.driver.propose([data], answer)  # type: ignore[union-attr]
+        holder.append(index)
+        return index
 
     def leader(self) -> SimNode | None:
         best = None
@@ -376,7 +391,7 @@ class Simulation:
                 attempts += 1
                 data = f"{self.seed}:final:{attempts}".encode()
                 try:
-                    index = leader.raft.propose(data)  # type: ignore[union-attr]
+                    index = self.submit(leader, data)
                 except ProposalDropped:
                     continue
                 target = (index, data)
@@ -426,6 +441,22 @@ def try_seed(args: tuple[int, frozenset[str], str]) -> tuple[int, str | None, Si
         return seed, None, run_seed(seed, bugs, profile=profile)
     except SimulationFailure as exc:
         return seed, str(exc), None
+
+
+class _Observer:
+    """The checker's hooks in a node's driver: storage as it was before each write, then the Ready."""
+
+    __slots__ = ("node", "sim")
+
+    def __init__(self, sim: Simulation, node: SimNode) -> None:
+        self.sim = sim
+        self.node = node
+
+    def before_write(self, rd: Ready) -> None:
+        self.sim.checker.before_write(self.node, rd)
+
+    def written(self, rd: Ready) -> None:
+        self.sim.observe_write(self.node, rd)
 
 
 __all__ = ["SimStats", "Simulation", "SimulationFailure", "run_seed", "try_seed"]
