@@ -193,9 +193,10 @@ class RemotingBroker:
     # ------------------------------------------------------------ plumbing
     def handlers(self) -> dict[int, Handler]:
         from .admin_handlers import admin_handlers
+        from .pop_handlers import RemotingPop
 
         R = RequestCode
-        return admin_handlers(self.b, self) | {
+        return admin_handlers(self.b, self) | RemotingPop(self).handlers() | {
             R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send,
             R.PULL_MESSAGE: self.pull, R.LITE_PULL_MESSAGE: self.pull,
             R.QUERY_CONSUMER_OFFSET: self.query_consumer_offset, R.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,

@@ -92,7 +92,8 @@ def requirement(code: int, fields: dict[str, str], body: bytes) -> Requirement:
         return _send(fields, "topic", "producerGroup")
     if code in (R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE):
         return _send(fields, "b", "a") if "b" in fields else _send(fields, "topic", "producerGroup")
-    if code in (R.PULL_MESSAGE, R.LITE_PULL_MESSAGE, R.UPDATE_CONSUMER_OFFSET, R.QUERY_CONSUMER_OFFSET):
+    if code in (R.PULL_MESSAGE, R.LITE_PULL_MESSAGE, R.UPDATE_CONSUMER_OFFSET, R.QUERY_CONSUMER_OFFSET,
+                R.POP_MESSAGE, R.ACK_MESSAGE, R.CHANGE_MESSAGE_INVISIBLETIME):
         return Requirement(needs=_need("group", fields.get("consumerGroup"), Perm.SUB)
                            + _need("topic", fields.get("topic"), Perm.SUB))
     if code == R.CONSUMER_SEND_MSG_BACK:
