@@ -47,20 +47,24 @@ ACL: dict[str, Any] = {
 }
 
 
-def tool_classes() -> Path:
-    """RemotingSecureTool compiled against rocketmq-5.3.3/lib, cached by the source's hash."""
+def java_classes(source: Path) -> Path:
+    """``source`` (a peers/java/src tool) compiled against rocketmq-5.3.3/lib, cached by the source's hash."""
     require_peers()
-    digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
-    out = ref.CACHE / "classes" / f"secure-{digest}"
-    if not (out / "RemotingSecureTool.class").exists():
+    digest = hashlib.sha1(source.read_bytes()).hexdigest()[:12]
+    out = ref.CACHE / "classes" / f"{source.stem}-{digest}"
+    if not (out / f"{source.stem}.class").exists():
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(["javac", "-nowarn", "-d", str(tmp), "-cp", f"{ref.LIB}/*", str(SOURCE)],
+        res = subprocess.run(["javac", "-nowarn", "-d", str(tmp), "-cp", f"{ref.LIB}/*", str(source)],
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
     return out
+
+
+def tool_classes() -> Path:
+    return java_classes(SOURCE)
 
 
 def java_tool(root: Path, *args: str, tls: bool = True, timeout: float = 180.0) -> tuple[int, list[dict[str, Any]]]:

@@ -1,0 +1,64 @@
+"""POP over remoting with Apache's own client code: MQClientAPIImpl.popMessageAsync / ackMessageAsync (5.3.3).
+
+peers/java/src/RemotingPopTool.java sends the requests Apache's POP consumers send and parses
+the answers with Apache's ``processPopResponse`` (messages, the POP_CK extraInfo); its acks are
+built from that extraInfo as ``DefaultMQPushConsumerImpl.ackAsync`` builds them.  Ground truth:
+the bodies sent here (each received and acked once, then nothing left to pop).  A JVM costs
+5-20 s here, so the module is ``long``: ``.venv/bin/pytest -q tests/test_remoting_java_pop.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster import LocalCluster, cluster_with_namesrv
+from conftest import failed_call
+from test_remoting_java_secure import java_classes
+
+from rocketscope.broker.remoting.client import RemotingClient
+from rocketscope.broker.remoting.codec import RequestCode, ResponseCode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "peers"))
+import reference_cluster as ref  # peers/ is not a package
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long]
+SOURCE = Path(__file__).resolve().parent.parent / "peers" / "java" / "src" / "RemotingPopTool.java"
+TOPIC, GROUP, QUEUES, COUNT = "JavaPopT", "JavaPopG", 2, 6
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    java_classes(SOURCE)  # compile (or skip) before any process starts
+    with cluster_with_namesrv(tmp_path_factory.mktemp("remoting-java-pop"), lambda: failed_call(request)) as c:
+        c.start_broker("broker-a")
+        c.admin("updateTopic", "-t", TOPIC, "-r", str(QUEUES), "-w", str(QUEUES))
+        yield c
+
+
+def test_apache_client_pops_and_acks_over_remoting(cluster: LocalCluster) -> None:
+    node = cluster.brokers["broker-a"]
+    with RemotingClient(node.admin_addr) as b:
+        for i in range(COUNT):
+            fields = {"producerGroup": "JavaPopProducer", "topic": TOPIC, "defaultTopic": "TBW102",
+                      "defaultTopicQueueNums": str(QUEUES), "queueId": str(i % QUEUES), "sysFlag": "0",
+                      "bornTimestamp": str(int(time.time() * 1000)), "flag": "0", "properties": ""}
+            assert b.invoke(RequestCode.SEND_MESSAGE, fields, f"jpop-{i}".encode()).code == ResponseCode.SUCCESS
+    res = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *ref.JDK17_OPENS,
+                          f"-Duser.home={cluster.root}", "-Drocketmq.log.level=WARN", "-cp",
+                          f"{java_classes(SOURCE)}:{ref.LIB}/*", "RemotingPopTool", node.admin_addr, "broker-a",
+                          TOPIC, GROUP, str(COUNT), "60"],
+                         capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    events = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    received = [e["body"] for e in events if e["event"] == "received"]
+    assert sorted(received) == [f"jpop-{i}" for i in range(COUNT)]  # each once
+    assert [e["status"] for e in events if e["event"] == "acked"] == ["OK"] * COUNT
+    assert all(len(e["extraInfo"].split(" ")) == 8 for e in events if e["event"] == "received")
+    final = next(e for e in events if e["event"] == "final")
+    assert (final["status"], final["found"]) == ("POLLING_NOT_FOUND", 0)
