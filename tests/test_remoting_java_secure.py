@@ -24,7 +24,7 @@ import pytest
 import yaml
 from cluster import BrokerNode, LocalCluster, wait_until
 from peers_support import require_peers
-from test_remoting_tls_e2e import QUEUES, client_ctx, start_namesrv, tls_conf
+from test_remoting_tls_e2e import QUEUES, client_ctx, start_namesrv, tls_conf, wait_registered
 
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode, ResponseCode
@@ -95,6 +95,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClus
                               autoCreateTopicEnable="false", **tls_conf(certs, "enforcing"),
                               innerClientAuthenticationCredentials='{"accessKey": "opsAdmin", '
                                                                    '"secretKey": "admin-secret"}')
+        wait_registered(ns, certs, "broker-secure")
         with RemotingClient(node.admin_addr, tls=client_ctx(certs)) as b:
             create = {"topic": "JavaSecure", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"}
             resp = b.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, signed(create, "opsAdmin", "admin-secret"))

@@ -77,6 +77,11 @@ def offers_h2(record: bytes) -> bool | None:
         return None
 
 
+def _set_once(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class SniffingListener:
     """A public port in a TLS mode: remoting (plain or TLS) served here, gRPC spliced to its loopback ports.
 
@@ -157,8 +162,9 @@ class SniffingListener:
             if left <= 0:
                 raise TimeoutError
             if data is None:  # nothing yet: wait until readable
-                ready = loop.create_future()
-                loop.add_reader(conn.fileno(), ready.set_result, None)
+                ready: asyncio.Future[None] = loop.create_future()
+                # the reader may fire again before this task runs, or after wait_for gave up: set the result once
+                loop.add_reader(conn.fileno(), _set_once, ready)
                 try:
                     await asyncio.wait_for(ready, left)
                 finally:
