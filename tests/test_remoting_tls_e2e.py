@@ -155,14 +155,27 @@ def test_enforcing_closes_plaintext_remoting_and_keeps_grpc_over_tls(enforcing: 
 
 
 def test_permissive_port_serves_all_four(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """One permissive name server port: remoting plain and TLS, gRPC plain and TLS."""
+    """One permissive name server port: remoting plain and TLS, gRPC plain and TLS.
+
+    Remoting TLS follows the client-port rule (``tls.server.need.client.auth=require`` here) while the
+    gRPC service on the same port follows the internal one (``tls.internal.need.client.auth=none``)."""
     c = LocalCluster(tmp_path_factory.mktemp("remoting-permissive"))
     try:
-        ns = start_namesrv(c, "namesrv-permissive", tls_conf(certs, "permissive"))
-        with RemotingClient(ns) as plain, RemotingClient(ns, tls=client_ctx(certs)) as secure:
+        ns = start_namesrv(c, "namesrv-permissive", {**tls_conf(certs, "permissive"),
+                                                     "tls.server.trustCertPath": certs / "ca.pem",
+                                                     "tls.server.need.client.auth": "require",
+                                                     "tls.internal.need.client.auth": "none"})
+        with_cert = client_ctx(certs)
+        with_cert.load_cert_chain(certs / "client.pem", certs / "client.key")
+        with RemotingClient(ns) as plain, RemotingClient(ns, tls=with_cert) as secure:
             for cl in (plain, secure):
                 assert cl.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
             assert secure.sock.version() is not None and not isinstance(plain.sock, ssl.SSLSocket)
+        # no client certificate: the handshake (TLS 1.3: the first read after it) fails
+        with pytest.raises((ssl.SSLError, ConnectionError)), RemotingClient(ns, tls=client_ctx(certs)) as anonymous:
+            anonymous.invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
+        wait_until(lambda: "remoting: TLS handshake with" in c.namesrvs[0].log(), timeout=10,
+                   what="the refused handshake logged")
         assert grpc_cluster_brokers(ns, None) == set() == grpc_cluster_brokers(ns, certs)
     except BaseException:
         print(c.logs())
