@@ -10,6 +10,7 @@ each mode is checked with gRPC plain and over TLS too.
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, wait_until
 from conftest import free_port
 from go_clients import rmqgo, run_go, summary
 
-from rocketscope.broker.protocol import common_pb2, namesrv_pb2_grpc
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, namesrv_pb2_grpc
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RemotingCommand, RequestCode, ResponseCode, encode
 from rocketscope.broker.security.certs import generate_dev_certs
@@ -67,14 +68,20 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def enforcing(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, str, BrokerNode]]:
-    """An enforcing name server and broker; the broker registers over gRPC-over-TLS through the shared port."""
+def enforcing(certs: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[tuple[LocalCluster, str, BrokerNode, str]]:
+    """An enforcing name server and broker.  The broker shares its listenPort (gRPC over TLS spliced by ALPN);
+    the name server serves remoting on a port of its own (``remotingListenPort``, the other listener), so
+    the clients' name server address is that port and the broker registers over gRPC on listenPort."""
     rmqgo()  # build (or skip) before any process starts
     c = LocalCluster(tmp_path_factory.mktemp("remoting-tls"))
     ok = False
     try:
-        ns = start_namesrv(c, "namesrv-tls", tls_conf(certs, "enforcing"))
-        node = c.start_broker("broker-tls", namesrvAddr=ns, **tls_conf(certs, "enforcing"))
+        ns_port = free_port()
+        ns_grpc = start_namesrv(c, "namesrv-tls", {**tls_conf(certs, "enforcing"), "remotingListenPort": ns_port})
+        ns = f"127.0.0.1:{ns_port}"
+        wait_until(lambda: _port_open(ns_port), what="the name server's remoting port")
+        node = c.start_broker("broker-tls", namesrvAddr=ns_grpc, **tls_conf(certs, "enforcing"))
         wait_registered(ns, certs, "broker-tls")
         with RemotingClient(node.admin_addr, tls=client_ctx(certs)) as b:
             resp = b.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "TlsT", "readQueueNums": str(QUEUES),
@@ -83,7 +90,7 @@ def enforcing(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         with RemotingClient(ns, tls=client_ctx(certs)) as n:
             wait_until(lambda: n.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TlsT"}).code == 0,
                        timeout=30, what="route of TlsT over TLS")
-        yield c, ns, node
+        yield c, ns, node, ns_grpc
         ok = True
     finally:
         if not ok:
@@ -126,9 +133,9 @@ def grpc_cluster_brokers(addr: str, certs: Path | None) -> set[str]:
     return {b.registration.broker_name for b in info.brokers}
 
 
-def test_go_client_over_tls_produces_and_consumes(enforcing: tuple[LocalCluster, str, BrokerNode],
+def test_go_client_over_tls_produces_and_consumes(enforcing: tuple[LocalCluster, str, BrokerNode, str],
                                                   certs: Path) -> None:
-    _, ns, node = enforcing
+    _, ns, node, _ = enforcing
     before = max_offsets(node.admin_addr, certs, "TlsT")
     sent = run_go("produce", "-tls", "-ns", ns, "-topic", "TlsT", "-n", "20", "-retries", "0", timeout=90)
     assert summary(sent)["sent"] == 20, sent
@@ -138,9 +145,9 @@ def test_go_client_over_tls_produces_and_consumes(enforcing: tuple[LocalCluster,
     assert sorted({e["body"] for e in got if e["event"] == "received"}) == sorted(f"go-{i}" for i in range(20))
 
 
-def test_enforcing_closes_plaintext_remoting_and_keeps_grpc_over_tls(enforcing: tuple[LocalCluster, str, BrokerNode],
-                                                                      certs: Path) -> None:
-    _, ns, node = enforcing
+def test_enforcing_closes_plaintext_remoting_and_keeps_grpc_over_tls(
+        enforcing: tuple[LocalCluster, str, BrokerNode, str], certs: Path) -> None:
+    _, ns, node, ns_grpc = enforcing
     for addr in (ns, node.admin_addr):
         # closed without an answer, as RocketMQ's TlsModeHandler does (a reset: the frame was left unread)
         assert plaintext_answer(addr) in (b"", b"<reset>"), addr
@@ -148,9 +155,13 @@ def test_enforcing_closes_plaintext_remoting_and_keeps_grpc_over_tls(enforcing: 
         resp = n.invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
     assert resp.code == ResponseCode.SUCCESS and b"broker-tls" in resp.body
     # gRPC over TLS still terminates in gRPC behind the shared port (ALPN h2 is spliced through)
-    assert grpc_cluster_brokers(ns, certs) == {"broker-tls"}
+    # and on the broker's shared listenPort: its admin gRPC service over TLS
+    with grpc.secure_channel(node.admin_addr, grpc.ssl_channel_credentials((certs / "ca.pem").read_bytes())) as ch:
+        status = json.loads(admin_pb2_grpc.BrokerAdminStub(ch).HaStatus(common_pb2.Empty(), timeout=10).json)
+    assert status["role"] == "ASYNC_MASTER", status
+    assert grpc_cluster_brokers(ns_grpc, certs) == {"broker-tls"}
     with pytest.raises(grpc.RpcError):
-        grpc_cluster_brokers(ns, None)
+        grpc_cluster_brokers(ns_grpc, None)
     # (a real client without TLS against this port: tests/test_remoting_java_secure.py, long)
 
 
