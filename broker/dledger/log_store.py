@@ -31,7 +31,9 @@ import bisect
 import logging
 import os
 import struct
+import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 from rocketscope.broker.raft.hard_state_file import HardStateFile
@@ -46,14 +48,15 @@ _PHYS_AT = 28  # the physical_offset field inside a record
 
 
 class DLedgerLog:
-    def __init__(self, store: MessageStore, directory: Path) -> None:
+    def __init__(self, store: MessageStore, directory: Path, now: Callable[[], float] = time.monotonic) -> None:
+        """``now``: the clock of the lazy commit writes (the simulator's, tests/sim/dledger.py)."""
         self.store = store
         self.commit_log = store.commit_log
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.index_path = self.directory / "index"
         self.compacted_path = self.directory / "index.v2"
-        self.hard_state_file = HardStateFile(self.directory / "hardstate")
+        self.hard_state_file = HardStateFile(self.directory / "hardstate", now)
         self.terms = array("q")
         self.offsets = array("q")
         self.sizes = array("i")

@@ -168,7 +168,8 @@ class RaftDriver:
     # ------------------------------------------------------------------ input
     def step(self, m: Message) -> None:
         self.node.step(m)
-        self.kick()
+        if not self._pump_scheduled:
+            self.kick()
 
     def tick(self) -> None:
         self.node.tick()

@@ -4,7 +4,10 @@ JSON ``{"term": T, "vote": V, "commit": C}``, replaced atomically (written aside
 Only term and vote must be durable before a message leaves (a vote is a promise); the
 commit index is re-learnt from the leader (docs/RAFT.md), so a commit-only change is
 written at most once a second and never fsynced — it only spares a restarted member some
-re-applying.  Both logs wrote exactly this format before it moved here, so existing files load.
+re-applying.  (Known risk, docs/RAFT.md: that unsynced file is renamed over the synced one;
+ext4 flushes a file renamed over another, other file systems may leave it empty after a
+power cut, forgetting term and vote.  tests/sim/disk.py models that strictly.)
+Both logs wrote exactly this format before it moved here, so existing files load.
 """
 
 from __future__ import annotations

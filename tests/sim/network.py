@@ -27,8 +27,12 @@ class Network:
         self.sent = 0
         self.dropped = 0
         self.delivered = 0
+        self.now = 0  # the scenario's tick; nodes' drivers send through this object (their Transport)
 
-    def send(self, m: Message, now: int) -> None:
+    def send(self, m: Message, now: int | None = None) -> None:
+        """Queue ``m`` (``now`` defaults to the simulation time the scenario keeps in ``self.now``)."""
+        if now is None:
+            now = self.now
         self.sent += 1
         rng = self.rng
         if (m.frm, m.to) in self.blocked or (self.drop_p and rng.random() < self.drop_p):

@@ -15,8 +15,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from rocketscope.broker.raft import Entry, Message, RaftConfig, RaftNode, Ready
-from rocketscope.broker.raft.driver import RaftDriver, ReadyObserver
+from rocketscope.broker.raft import Entry, RaftConfig, RaftNode, Ready
+from rocketscope.broker.raft.driver import RaftDriver, ReadyObserver, Transport
 
 from .storage import SimLog
 
@@ -67,15 +67,6 @@ class SimClock:
                 fn()
 
 
-class SimTransport:
-    def __init__(self, send: Callable[[Message, int], None], now: Callable[[], int]) -> None:
-        self._send = send
-        self._now = now
-
-    def send(self, m: Message) -> None:
-        self._send(m, self._now())
-
-
 class SimNode:
     def __init__(self, config: RaftConfig, lazy_commit: bool = False) -> None:
         self.id = config.node_id
@@ -103,18 +94,27 @@ class SimNode:
     def durable(self) -> Any:
         return self.log.durable
 
-    def start(self, rng_seed: int, send: Callable[[Message, int], None], now: Callable[[], int],
+    def start(self, rng_seed: int, transport: Transport, now: Callable[[], int],
               observer: ReadyObserver | None = None) -> None:
         self.log.open()
         raft = RaftNode(self.config, self.log, self.log.hard_state, rng_seed)
         self.clock = SimClock(now)
         self.pending_sync = None
         self.applied = 0
-        self.driver = RaftDriver(raft, self.log, SimTransport(send, now), self.clock, self._defer_sync, 1.0,
+        self.driver = RaftDriver(raft, self.log, transport, self.clock, self._defer_sync, 1.0,
                                  apply=self._apply, observer=observer)
         self.driver.start()
         self.up = True
         self.starts += 1
+
+    @property
+    def has_unsynced(self) -> bool:
+        return bool(self.log.unsynced)
+
+    def propose(self, data: bytes, answer: Callable[[int, bool], None]) -> tuple[int, bytes]:
+        """A client's write: (index, the entry's bytes), or ProposalDropped."""
+        assert self.driver is not None
+        return self.driver.propose([data], answer), data
 
     def _apply(self, entries: list[Entry]) -> None:
         self.applied = entries[-1].index

@@ -14,20 +14,28 @@ which models a network much faster than a tick (50 ms tick, sub-millisecond LAN)
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from rocketscope.broker.raft import EventKind, Message, ProposalDropped, RaftConfig, RaftEvent, Ready, Role
 
 from .checker import Checker, InvariantViolation
+from .disk import intercept
+from .dledger import DLedgerSimNode
 from .network import Network
 from .node import SimNode
 
 ROUNDS = 3
 FAULT_TICKS = 140
-PROFILES = ("mixed", "chaos")  # mixed: a quarter of the seeds are chaos; chaos: all of them
+# mixed: a quarter of the seeds are chaos; chaos: all of them; dledger: mixed, on DLedger's real log files
+# (tests/sim/dledger.py) on a simulated disk
+PROFILES = ("mixed", "chaos", "dledger")
 LIVENESS_TICKS = 150  # after the heal: a leader and a committed proposal on every node within this (+ backlog)
 
 
@@ -103,7 +111,8 @@ class Simulation:
         max_inflight = rng.choice((1, 2, 8))
         # Timing: the recommended one, a narrow randomization (more split votes), a twitchy one.
         heartbeat, et_min, et_max = rng.choice(((2, 6, 12), (2, 6, 7), (1, 3, 5)))
-        self.nodes: dict[str, SimNode] = {}
+        self.nodes: dict[str, SimNode] = {}  # or DLedgerSimNode, the same interface
+        self.tmp: Path | None = None
         for nid in self.ids:
             cfg = RaftConfig(
                 node_id=nid, peers=tuple(self.ids), heartbeat_ticks=heartbeat, election_ticks_min=et_min,
@@ -112,7 +121,14 @@ class Simulation:
                 pre_vote=pre_vote, check_quorum=check_quorum, preferred_leader=preferred,
                 preferred_check_ticks=10, testing_faults=bugs,
             )
-            self.nodes[nid] = SimNode(cfg, self.lazy_commit)
+            if profile == "dledger":
+                if self.tmp is None:
+                    # in memory when possible: the simulated disk decides what survives, not the real one
+                    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+                    self.tmp = Path(tempfile.mkdtemp(prefix=f"raftsim-{seed}-", dir=shm))
+                self.nodes[nid] = DLedgerSimNode(cfg, self.tmp / nid, random.Random(rng.getrandbits(32)))
+            else:
+                self.nodes[nid] = SimNode(cfg, self.lazy_commit)
         self.checker = Checker()
         self.now = 0
         self.proposals = 0
@@ -130,13 +146,27 @@ class Simulation:
             self.start(node, rng.getrandbits(32))
 
     def start(self, node: SimNode, rng_seed: int) -> None:
-        node.start(rng_seed, self.net.send, self._now, _Observer(self, node))
+        node.start(rng_seed, self.net, self._now, _Observer(self, node))
 
     def _now(self) -> int:
         return self.now
 
     # ------------------------------------------------------------------ driver
     def run(self) -> SimStats:
+        disks = [n.disk for n in self.nodes.values() if isinstance(n, DLedgerSimNode)]
+        try:
+            if disks:
+                with intercept(disks):
+                    return self._run()
+            return self._run()
+        finally:
+            for node in self.nodes.values():
+                if isinstance(node, DLedgerSimNode):
+                    node.close()
+            if self.tmp is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _run(self) -> SimStats:
         try:
             for _ in range(FAULT_TICKS):
                 self.tick(faults=True)
@@ -156,6 +186,7 @@ class Simulation:
 
     def tick(self, faults: bool) -> None:
         self.now += 1
+        self.net.now = self.now
         rng = self.rng
         if faults:
             self.random_actions()
@@ -188,7 +219,9 @@ class Simulation:
                     node.finish_sync()
                 else:
                     continue
-            node.clock.run_soon()  # type: ignore[union-attr]  # the driver's pump, if anything kicked it
+            clock = node.clock
+            if clock._soon:  # type: ignore[union-attr]
+                clock.run_soon()  # type: ignore[union-attr]  # the driver's pump: something kicked it
             if not node.written:
                 continue
             # the driver wrote one Ready (then waits for its fsync): crash around it, or let it complete
@@ -246,7 +279,7 @@ class Simulation:
                 lose = rng.random() < self.p_lose
                 self.crashes += 1
                 self.trace(f"CRASH {node.id} ({'losing' if lose else 'keeping'} unsynced writes"
-                           f"{', has some' if node.log.unsynced else ''})")
+                           f"{', has some' if node.has_unsynced else ''})")
                 node.crash(lose)
                 if rng.random() < self.p_bounce:
                     self.restart(node)
@@ -314,7 +347,7 @@ class Simulation:
         data = f"{self.seed}:{self.proposals}".encode()
         for _ in range(2):
             try:
-                index = self.submit(node, data)
+                index = self.submit(node, data)[0]
             except ProposalDropped as exc:
                 target = self.nodes.get(exc.leader_id or "")
                 if target is None or not target.up or target is node or target.paused_until > self.now:
@@ -326,18 +359,18 @@ class Simulation:
             return index
         return None
 
-    def submit(self, node: SimNode, data: bytes) -> int:
-        """Propose through the node's driver; its answer is checked against what the cluster committed."""
-        holder: list[int] = []
+    def submit(self, node: SimNode, data: bytes) -> tuple[int, bytes]:
+        """Propose through the node's driver: (index, entry bytes); its answer is checked against the cluster."""
+        holder: list[tuple[int, bytes]] = []
         checker = self.checker
 
         def answer(pos: int, ok: bool) -> None:
             if ok:
-                checker.acknowledged(node.id, holder[0], data)
+                checker.acknowledged(node.id, *holder[0])
 
-        index = node.driver.propose([data], answer)  # type: ignore[union-attr]
-        holder.append(index)
-        return index
+        index, entry = node.propose(data, answer)
+        holder.append((index, entry))
+        return index, entry
 
     def leader(self) -> SimNode | None:
         best = None
@@ -391,10 +424,10 @@ class Simulation:
                 attempts += 1
                 data = f"{self.seed}:final:{attempts}".encode()
                 try:
-                    index = self.submit(leader, data)
+                    target = self.submit(leader, data)
                 except ProposalDropped:
                     continue
-                target = (index, data)
+                index = target[0]
                 attempt_at = self.now
                 self.trace(f"PROPOSE final {data!r} at {leader.id} -> index {index}")
         state = "; ".join(repr(n.raft) for n in self.nodes.values())

@@ -27,6 +27,7 @@ class SimLog:
         self.syncs = 0
 
     # ------------------------------------------------------------------ Storage (read side: the page cache)
+    # open() binds these four to ``live``'s methods (the core calls term() for nearly every message)
     def first_index(self) -> int:
         return self.live.first_index()
 
@@ -38,6 +39,13 @@ class SimLog:
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         return self.live.entries(lo, hi, max_bytes)
+
+    def _bind(self) -> None:
+        live = self.live
+        self.first_index = live.first_index  # type: ignore[method-assign]
+        self.last_index = live.last_index  # type: ignore[method-assign]
+        self.term = live.term  # type: ignore[method-assign]
+        self.entries = live.entries  # type: ignore[method-assign]
 
     @property
     def hard_state(self) -> HardState:
@@ -64,6 +72,7 @@ class SimLog:
         """A (re)started process reads what is on disk."""
         self.live = self.durable.copy()
         self.unsynced = []
+        self._bind()
 
     def crash(self, lose: bool) -> bool:
         """The process dies; returns True when unsynced writes were lost."""
