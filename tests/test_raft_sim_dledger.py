@@ -40,3 +40,14 @@ def test_the_dledger_family_finds_an_index_that_is_never_fsynced(monkeypatch: py
             assert f"--replay {seed} --profile dledger" in exc.replay
             return
     pytest.fail("20 seeds of the dledger family missed an index that is never fsynced")
+
+
+def test_a_restarted_member_syncs_what_it_recovered_before_acking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 92: a process crash keeps entries only in the page cache; the restarted member syncs
+    the log again, the commit log (which counts what it loads as synced) skips them, and a power
+    cut then takes entries it had acked.  ``DLedgerLog`` now fdatasyncs what it recovered."""
+    run_seed(92, profile="dledger")
+    monkeypatch.setattr(DLedgerLog, "_make_recovered_durable", lambda self: None)
+    with pytest.raises(SimulationFailure) as exc:
+        run_seed(92, profile="dledger")
+    assert "durability" in exc.value.what
