@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call
+from rmq import drain, simple_consumer
 
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode, ResponseCode, WireMessage, decode_messages
@@ -114,3 +115,38 @@ def test_pop_bad_input_names_the_field(cluster: LocalCluster) -> None:
                                                  "maxMsgNums": "1", "invisibleTime": "1000", "expType": "SQL92",
                                                  "exp": "a > 1"})
         assert sql.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "SQL92" in (sql.remark or "")
+
+
+def test_pop_over_remoting_and_grpc_share_one_group(cluster: LocalCluster) -> None:
+    """One PopService behind both doors: what remoting holds invisible, a gRPC consumer of the group skips."""
+    node = cluster.brokers["broker-a"]
+    with RemotingClient(node.admin_addr) as b:
+        created = b.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "PopMixT", "readQueueNums": "1",
+                                                                 "writeQueueNums": "1", "perm": "6"})
+        assert created.code == ResponseCode.SUCCESS
+        with RemotingClient(cluster.namesrv_addr) as ns:
+            wait_until(lambda: ns.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "PopMixT"}).code == 0,
+                       what="route of PopMixT")
+        for i in range(4):
+            fields = {"producerGroup": "PopProducer", "topic": "PopMixT", "defaultTopic": "TBW102",
+                      "defaultTopicQueueNums": "1", "queueId": "0", "sysFlag": "0",
+                      "bornTimestamp": str(int(time.time() * 1000)), "flag": "0", "properties": ""}
+            assert b.invoke(RequestCode.SEND_MESSAGE, fields, f"mix-{i}".encode()).code == ResponseCode.SUCCESS
+        held = b.invoke(RequestCode.POP_MESSAGE, {"consumerGroup": "PopMixG", "topic": "PopMixT", "queueId": "-1",
+                                                  "maxMsgNums": "2", "invisibleTime": "60000"})
+        held_msgs = decode_messages(held.body)
+        assert held.code == ResponseCode.SUCCESS and len(held_msgs) == 2
+        with simple_consumer(node.endpoint, "PopMixG", "PopMixT") as grpc_consumer:
+            got = drain(grpc_consumer, 2, timeout=20)
+            assert sorted(m.body.decode() for m in got) == sorted(
+                {f"mix-{i}" for i in range(4)} - {m.body.decode() for m in held_msgs})
+            assert not grpc_consumer.receive(32, 30)  # the two remoting holds are invisible to gRPC too
+        for m in held_msgs:
+            extra = m.properties["POP_CK"]
+            resp = b.invoke(RequestCode.ACK_MESSAGE, {"consumerGroup": "PopMixG", "topic": "PopMixT",
+                                                      "queueId": "0", "offset": extra.split(" ")[7],
+                                                      "extraInfo": extra})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        left = b.invoke(RequestCode.POP_MESSAGE, {"consumerGroup": "PopMixG", "topic": "PopMixT", "queueId": "-1",
+                                                  "maxMsgNums": "32", "invisibleTime": "60000"})
+        assert left.code == ResponseCode.PULL_NOT_FOUND
