@@ -5,7 +5,8 @@ Apache's remoting client has no public POP consumer without the broker-side assi
 Apache's header names (PopMessageRequestHeader, AckMessageRequestHeader,
 ChangeInvisibleTimeRequestHeader) and the acks send back the ``extraInfo`` the pop answer's
 ``POP_CK`` property carried, as Apache's client does.  Ground truth: the messages sent here,
-which come back, which do not (acked, invisible), and an injected invisible time.
+which come back, which do not (acked, invisible), and an injected invisible time.  Marked ``long`` to keep
+``make test`` within its budget (about 15 s here): ``.venv/bin/pytest -q tests/test_remoting_pop_e2e.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rmq import drain, simple_consumer
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode, ResponseCode, WireMessage, decode_messages
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 TOPIC, GROUP, QUEUES = "PopT", "PopG", 2
 INVISIBLE_MS = 2000
 
