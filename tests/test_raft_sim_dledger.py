@@ -51,3 +51,14 @@ def test_a_restarted_member_syncs_what_it_recovered_before_acking(monkeypatch: p
     with pytest.raises(SimulationFailure) as exc:
         run_seed(92, profile="dledger")
     assert "durability" in exc.value.what
+
+
+def test_recovery_stops_at_an_entry_whose_segment_lost_its_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 278: a power cut tears one commit-log segment's unsynced tail but keeps the next
+    segment's records (files are not ordered), so an index entry points into a hole below the
+    log end.  ``DLedgerLog`` now ends the log before such an entry (its bytes were never synced)."""
+    run_seed(278, profile="dledger")
+    monkeypatch.setattr(DLedgerLog, "_stored_whole", staticmethod(lambda seg, offset, size: True))
+    with pytest.raises(SimulationFailure) as exc:
+        run_seed(278, profile="dledger")
+    assert "commit log holds 0 of" in exc.value.what

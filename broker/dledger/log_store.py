@@ -35,6 +35,7 @@ import time
 from array import array
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rocketscope.broker.raft.hard_state_file import HardStateFile
 from rocketscope.broker.raft.messages import Entry, EntryKind, HardState, entry_size
@@ -92,8 +93,14 @@ class DLedgerLog:
         usable = len(data) - len(data) % INDEX.size
         log_end = self.commit_log.max_offset
         n = 0
+        segments = self.commit_log.log
         for term, offset, size, kind in INDEX.iter_unpack(data[:usable]):
             if offset + size > log_end:  # the commit log lost this record in a crash
+                break
+            if size and not self._stored_whole(segments.segment_for(offset), offset, size):
+                # a power cut can keep a later segment and lose this one's tail (no order between files)
+                log.warning("dledger: entry %d's bytes at %d are not all in the commit log; the log ends before it",
+                            self.base + n + 1, offset)
                 break
             self.terms.append(term)
             self.offsets.append(offset)
@@ -108,6 +115,11 @@ class DLedgerLog:
             log.warning("dledger: commit log truncated from %d to %d (records not in the Raft index)",
                         self.commit_log.max_offset, end)
             self.commit_log.truncate(end)
+
+    @staticmethod
+    def _stored_whole(seg: Any, offset: int, size: int) -> bool:
+        """The segment holding ``offset`` has all ``size`` bytes (an entry never spans segments)."""
+        return seg is not None and offset - seg.start + size <= seg.length
 
     def _make_recovered_durable(self) -> None:
         """fdatasync what this member recovered before it acknowledges anything on top of it.

@@ -223,7 +223,13 @@ class RaftDriver:
         try:
             while self.running and self.syncing is None and node.has_ready():
                 rd = node.ready()
-                self._write(rd)
+                try:
+                    self._write(rd)
+                except Exception:
+                    # nothing of this Ready may be sent or applied, and the core cannot go on without it
+                    log.exception("raft %s: writing a Ready failed; this member stops", node.id)
+                    self.stop("the Raft log could not be written")
+                    raise
                 self.syncing = rd
                 # the syncer may call back at once (no fsync needed, or a synchronous one): _synced finishes
                 self.syncer(self.log.sync if rd.must_sync else None, lambda rd=rd: self._synced(rd))  # type: ignore[misc]
