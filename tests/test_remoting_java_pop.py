@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import LocalCluster, cluster_with_namesrv
+from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call
 from test_remoting_java_secure import java_classes
 
@@ -62,3 +62,42 @@ def test_apache_client_pops_and_acks_over_remoting(cluster: LocalCluster) -> Non
     assert all(len(e["extraInfo"].split(" ")) == 8 for e in events if e["event"] == "received")
     final = next(e for e in events if e["event"] == "final")
     assert (final["status"], final["found"]) == ("POLLING_NOT_FOUND", 0)
+
+
+PUSH_SOURCE = Path(__file__).resolve().parent.parent / "peers" / "java" / "src" / "RemotingPopConsumerTool.java"
+
+
+def test_apache_push_consumer_in_pop_mode(cluster: LocalCluster) -> None:
+    """DefaultMQPushConsumer with setClientRebalance(false): QUERY_ASSIGNMENT answers POP, so it pops, acks,
+    and a RECONSUME_LATER becomes a CHANGE_MESSAGE_INVISIBLETIME after which the message comes back."""
+    topic, group, n = "JavaPushPopT", "JavaPushPopG", 4
+    cluster.admin("updateTopic", "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
+    node = cluster.brokers["broker-a"]
+    with RemotingClient(node.admin_addr) as b:
+        for i in range(n):
+            fields = {"producerGroup": "JavaPopProducer", "topic": topic, "defaultTopic": "TBW102",
+                      "defaultTopicQueueNums": str(QUEUES), "queueId": str(i % QUEUES), "sysFlag": "0",
+                      "bornTimestamp": str(int(time.time() * 1000)), "flag": "0", "properties": ""}
+            assert b.invoke(RequestCode.SEND_MESSAGE, fields, f"jpush-{i}".encode()).code == ResponseCode.SUCCESS
+    res = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *ref.JDK17_OPENS,
+                          f"-Duser.home={cluster.root}", "-Drocketmq.log.level=WARN", "-cp",
+                          f"{java_classes(PUSH_SOURCE)}:{ref.LIB}/*", "RemotingPopConsumerTool", cluster.namesrv_addr,
+                          topic, group, str(n), "90", "jpush-1"],
+                         capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    events = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    assert {e["body"] for e in events} == {f"jpush-{i}" for i in range(n)}
+    retried = [e["reconsumeTimes"] for e in events if e["body"] == "jpush-1"]
+    assert retried[0] == 0 and len(retried) >= 2 and retried[-1] >= 1, retried  # put back, then redelivered
+    # every ack arrived: the group's committed offsets reach the end of each queue
+    with RemotingClient(node.admin_addr) as b:
+        def committed_all() -> bool:
+            for q in range(QUEUES):
+                ask = {"consumerGroup": group, "topic": topic, "queueId": str(q)}
+                end = int(b.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)}).fields["offset"])
+                got = b.invoke(RequestCode.QUERY_CONSUMER_OFFSET, ask)
+                if got.code != ResponseCode.SUCCESS or int(got.fields["offset"]) != end:
+                    return False
+            return True
+
+        wait_until(committed_all, timeout=20, what="the group's offsets at the end of the queues")

@@ -73,6 +73,7 @@ class RequestCode:
     GET_TOPIC_CONFIG = 351
     SEND_BATCH_MESSAGE = 320
     LITE_PULL_MESSAGE = 361
+    QUERY_ASSIGNMENT = 400
     POP_MESSAGE = 200050  # JSON headers only: the binary header's code is a short
     ACK_MESSAGE = 200051
     CHANGE_MESSAGE_INVISIBLETIME = 200053

@@ -1,4 +1,6 @@
-"""POP over remoting: POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME (200053).
+"""POP over remoting: POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME (200053),
+and QUERY_ASSIGNMENT (400), with which Apache's push consumer (``setClientRebalance(false)``) asks the
+broker for its queues and whether to pull or pop them: here every readable queue, in POP mode.
 
 RocketMQ 5's remoting POP consumers (and its proxy) pop from the broker, acknowledge each
 message with the ``extraInfo`` string the pop answer gave it (the ``POP_CK`` property), and
@@ -26,7 +28,16 @@ from rocketscope.names import RETRY_PREFIX
 
 from ..pop import PopError
 from ..receipt import ReceiptHandle
-from .codec import Header, HeaderError, RemotingCommand, RequestCode, ResponseCode, encode_message
+from .codec import (
+    Header,
+    HeaderError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    encode_message,
+    json_body,
+    parse_json_body,
+)
 
 if TYPE_CHECKING:
     from .broker_handlers import RemotingBroker
@@ -53,7 +64,27 @@ class RemotingPop:
         self.receipts: dict[Key, tuple[str, int]] = {}  # -> (receipt handle, deadline ms)
 
     def handlers(self) -> dict[int, Handler]:
-        return {POP_MESSAGE: self.pop, ACK_MESSAGE: self.ack, CHANGE_MESSAGE_INVISIBLETIME: self.change}
+        return {POP_MESSAGE: self.pop, ACK_MESSAGE: self.ack, CHANGE_MESSAGE_INVISIBLETIME: self.change,
+                RequestCode.QUERY_ASSIGNMENT: self.query_assignment}
+
+    async def query_assignment(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """QueryAssignmentRequestBody -> every readable queue of the topic here, mode POP (the PopService
+        balances the group's consumers itself).  The group's retry topic gets no queue: its messages come
+        back through the pops of the topic (broker/pop.py)."""
+        body = parse_json_body(cmd.body, "QueryAssignmentRequestBody")
+        topic = body.get("topic") if isinstance(body, dict) else None
+        group = body.get("consumerGroup") if isinstance(body, dict) else None
+        if not isinstance(topic, str) or not isinstance(group, str) or not topic or not group:
+            raise HeaderError("QueryAssignmentRequestBody needs topic and consumerGroup",
+                              ResponseCode.INVALID_PARAMETER)
+        assignments: list[dict[str, Any]] = []
+        if not topic.startswith(RETRY_PREFIX):
+            self.front._group(group)
+            cfg = self.front._topic(topic, read=True)
+            name = self.b.settings.brokerName
+            assignments = [{"messageQueue": {"brokerName": name, "queueId": q, "topic": topic}, "mode": "POP"}
+                           for q in range(cfg.read_queue_nums)]
+        return cmd.response(body=json_body({"messageQueueAssignments": assignments}))
 
     def _forget_old(self, now_ms: int) -> None:
         if len(self.receipts) < 4096:
