@@ -85,6 +85,21 @@ def _heartbeat(body: bytes) -> Requirement:
     return Requirement(needs=tuple(dict.fromkeys(needs)))
 
 
+def _assignment(body: bytes) -> Requirement:
+    """QUERY_ASSIGNMENT: SUB on the group and the topic its body names (the retry topic: the group only)."""
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        return ANY_ACCOUNT  # the handler answers the bad body
+    if not isinstance(data, dict):
+        return ANY_ACCOUNT
+    topic = str(data.get("topic") or "")
+    needs = _need("group", data.get("consumerGroup"), Perm.SUB)
+    if not topic.startswith(RETRY_PREFIX):
+        needs += _need("topic", topic, Perm.SUB)
+    return Requirement(needs=needs)
+
+
 def requirement(code: int, fields: dict[str, str], body: bytes) -> Requirement:
     """What a remoting request needs besides valid credentials."""
     R = RequestCode
@@ -94,8 +109,10 @@ def requirement(code: int, fields: dict[str, str], body: bytes) -> Requirement:
         return _send(fields, "b", "a") if "b" in fields else _send(fields, "topic", "producerGroup")
     if code in (R.PULL_MESSAGE, R.LITE_PULL_MESSAGE, R.UPDATE_CONSUMER_OFFSET, R.QUERY_CONSUMER_OFFSET,
                 R.POP_MESSAGE, R.ACK_MESSAGE, R.CHANGE_MESSAGE_INVISIBLETIME):
-        return Requirement(needs=_need("group", fields.get("consumerGroup"), Perm.SUB)
-                           + _need("topic", fields.get("topic"), Perm.SUB))
+        topic = fields.get("topic") or ""
+        # an ack of a retried POP message names the retry topic (Apache's client: %RETRY%<group>_<topic>)
+        topic_need = () if topic.startswith(RETRY_PREFIX) else _need("topic", topic, Perm.SUB)
+        return Requirement(needs=_need("group", fields.get("consumerGroup"), Perm.SUB) + topic_need)
     if code == R.CONSUMER_SEND_MSG_BACK:
         return Requirement(needs=_need("group", fields.get("group"), Perm.SUB))
     if code in (R.UNREGISTER_CLIENT, R.GET_CONSUMER_LIST_BY_GROUP):
@@ -104,6 +121,8 @@ def requirement(code: int, fields: dict[str, str], body: bytes) -> Requirement:
         return Requirement(needs=_need("topic", fields.get("topic"), Perm.SUB))
     if code == R.HEART_BEAT:
         return _heartbeat(body)
+    if code == R.QUERY_ASSIGNMENT:
+        return _assignment(body)
     if code in ADMIN_CODES:
         return ADMIN
     return ANY_ACCOUNT
