@@ -94,3 +94,22 @@ def test_producer_without_stream_gets_both_live_members_while_a_third_is_down(cl
     (variant,) = sets
     assert set(live) <= set(variant), f"variant {variant} leaves out a live member of {live}"
     assert variant == everyone  # the only other set with both live members: the killed one added back
+
+
+@pytest.mark.e2e
+def test_producer_without_stream_at_a_single_broker_gets_the_same_address_as_a_new_set(cluster: LocalCluster) -> None:
+    """One live member (here a standalone broker): the variant is the same address under the
+    DOMAIN_NAME scheme, a set the official client keys apart from the IPv4 one."""
+    node = cluster.start_broker("broker-one")
+    cluster.admin("updateTopic", "-b", node.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
+    wait_until(lambda: _route(node.endpoint, "anyone").message_queues, timeout=60, what="the topic's route")
+    plain = _route(node.endpoint, "anyone")
+    assert {mq.broker.endpoints.scheme for mq in plain.message_queues} == {pb.IPv4}
+    producer = "revival-producer-2"
+    with grpc.insecure_channel(node.endpoint) as ch:
+        svc_grpc.MessagingServiceStub(ch).Heartbeat(svc.HeartbeatRequest(client_type=pb.PRODUCER),
+                                                    metadata=[("x-mq-client-id", producer)], timeout=5)
+    varied = wait_until(lambda: (r := _route(node.endpoint, producer)).message_queues[0].broker.endpoints.scheme
+                        != pb.IPv4 and r, timeout=30, what="a route variant for the producer without a stream")
+    assert {mq.broker.endpoints.scheme for mq in varied.message_queues} == {pb.DOMAIN_NAME}
+    assert _endpoint_sets(varied) == _endpoint_sets(plain) == {(node.endpoint,)}
