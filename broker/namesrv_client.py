@@ -68,8 +68,10 @@ class NamesrvClient:
                     cluster_name=reg.cluster_name, broker_name=reg.broker_name, broker_id=reg.broker_id,
                     broker_addr=reg.broker_addr))
                 return
-            yield namesrv_pb2.SessionRequest(register=self.registration())
+            # cleared before the snapshot is taken: a change made while this registration is in flight
+            # (a topic created then) kicks the next one at once instead of waiting out period_s
             kick.clear()
+            yield namesrv_pb2.SessionRequest(register=self.registration())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(kick.wait(), self.period_s)
 

@@ -148,3 +148,36 @@ def test_properties_file_parsing(tmp_path: Path) -> None:
     f = tmp_path / "x.conf"
     f.write_text("# comment\n! also comment\na=1\nb : two\nc=long \\\n  value\nempty=\n")
     assert read_properties(f) == {"a": "1", "b": "two", "c": "long value", "empty": ""}
+
+
+def test_a_change_while_a_registration_is_in_flight_is_registered_at_once() -> None:
+    """A topic created after the broker's registration was taken but before it was sent must not
+    wait for the next periodic registration (30 s by default): the kick it sets survives."""
+    import asyncio
+
+    from rocketscope.broker.namesrv_client import NamesrvClient
+    from rocketscope.broker.protocol import namesrv_pb2
+
+    async def scenario() -> float:
+        topics: list[str] = []
+
+        def registration() -> namesrv_pb2.BrokerRegistration:
+            reg = namesrv_pb2.BrokerRegistration(broker_name="b")
+            for t in topics:
+                reg.topics.add(topic_name=t)
+            return reg
+
+        client = NamesrvClient(["127.0.0.1:1"], registration, period_s=30.0)
+        requests = client._requests("127.0.0.1:1", asyncio.Event())
+        first = await anext(requests)
+        assert [t.topic_name for t in first.register.topics] == []
+        topics.append("TopicCreatedMeanwhile")  # the broker's topics_on_change() kicks a registration
+        client.register_now()
+        began = asyncio.get_running_loop().time()
+        second = await asyncio.wait_for(anext(requests), 5)
+        assert [t.topic_name for t in second.register.topics] == ["TopicCreatedMeanwhile"]
+        took = asyncio.get_running_loop().time() - began
+        await client.stop()
+        return took
+
+    assert asyncio.run(scenario()) < 5
