@@ -242,7 +242,8 @@ class Model:
                 (F.col("ack_ts") - F.col("born_ts")).alias("latency_ms"),
             )))).alias("replicas"),
         )
-        copies = self.pubs.join(rep, on=COPY_KEY, how="left")
+        # a hash join built on the per-copy aggregate, in place: a sort-merge join sorted both sides again
+        copies = self.pubs.join(rep.hint("shuffle_hash"), on=COPY_KEY, how="left")
         return self._keep("copies", copies)
 
     @property
@@ -341,7 +342,7 @@ class Model:
             .groupBy(MSG_KEY, "msg_id", "grp")
             .agg(F.min("t").alias("dlq_topic_ts"))
         )
-        joined = stats.join(from_dlq, on=[MSG_KEY, "msg_id", "grp"], how="full_outer").select(
+        joined = stats.join(from_dlq.hint("shuffle_hash"), on=[MSG_KEY, "msg_id", "grp"], how="full_outer").select(
             MSG_KEY,
             "msg_id",
             "grp",

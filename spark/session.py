@@ -8,6 +8,16 @@ import sys
 from pyspark.sql import SparkSession
 
 QUICK_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+LOCAL_JIT_JAVA_OPTIONS = (
+    "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 "
+    "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=160000"
+)
+"""HotSpot's C2 thresholds raised 4x for a local driver JVM.  Spark generates a few hundred
+classes per run (whole-stage code for every stage of every query), most of them run over a
+few thousand rows only, and C2 compiled them all: at 200k messages the JIT compiler threads
+took 93 of 184 CPU seconds of the pipeline, more than the tasks (69 s).  With these
+thresholds: compiler 60 s, tasks 56 s, the pipeline 140 CPU seconds (docs/ANALYTICS.md,
+"Results", session 10).  Code that runs over millions of rows still reaches C2."""
 
 
 def local_cores(master: str) -> int:
@@ -30,6 +40,8 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
     small inputs (tests, a day of a small cluster), but the C1 code is much slower on
     millions of records, so it is off by default.  In local mode the shuffle partitions
     default to twice the cores: Spark's 200 cost seconds of task overhead per stage here.
+    A local driver JVM gets :data:`LOCAL_JIT_JAVA_OPTIONS` (fewer C2 compilations of
+    generated code that runs briefly).
 
     Progress goes to stderr as one line per job (``rocketscope.spark.run``) instead of
     Spark's console progress bar.
@@ -52,6 +64,9 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
     )
     if quick_start:
         builder = builder.config("spark.driver.extraJavaOptions", QUICK_START_JAVA_OPTIONS)
+    elif master and master.startswith("local"):
+        # the driver JVM is started here and runs the tasks too (under spark-submit it already runs)
+        builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JIT_JAVA_OPTIONS)
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
     if not shuffle_partitions and master and master.startswith("local"):

@@ -154,11 +154,14 @@ def decode_trace_sql(rows: DataFrame) -> DataFrame:
     after_ts = F.when(n >= 8, _int(f, 7, "long"))
     after_grp = _text(f, 8)
     records = (
-        bodies.where(F.col("text").isNotNull())
-        .select(F.explode(F.split("text", RECORD_SEP, -1)).alias("chunk"), "origin_topic")
-        .where(F.col("chunk").rlike("^(?:" + "|".join(USED_TYPES) + ")(?:\\x01|\\z)"))
-        .select(F.split(F.regexp_replace("chunk", FIELD_SEP + "+\\z", ""), FIELD_SEP, -1).alias("f"),
-                "origin_topic")
+        # No filter on ``text``: ``explode`` of a null array (a body that is not trace data) gives
+        # no rows.  A filter there was pushed below the projection by the optimizer, which then
+        # ran the body's regular expression twice (once in the filter, once in the projection).
+        bodies.select(F.explode(F.split("text", RECORD_SEP, -1)).alias("chunk"), "origin_topic")
+        # the first field names a used type (no regular expression per record)
+        .where(F.substring_index("chunk", FIELD_SEP, 1).isin(*USED_TYPES))
+        # trailing separators stripped (Java's split drops trailing empty fields) by a trim, not a regex
+        .select(F.split(F.rtrim("chunk", F.lit(FIELD_SEP)), FIELD_SEP, -1).alias("f"), "origin_topic")
         .select(
             kind.alias("rec_type"),
             F.when(is_after, F.when(after_ts != 0, after_ts)).otherwise(_int(f, 1, "long")).alias("ts"),
