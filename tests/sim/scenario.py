@@ -27,7 +27,6 @@ from rocketscope.broker.raft import EventKind, Message, ProposalDropped, RaftCon
 
 from .checker import Checker, InvariantViolation
 from .disk import intercept
-from .dledger import DLedgerSimNode
 from .network import Network
 from .node import SimNode
 
@@ -111,7 +110,7 @@ class Simulation:
         max_inflight = rng.choice((1, 2, 8))
         # Timing: the recommended one, a narrow randomization (more split votes), a twitchy one.
         heartbeat, et_min, et_max = rng.choice(((2, 6, 12), (2, 6, 7), (1, 3, 5)))
-        self.nodes: dict[str, SimNode] = {}  # or DLedgerSimNode, the same interface
+        self.nodes: dict[str, SimNode] = {}  # or tests/sim/dledger.py's DLedgerSimNode, the same interface
         self.tmp: Path | None = None
         for nid in self.ids:
             cfg = RaftConfig(
@@ -122,6 +121,8 @@ class Simulation:
                 preferred_check_ticks=10, testing_faults=bugs,
             )
             if profile == "dledger":
+                from .dledger import DLedgerSimNode  # imports the broker's store: only for this family
+
                 if self.tmp is None:
                     # in memory when possible: the simulated disk decides what survives, not the real one
                     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -153,7 +154,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ driver
     def run(self) -> SimStats:
-        disks = [n.disk for n in self.nodes.values() if isinstance(n, DLedgerSimNode)]
+        disks = [n.disk for n in self.nodes.values() if hasattr(n, "disk")]
         try:
             if disks:
                 with intercept(disks):
@@ -161,8 +162,8 @@ class Simulation:
             return self._run()
         finally:
             for node in self.nodes.values():
-                if isinstance(node, DLedgerSimNode):
-                    node.close()
+                if hasattr(node, "disk"):
+                    node.close()  # type: ignore[attr-defined]
             if self.tmp is not None:
                 shutil.rmtree(self.tmp, ignore_errors=True)
 
