@@ -159,6 +159,8 @@ class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
         topics = {t for t, _ in b.offsets.of_group(request.group)}
         topics |= {t for (g, t, _) in b.pop.states if g == request.group}
         topics |= {t for c in b.clients.of_group(request.group) for t in c.topics}
+        if request.topic:  # asked for by name (statsAll's accumulation): its queues even where the group never read,
+            topics.add(request.topic)  # as Apache's GET_CONSUME_STATS with a topic lists every queue of it
         resp = admin_pb2.ConsumerProgressResponse(status=ok())
         total = 0
         for topic in sorted(topics):

@@ -9,6 +9,7 @@ a connection error; mqadmin's own exit code is 0 either way.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -16,8 +17,10 @@ import click
 
 from rocketscope.broker.protocol import admin_pb2, common_pb2
 
+from . import remoting_client as rc
 from .admin_cli import MSG_HEADERS, _message_rows, emit, json_opt, ms, namesrv_opt, run
 from .admin_client import AdminClient, AdminError
+from .admin_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, BrokerCounters, Counter
 
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 
@@ -474,53 +477,67 @@ def broker_consume_stats(namesrv: str | None, broker: str, level: int, order_tex
 def stats_all(namesrv: str | None, topic: str | None, active: bool, as_json: bool) -> None:
     """Per topic and consumer group: accumulation, in/out TPS over the last minute, in/out messages in 24 h.
 
-    Figures come from the store's queues, not from counters: "in" is what was stored in the window,
-    "out" what the group has committed of it, so they count messages still stored."""
+    Figures are the broker counters Apache's mqadmin statsAll reads (rocketscope/admin_stats.py), so
+    both tools print the same figures for one broker; accumulation is the group's consume stats
+    (broker offset - consumer offset, summed over the topic's queues, as mqadmin's computeTotalDiff)."""
     async def go(c: AdminClient) -> int:
-        topics = [topic] if topic else [t for t in await c.topics()
-                                        if not t.startswith((RETRY_PREFIX, DLQ_PREFIX, "rmq_sys_", "RMQ_SYS_"))]
+        topics = [topic] if topic else [t for t in await c.topics() if not t.startswith((RETRY_PREFIX, DLQ_PREFIX))]
+        counters = BrokerCounters(c.timeout, c.connection.access_key, c.connection.secret_key)
         rows: list[tuple[Any, ...]] = []
         data: list[dict[str, Any]] = []
-        offsets_of: dict[str, list[Any]] = {}
-        for t in topics:
-            try:
-                targets = await route_masters(c, t)
-            except AdminError:
-                continue
-            queues: dict[tuple[str, int], Any] = {}
-            for name, addr in targets:
-                resp = await c.broker_call(addr, "TopicStats", admin_pb2.TopicStatsRequest(topic=t))
-                for q in resp.queues:  # type: ignore[attr-defined]
-                    queues[(name, q.queue_id)] = q
-                if addr not in offsets_of:
-                    offsets_of[addr] = list((await c.broker_call(addr, "ConsumerOffsets", common_pb2.Empty())
-                                             ).offsets)  # type: ignore[attr-defined]
-            in_min = sum(q.in_last_minute for q in queues.values())
-            in_day = sum(q.in_last_day for q in queues.values())
-            if active and not in_day:
-                continue
-            committed: dict[str, dict[tuple[str, int], int]] = {}
-            for name, addr in targets:
-                for o in offsets_of[addr]:
-                    if o.topic == t:
-                        committed.setdefault(o.group, {})[(name, o.queue_id)] = o.offset
-            if not committed:
-                rows.append((t, "", "", f"{in_min / 60:.2f}", "", in_day, ""))
-                data.append(dict(topic=t, group="", inTps=in_min / 60, inMsg24Hour=in_day))
-            for g, by_queue in sorted(committed.items()):
-                acc = out_min = out_day = 0
-                for key, q in queues.items():
-                    off = by_queue.get(key, q.min_offset)
-                    acc += max(0, q.max_offset - off)
-                    out_min += max(0, off - (q.max_offset - q.in_last_minute))
-                    out_day += max(0, off - (q.max_offset - q.in_last_day))
-                rows.append((t, g, acc, f"{in_min / 60:.2f}", f"{out_min / 60:.2f}", in_day, out_day))
-                data.append(dict(topic=t, group=g, accumulation=acc, inTps=in_min / 60, outTps=out_min / 60,
-                                 inMsg24Hour=in_day, outMsg24Hour=out_day))
+        try:
+            for t in sorted(topics):
+                try:
+                    targets = await route_masters(c, t)
+                except AdminError:
+                    continue
+                rows_t, data_t = await _stats_of_topic(c, counters, t, [a for _, a in targets], active)
+                rows += rows_t
+                data += data_t
+        finally:
+            counters.close()
         emit(as_json, data, ("#Topic", "#Consumer Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour",
                              "#OutMsg24Hour"), rows)
         return 0
     run(go, namesrv)
+
+
+async def _stats_of_topic(c: AdminClient, counters: BrokerCounters, topic: str, masters: list[str], active: bool
+                          ) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    """mqadmin's printTopicDetail: one row per group (or a NO_CONSUMER row), counters summed over masters."""
+    def fetch() -> tuple[Counter, dict[str, Counter]]:
+        try:
+            put = [counters.counter(a, TOPIC_PUT_NUMS, topic) for a in masters]
+            groups = sorted(set().union(*(counters.groups(a, topic) for a in masters)))
+            got = {g: [counters.counter(a, GROUP_GET_NUMS, f"{topic}@{g}") for a in masters] for g in groups}
+        except (OSError, ValueError, rc.RemotingCallError) as exc:
+            raise AdminError(f"statsAll {topic}: broker counters over remoting: {exc}") from None
+        return (Counter(sum(x.tps for x in put), sum(x.day for x in put)),
+                {g: Counter(sum(x.tps for x in v), sum(x.day for x in v)) for g, v in got.items()})
+
+    put, got = await asyncio.to_thread(fetch)
+    rows: list[tuple[Any, ...]] = []
+    data: list[dict[str, Any]] = []
+    if not got:
+        if not active or put.day:
+            rows.append((topic, "", 0, f"{put.tps:.2f}", "", put.day, "NO_CONSUMER"))
+            data.append(dict(topic=topic, group="", accumulation=0, inTps=put.tps, inMsg24Hour=put.day))
+        return rows, data
+    for g, out in got.items():
+        acc = 0
+        for addr in masters:
+            req = admin_pb2.ConsumerProgressRequest(group=g, topic=topic)
+            resp = await c.broker_call(addr, "ConsumerProgress", req)
+            if not resp.status.code:  # type: ignore[attr-defined]
+                acc += sum(q.broker_offset - q.consumer_offset for q in resp.queues  # type: ignore[attr-defined]
+                           if q.topic == topic)
+        acc = max(0, acc)
+        if active and not (put.day or out.day):
+            continue
+        rows.append((topic, g, acc, f"{put.tps:.2f}", f"{out.tps:.2f}", put.day, out.day))
+        data.append(dict(topic=topic, group=g, accumulation=acc, inTps=put.tps, outTps=out.tps,
+                         inMsg24Hour=put.day, outMsg24Hour=out.day))
+    return rows, data
 
 
 COMMANDS: list[click.Command] = [
