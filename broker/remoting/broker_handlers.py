@@ -53,6 +53,28 @@ if TYPE_CHECKING:
     from ..broker import Broker
 
 log = logging.getLogger(__name__)
+
+FILTER_DATA_NOT_EXIST = 27  # RocketMQ's ResponseCode.FILTER_DATA_NOT_EXIST
+
+
+def filter_refusal(exc: FilterRefused, in_request: bool) -> HeaderError:
+    """PULL_MESSAGE's answer to a subscription it cannot filter by, with Apache 5.3.3's codes (read with javap).
+
+    SQL92 while enablePropertyFilter is false: SYSTEM_ERROR. A SQL92 expression that does not compile,
+    registered by a HEART_BEAT (which Apache accepts without compiling it) and pulled without the
+    subscription flag: FILTER_DATA_NOT_EXIST (27), as Apache's broker then has no filter data for the
+    group. Sent in the pull itself (subscription flag): SUBSCRIPTION_PARSE_FAILED (23), Apache's code
+    for a subscription that pull cannot build; Apache 5.3.3 answers 23 only for an empty expression and
+    serves a bad one unfiltered (docs/COMPATIBILITY.md). Every remark names the expression.
+    """
+    if exc.kind == "disabled":
+        return HeaderError(exc.message, RC.SYSTEM_ERROR)
+    if exc.kind == "type":
+        return HeaderError(exc.message, RC.SUBSCRIPTION_PARSE_FAILED)
+    if not in_request:
+        return HeaderError("The broker's consumer filter data is not exist!Your expression may be wrong! "
+                           f"({exc.message})", FILTER_DATA_NOT_EXIST)
+    return HeaderError(f"parse the consumer's subscription failed: {exc.message}", RC.SUBSCRIPTION_PARSE_FAILED)
 RC = ResponseCode
 Code = pb.Code
 
@@ -495,9 +517,7 @@ class RemotingBroker:
         try:  # RocketMQ's PullMessageProcessor: SQL92 needs enablePropertyFilter; a bad expression does not parse
             sub_filter = compile_filter(sub.expression_type, sub.sub_string, self.b.settings.enablePropertyFilter)
         except FilterRefused as exc:
-            raise HeaderError(exc.message if exc.kind in ("disabled", "type") else
-                              f"parse the consumer's subscription failed: {exc.message}",
-                              RC.SYSTEM_ERROR if exc.kind == "disabled" else RC.SUBSCRIPTION_PARSE_FAILED) from None
+            raise filter_refusal(exc, bool(sys_flag & PULL_SUBSCRIPTION)) from None
         reset = self.b.pop.client_resets.pop((group, cfg.name, queue_id), None)
         if reset is not None:  # an admin reset since this queue's last pull: the client's offsets are stale
             return self._offset_reset(cmd, group, cfg.name, queue_id, offset, reset)
