@@ -44,6 +44,9 @@ from chaos.history import History
 FIFO_GROUPS = ("g0", "g1", "g2")
 INVISIBLE_S = 5  # receive's invisible duration: an unacknowledged message comes back after this
 SKIP_ACK = 0.02  # fraction of group A's deliveries left unacknowledged on purpose
+# receive loops per SimpleConsumer group: one receive reads one queue and long-polls 2 s when it is
+# empty, so a single loop over 16 queues drained a backlog at about 2 msg/s (docs/CHAOS.md, session 9)
+RECEIVERS_PER_GROUP = 4
 
 
 def _err(exc: BaseException) -> str:
@@ -171,8 +174,8 @@ class Workload:
         return self.h.add("ok", "deliver", proc, group=group, key=key, msg_id=msg.message_id, topic=msg.topic,
                           attempt=msg.delivery_attempt, wall=time.time(), mgroup=msg.message_group)
 
-    def _simple(self, group: str, consumer: SimpleConsumer, skip: float) -> None:
-        rng = random.Random(zlib.crc32(group.encode()))  # the same skips on every run
+    def _simple(self, group: str, consumer: SimpleConsumer, skip: float, loop: int = 0) -> None:
+        rng = random.Random(zlib.crc32(f"{group}/{loop}".encode()))  # the same skip draws on every run
         while self.consuming.is_set():
             try:
                 msgs = consumer.receive(16, INVISIBLE_S)
@@ -220,8 +223,9 @@ class Workload:
         self.producer = clients[0]
         self.consumers = clients[1:]
         for group, skip, c in ((GROUPS[0], SKIP_ACK, clients[1]), (GROUPS[1], 0.0, clients[2])):
-            self.threads.append(threading.Thread(target=self._simple, args=(group, c, skip), daemon=True,
-                                                 name=f"chaos-{group}"))
+            for loop in range(RECEIVERS_PER_GROUP):
+                self.threads.append(threading.Thread(target=self._simple, args=(group, c, skip, loop), daemon=True,
+                                                     name=f"chaos-{group}-{loop}"))
         self.h.add("info", "clients-started", "workload")
         self.producing.set()
         for target in (self._normal, self._fifo, self._delay, self._tx):
