@@ -479,7 +479,8 @@ def stats_all(namesrv: str | None, topic: str | None, active: bool, as_json: boo
 
     Figures are the broker counters Apache's mqadmin statsAll reads (rocketscope/admin_stats.py), so
     both tools print the same figures for one broker; accumulation is the group's consume stats
-    (broker offset - consumer offset, summed over the topic's queues, as mqadmin's computeTotalDiff)."""
+    (broker offset - consumer offset, summed over the topic's queues, as mqadmin's computeTotalDiff).
+    Everything is asked over remoting, so an Apache cluster answers too."""
     async def go(c: AdminClient) -> int:
         topics = [topic] if topic else [t for t in await c.topics() if not t.startswith((RETRY_PREFIX, DLQ_PREFIX))]
         counters = BrokerCounters(c.timeout, c.connection.access_key, c.connection.secret_key)
@@ -491,7 +492,7 @@ def stats_all(namesrv: str | None, topic: str | None, active: bool, as_json: boo
                     targets = await route_masters(c, t)
                 except AdminError:
                     continue
-                rows_t, data_t = await _stats_of_topic(c, counters, t, [a for _, a in targets], active)
+                rows_t, data_t = await _stats_of_topic(counters, t, [a for _, a in targets], active)
                 rows += rows_t
                 data += data_t
         finally:
@@ -502,7 +503,7 @@ def stats_all(namesrv: str | None, topic: str | None, active: bool, as_json: boo
     run(go, namesrv)
 
 
-async def _stats_of_topic(c: AdminClient, counters: BrokerCounters, topic: str, masters: list[str], active: bool
+async def _stats_of_topic(counters: BrokerCounters, topic: str, masters: list[str], active: bool
                           ) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
     """mqadmin's printTopicDetail: one row per group (or a NO_CONSUMER row), counters summed over masters."""
     def fetch() -> tuple[Counter, dict[str, Counter]]:
@@ -524,13 +525,10 @@ async def _stats_of_topic(c: AdminClient, counters: BrokerCounters, topic: str, 
             data.append(dict(topic=topic, group="", accumulation=0, inTps=put.tps, inMsg24Hour=put.day))
         return rows, data
     for g, out in got.items():
-        acc = 0
-        for addr in masters:
-            req = admin_pb2.ConsumerProgressRequest(group=g, topic=topic)
-            resp = await c.broker_call(addr, "ConsumerProgress", req)
-            if not resp.status.code:  # type: ignore[attr-defined]
-                acc += sum(q.broker_offset - q.consumer_offset for q in resp.queues  # type: ignore[attr-defined]
-                           if q.topic == topic)
+        try:
+            acc = sum([await asyncio.to_thread(counters.accumulation, a, g, topic) for a in masters])
+        except (OSError, ValueError, rc.RemotingCallError) as exc:
+            raise AdminError(f"statsAll {topic}: consume stats of {g} over remoting: {exc}") from None
         acc = max(0, acc)
         if active and not (put.day or out.day):
             continue

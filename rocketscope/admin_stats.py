@@ -3,14 +3,18 @@
 Why: statsAll used to compute its figures from the store's queues, so it disagreed with mqadmin
 statsAll on the same broker. Both now ask each master the same remoting requests mqadmin sends
 (broker/remoting/admin_handlers.py, admin_ops_handlers.py): QUERY_TOPIC_CONSUME_BY_WHO (300) for
-the groups of a topic and VIEW_BROKER_STATS_DATA (315) for ``TOPIC_PUT_NUMS <topic>`` and
-``GROUP_GET_NUMS <topic>@<group>`` (broker/broker_stats.py). These calls are blocking; the CLI
+the groups of a topic, VIEW_BROKER_STATS_DATA (315) for ``TOPIC_PUT_NUMS <topic>`` and
+``GROUP_GET_NUMS <topic>@<group>`` (broker/broker_stats.py) and GET_CONSUME_STATS (208) for the
+accumulation. Over remoting only, so the command reads an Apache cluster the same way (its name
+server over remoting, rocketscope/admin_client.py). These calls are blocking; the CLI
 runs them in a thread. When the admin tool has an account, frames are signed as RocketMQ's
 remoting ACL expects (broker/security/remoting_acl.py).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +23,7 @@ from rocketscope.broker.security.remoting_acl import ACCESS_KEY, SIGNATURE, sign
 
 from . import remoting_client as rc
 
+GET_CONSUME_STATS = 208
 QUERY_TOPIC_CONSUME_BY_WHO = 300
 VIEW_BROKER_STATS_DATA = 315
 TOPIC_PUT_NUMS, GROUP_GET_NUMS = "TOPIC_PUT_NUMS", "GROUP_GET_NUMS"
@@ -72,3 +77,29 @@ class BrokerCounters:
             return Counter()
         data = parse_json_body(resp.body or b"{}", "BrokerStatsData")
         return Counter(float((data.get("statsMinute") or {}).get("tps") or 0.0), day_sum(data))
+
+    def accumulation(self, addr: str, group: str, topic: str) -> int:
+        """mqadmin's computeTotalDiff of GET_CONSUME_STATS: broker offset - consumer offset over the topic's queues
+        on this broker; 0 when the broker refuses (mqadmin swallows that error too)."""
+        resp = self._invoke(addr, GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
+        if resp.code != ResponseCode.SUCCESS:
+            return 0
+        return sum(b - c for b, c in queue_offsets(resp.body or b""))
+
+
+# an offsetTable value: the innermost objects of ConsumeStats (fastjson writes its MessageQueue keys as objects,
+# so the body is not standard JSON and is read object by object)
+_INNER = re.compile(rb"\{[^{}]*\}")
+
+
+def queue_offsets(body: bytes) -> list[tuple[int, int]]:
+    """(brokerOffset, consumerOffset) of every queue of a ConsumeStats body."""
+    out = []
+    for m in _INNER.finditer(body):
+        try:
+            obj = json.loads(m.group())
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "brokerOffset" in obj and "consumerOffset" in obj:
+            out.append((int(obj["brokerOffset"]), int(obj["consumerOffset"])))
+    return out

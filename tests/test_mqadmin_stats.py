@@ -142,9 +142,12 @@ def grpc_group_scenario(namesrv: str, home: Path, endpoint: str, topic: str, gro
                 if '"settings" is null' not in str(exc):  # (docs/PEERS.md, pitfalls): receive again
                     raise
     rows = stats_rows(mqadmin(namesrv, home, "statsAll", "-t", topic), topic)
+    cli = stats_rows(admin(namesrv, "statsAll", "-t", topic).stdout, topic)  # the same requests, over remoting
     progress = mqadmin(namesrv, home, "consumerProgress", "-g", group)
     missing = f"No topic route info in name server for the topic: %RETRY%{group}"
     return {"consumed": len(ids), "rows": [(r[1], int(r[5]), int(r[6])) for r in rows],
+            "mqadmin": [[r[i] for i in (0, 1, 2, 5, 6)] for r in rows],
+            "cli": [[r[i] for i in (0, 1, 2, 5, 6)] for r in cli],
             "progress": "no retry route" if missing in progress else diff_total(progress)}
 
 
@@ -166,5 +169,7 @@ def test_stats_and_progress_compared_with_apache(cluster: LocalCluster, apache_r
     # read within the minute of the traffic, Apache's 24 h figures are its minute sums: the same as ours
     assert apache["rows"] == ours["rows"] == [(group, SENT, CONSUMED)]
     assert apache["consumed"] == ours["consumed"] == CONSUMED
+    # rocketscope admin statsAll prints mqadmin's accumulation and 24 h figures on both clusters
+    assert apache["cli"] == apache["mqadmin"] and ours["cli"] == ours["mqadmin"], (apache, ours)
     # the deviation (A7): behind its proxy Apache never creates the group's retry topic, RocketScope does
     assert (apache["progress"], ours["progress"]) == ("no retry route", SENT - CONSUMED)
