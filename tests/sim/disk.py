@@ -11,7 +11,8 @@ system orders it after the renamed file's fsync; directory fsyncs are not modell
 - ``keep``: every write reached the platters (a process crash: the page cache survives);
 - ``lose``: each file as of its last fsync (a file never fsynced is gone);
 - ``torn``: a random prefix of what was written since (``new[:k] + old[k:]``); a file
-  written by replace (``hardstate``, ``checkpoint``, ``index.v2``) is whole old or whole new.
+  written by replace (``hardstate``, ``hardstate.commit``, ``checkpoint``, ``index.v2``) is
+  whole old or whole new.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-RENAMED = ("hardstate", "checkpoint", "index.v2")
+RENAMED = ("hardstate", "hardstate.commit", "checkpoint", "index.v2")
 MODES = ("keep", "lose", "torn")
 
 _disks: list[SimDisk] = []
