@@ -178,3 +178,17 @@ def test_signature_rule_matches_apaches_acl_client_rpc_hook(tmp_path: Path) -> N
     fields = {"b": "TopicX", "a": "pg", "g": "1700000000000", "queueId": "3",
               "i": "KEYS\x01k1\x02UNIQ_KEY\x01ABC\x02", "_UNIQUE_KEY_QUERY": "true", "AccessKey": "remoteProducer"}
     assert sign(fields, "body-\u00e9".encode(), "remote-secret") == apache
+
+
+def test_stats_all_signs_its_remoting_frames(cluster: LocalCluster) -> None:
+    """`rocketscope admin statsAll` asks the broker's counters over remoting (rocketscope/admin_stats.py):
+    with an admin account its frames are signed and it prints what the store holds (every put of the topic
+    since the broker started); without one the broker refuses and the command says so."""
+    import json
+
+    admin = ("--accessKey", "opsAdmin", "--secretKey", "admin-secret")
+    summary(produce(cluster, "RemoteOk", "remoteProducer", "remote-secret", 3))
+    rows = json.loads(cluster.admin(*admin, "statsAll", "-t", "RemoteOk", "--json").stdout)
+    assert rows and {r["inMsg24Hour"] for r in rows} == {stored(cluster, "RemoteOk")}, rows
+    refused = cluster.admin("statsAll", "-t", "RemoteOk", check=False)
+    assert refused.returncode == 2 and "no credentials" in refused.stderr, refused.stderr
