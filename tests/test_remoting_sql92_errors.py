@@ -82,3 +82,6 @@ def test_bad_sql92_answers_as_apache(cluster: LocalCluster) -> None:
         assert code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "'n >'" in remark, (code, remark)
         code, remark, _ = pull(r, "Sql92ErrG2", topic, "")
         assert code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "Expression can't be null" in remark
+    # one INFO line per refused pull, naming the group and the expression
+    log = a.proc.log()
+    assert f"PULL_MESSAGE of group {group} on {topic}" in log and "(code 27): SQL92 expression 'n >'" in log

@@ -517,7 +517,10 @@ class RemotingBroker:
         try:  # RocketMQ's PullMessageProcessor: SQL92 needs enablePropertyFilter; a bad expression does not parse
             sub_filter = compile_filter(sub.expression_type, sub.sub_string, self.b.settings.enablePropertyFilter)
         except FilterRefused as exc:
-            raise filter_refusal(exc, bool(sys_flag & PULL_SUBSCRIPTION)) from None
+            refusal = filter_refusal(exc, bool(sys_flag & PULL_SUBSCRIPTION))
+            log.info("PULL_MESSAGE of group %s on %s from %s refused (code %d): %s", group, topic, conn.peer,
+                     refusal.code, exc.message)
+            raise refusal from None
         reset = self.b.pop.client_resets.pop((group, cfg.name, queue_id), None)
         if reset is not None:  # an admin reset since this queue's last pull: the client's offsets are stale
             return self._offset_reset(cmd, group, cfg.name, queue_id, offset, reset)
