@@ -16,8 +16,10 @@ LOCAL_JIT_JAVA_OPTIONS = (
 classes per run (whole-stage code for every stage of every query), most of them run over a
 few thousand rows only, and C2 compiled them all: at 200k messages the JIT compiler threads
 took 93 of 184 CPU seconds of the pipeline, more than the tasks (69 s).  With these
-thresholds: compiler 60 s, tasks 56 s, the pipeline 140 CPU seconds (docs/ANALYTICS.md,
-"Results", session 10).  Code that runs over millions of rows still reaches C2."""
+thresholds, one run each on a loaded machine: 200k 184 -> 140 CPU seconds (compiler 60 s,
+tasks 56 s), but 20k (99 -> 100) and 1M (438 -> 435) unchanged within the noise
+(docs/ANALYTICS.md, "Results", session 10).  Code that runs over millions of rows still
+reaches C2."""
 
 
 def local_cores(master: str) -> int:
