@@ -22,6 +22,9 @@ import pytest
 from chaos.nemesis import Fault
 from chaos.run import report, run
 
+# Long, not in make test: 44-111 s per mode at load ~7 (session 10), and in ten runs that session two
+# were INVALID (a PushConsumer redelivery the drain gave up on, fixed by STALL_S; one committed transaction
+# delivered twice in controller mode, not reproduced), so it would make CI fail by chance.
 pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 F = Fault
@@ -84,7 +87,7 @@ NO_SEND_LIMIT: dict[str, tuple[float | None, str]] = {
 }
 
 
-@pytest.mark.timeout(900)  # about 1.5 min each on a quiet machine; a loaded one can take several times that
+@pytest.mark.timeout(900)  # 44-89 s each at load ~7 (session 10); a loaded machine can take several times that
 @pytest.mark.parametrize("mode", list(SCHEDULES))
 def test_chaos_schedule(mode: str, tmp_path: Path) -> None:
     result = run(mode, SCHEDULES[mode], seed=15, root=tmp_path / mode, drain_timeout=120.0, warmup_acks=40)

@@ -38,6 +38,7 @@ from rocketmq import (
     TransactionResolution,
 )
 
+from chaos.checker import STALL_S
 from chaos.harness import GROUPS, TOPICS
 from chaos.history import History
 
@@ -236,7 +237,7 @@ class Workload:
     def stop_producers(self) -> None:
         self.producing.clear()
 
-    def wait_consumed(self, must: set[str], timeout: float, quiet: float = 3.0, idle: float = 20.0) -> bool:
+    def wait_consumed(self, must: set[str], timeout: float, quiet: float = 3.0, idle: float = STALL_S) -> bool:
         """Until every group saw every key of ``must``, or no new one arrived for ``idle`` seconds, or ``timeout``.
 
         The drain keeps going while any group still receives keys it had not seen (FIFO keys
