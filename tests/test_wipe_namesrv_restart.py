@@ -17,7 +17,7 @@ from cluster import LocalCluster, wait_until
 from rmq import message, producer
 from test_admin_ops import admin, route_perms
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]  # ~30 s; long for make test's budget
 
 
 @pytest.fixture
