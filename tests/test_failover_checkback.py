@@ -90,10 +90,7 @@ def test_open_transactions_are_checked_back_by_a_new_leader(cluster: LocalCluste
     p = Producer(config(";".join(n.endpoint for n in nodes)), (TOPIC,), checker)
     p.startup()
     try:
-        ids = set()
-        for i in range(3):
-            tx = p.begin_transaction()
-            ids.add(p.send(message(TOPIC, f"cb-{i}".encode()), tx).message_id)  # left open: never ended
+        ids = send_open_transactions(p, "cb")
         nodes[lead].proc.pause(True)
         try:
             wait_until(lambda: leader_index(c, [n for i, n in enumerate(nodes) if i != lead]), timeout=30,
@@ -111,6 +108,15 @@ def test_open_transactions_are_checked_back_by_a_new_leader(cluster: LocalCluste
     finally:
         p.shutdown()
     print(f"open transactions checked back {took:.1f} s after the leader change")
+
+
+def send_open_transactions(p: Producer, prefix: str, n: int = 3) -> set[str]:
+    """``n`` half messages left open (neither committed nor rolled back): their message IDs."""
+    ids = set()
+    for i in range(n):
+        tx = p.begin_transaction()
+        ids.add(p.send(message(TOPIC, f"{prefix}-{i}".encode()), tx).message_id)
+    return ids
 
 
 def stream_holder(nodes: list[Any], client_id: str) -> tuple[int] | None:
@@ -146,10 +152,7 @@ def test_producer_whose_stream_member_was_killed_is_checked_back(cluster: LocalC
     p.startup()
     started = time.monotonic()
     try:
-        ids = set()
-        for i in range(3):
-            tx = p.begin_transaction()
-            ids.add(p.send(message(TOPIC, f"ck-{i}".encode()), tx).message_id)
+        ids = send_open_transactions(p, "ck")
         (edge,) = wait_until(lambda: stream_holder(nodes, p.client_id), timeout=30,
                              what="the one member holding the producer's Telemetry stream")
         # the client writes its settings down the stream 1 s after start-up and reads routes 10 s after it
@@ -192,10 +195,7 @@ def test_producer_of_a_restarted_single_broker_is_checked_back(cluster: LocalClu
     p.startup()
     started = time.monotonic()
     try:
-        ids = set()
-        for i in range(3):
-            tx = p.begin_transaction()
-            ids.add(p.send(message(TOPIC, f"one-{i}".encode()), tx).message_id)
+        ids = send_open_transactions(p, "one")
         # after the client's first route refresh (10 s after start-up), so the kill is what it must recover from
         wait_until(lambda: time.monotonic() - started > 12, timeout=60, what="the client's first route refresh")
         node.proc.kill9()

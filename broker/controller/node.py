@@ -34,7 +34,7 @@ from rocketscope.broker.protocol import controller_pb2 as cpb
 from rocketscope.broker.protocol import controller_pb2_grpc, dledger_pb2
 from rocketscope.broker.raft import Entry, Message, ProposalDropped, RaftConfig, RaftNode, Role
 from rocketscope.broker.raft.aio import AsyncioClock, ThreadSyncer
-from rocketscope.broker.raft.driver import RaftDriver
+from rocketscope.broker.raft.driver import DrivenMember, RaftDriver
 from rocketscope.telemetry import Telemetry
 
 from ..dledger.transport import PeerLink, from_pb
@@ -81,7 +81,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class ControllerNode:
+class ControllerNode(DrivenMember):
     def __init__(self, opts: ControllerOptions, telemetry: Telemetry | None = None,
                  channel: Callable[..., grpc.aio.Channel] = grpc.aio.insecure_channel) -> None:
         self.opts = opts
@@ -113,30 +113,6 @@ class ControllerNode:
         ]
 
     # the driver's view, for requests, status and metrics
-    @property
-    def node(self) -> RaftNode | None:
-        return self.driver.node if self.driver is not None else None
-
-    @property
-    def role(self) -> Role:
-        return self.driver.role if self.driver is not None else Role.FOLLOWER
-
-    @property
-    def leader_id(self) -> str | None:
-        return self.driver.leader_id if self.driver is not None else None
-
-    @property
-    def term(self) -> int:
-        return self.driver.term if self.driver is not None else 0
-
-    @property
-    def commit_index(self) -> int:
-        return self.driver.commit_index if self.driver is not None else 0
-
-    @property
-    def elections(self) -> int:
-        return self.driver.elections if self.driver is not None else 0
-
     # ------------------------------------------------------------- metrics
     def _active_gauge(self) -> list[tuple[float, dict[str, str]]]:
         t = now_ms()

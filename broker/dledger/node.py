@@ -35,7 +35,7 @@ from rocketscope.broker.raft import (
     Role,
 )
 from rocketscope.broker.raft.aio import AsyncioClock, ThreadSyncer
-from rocketscope.broker.raft.driver import RaftDriver
+from rocketscope.broker.raft.driver import DrivenMember, RaftDriver
 from rocketscope.broker.store.message_store import MessageStore, PutResult, PutStatus
 from rocketscope.broker.store.record import RecordError, StoredMessage
 from rocketscope.config import ConfigError
@@ -103,7 +103,7 @@ def plan_entries(store: MessageStore, messages: list[StoredMessage], cursor: int
     return plan
 
 
-class DLedgerNode:
+class DLedgerNode(DrivenMember):
     def __init__(self, broker: Broker) -> None:
         s = broker.settings
         self.broker = broker
@@ -130,30 +130,6 @@ class DLedgerNode:
         self._heard: dict[str, float] = {}  # peer id -> monotonic time of its last batch
 
     # the driver's view, for status pages, metrics and retention
-    @property
-    def node(self) -> RaftNode | None:
-        return self.driver.node if self.driver is not None else None
-
-    @property
-    def role(self) -> Role:
-        return self.driver.role if self.driver is not None else Role.FOLLOWER
-
-    @property
-    def leader_id(self) -> str | None:
-        return self.driver.leader_id if self.driver is not None else None
-
-    @property
-    def term(self) -> int:
-        return self.driver.term if self.driver is not None else 0
-
-    @property
-    def commit_index(self) -> int:
-        return self.driver.commit_index if self.driver is not None else 0
-
-    @property
-    def elections(self) -> int:
-        return self.driver.elections if self.driver is not None else 0
-
     @property
     def is_leader(self) -> bool:
         return self.role == Role.LEADER

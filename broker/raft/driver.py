@@ -291,3 +291,34 @@ class RaftDriver:
                     self._on_event(ev)
         finally:
             self.node.advance(rd)
+
+
+class DrivenMember:
+    """The Raft view a member (DLedger's, the controller's) reads from its driver, or a follower's view
+    before the driver exists: one definition for both members and everything that reads them."""
+
+    driver: RaftDriver | None
+
+    @property
+    def node(self) -> RaftNode | None:
+        return self.driver.node if self.driver is not None else None
+
+    @property
+    def role(self) -> Role:
+        return self.driver.role if self.driver is not None else Role.FOLLOWER
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.driver.leader_id if self.driver is not None else None
+
+    @property
+    def term(self) -> int:
+        return self.driver.term if self.driver is not None else 0
+
+    @property
+    def commit_index(self) -> int:
+        return self.driver.commit_index if self.driver is not None else 0
+
+    @property
+    def elections(self) -> int:
+        return self.driver.elections if self.driver is not None else 0
