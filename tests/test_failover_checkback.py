@@ -69,6 +69,12 @@ class PhasedChecker(TransactionChecker):
         with self.lock:
             return {m for m, calls in self.asked.items() if any(c and at >= t for at, c in calls)}
 
+    def commit_and_wait(self, ids: set[str], since: float, timeout: float, what: str) -> float:
+        """Answer COMMIT from now on; seconds from ``since`` until every one of ``ids`` was checked back."""
+        self.commit_now.set()
+        wait_until(lambda: ids <= self.committed_after(since), timeout=timeout, interval=0.5, what=what)
+        return time.monotonic() - since
+
 
 @pytest.mark.timeout(300)
 def test_open_transactions_are_checked_back_by_a_new_leader(cluster: LocalCluster) -> None:
@@ -100,11 +106,10 @@ def test_open_transactions_are_checked_back_by_a_new_leader(cluster: LocalCluste
         wait_until(lambda: leader_index(c, [nodes[lead]], "FOLLOWER") is not None, timeout=30,
                    what="the old leader following")
         changed = time.monotonic()
-        checker.commit_now.set()
         # ground truth: transactionTimeOut (2 s) has passed, so the new leader asks once per check interval (1 s)
-        wait_until(lambda: ids <= checker.committed_after(changed), timeout=60, interval=0.5,
-                   what="every open transaction checked back (and committed) after the leader change")
-        took = time.monotonic() - changed
+        took = checker.commit_and_wait(ids, changed, timeout=60,
+                                       what="every open transaction checked back (and committed) after the "
+                                            "leader change")
     finally:
         p.shutdown()
     print(f"open transactions checked back {took:.1f} s after the leader change")
@@ -166,10 +171,8 @@ def test_producer_whose_stream_member_was_killed_is_checked_back(cluster: LocalC
         # route change does not make it open a stream by itself (it does when a member stays away)
         c.start_broker(nodes[edge].name)
         wait_until(lambda: leader_index(c, nodes), timeout=60, what="a leader")
-        checker.commit_now.set()
-        wait_until(lambda: ids <= checker.committed_after(killed), timeout=120, interval=0.5,
-                   what="every open transaction checked back after the stream's member was killed")
-        took = time.monotonic() - killed
+        took = checker.commit_and_wait(ids, killed, timeout=120,
+                                       what="every open transaction checked back after the stream's member was killed")
     finally:
         p.shutdown()
     print(f"member holding the producer's stream killed and restarted ({'the leader' if edge == lead else 'a follower'}"
@@ -201,10 +204,8 @@ def test_producer_of_a_restarted_single_broker_is_checked_back(cluster: LocalClu
         node.proc.kill9()
         killed = time.monotonic()
         c.start_broker(node.name)
-        checker.commit_now.set()
-        wait_until(lambda: ids <= checker.committed_after(killed), timeout=120, interval=0.5,
-                   what="every open transaction checked back after the broker's restart")
-        took = time.monotonic() - killed
+        took = checker.commit_and_wait(ids, killed, timeout=120,
+                                       what="every open transaction checked back after the broker's restart")
     finally:
         p.shutdown()
     print(f"single broker killed and restarted with 3 open transactions: checked back {took:.1f} s later")

@@ -41,21 +41,31 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
         yield c
 
 
-def test_apache_client_pops_and_acks_over_remoting(cluster: LocalCluster) -> None:
-    node = cluster.brokers["broker-a"]
-    with RemotingClient(node.admin_addr) as b:
-        for i in range(COUNT):
-            fields = {"producerGroup": "JavaPopProducer", "topic": TOPIC, "defaultTopic": "TBW102",
+def send_numbered(node_addr: str, topic: str, prefix: str, n: int) -> None:
+    """``n`` bodies ``<prefix>-<i>`` sent over remoting, round-robin over the topic's queues (the ground truth)."""
+    with RemotingClient(node_addr) as b:
+        for i in range(n):
+            fields = {"producerGroup": "JavaPopProducer", "topic": topic, "defaultTopic": "TBW102",
                       "defaultTopicQueueNums": str(QUEUES), "queueId": str(i % QUEUES), "sysFlag": "0",
                       "bornTimestamp": str(int(time.time() * 1000)), "flag": "0", "properties": ""}
-            assert b.invoke(RequestCode.SEND_MESSAGE, fields, f"jpop-{i}".encode()).code == ResponseCode.SUCCESS
+            assert b.invoke(RequestCode.SEND_MESSAGE, fields, f"{prefix}-{i}".encode()).code == ResponseCode.SUCCESS
+
+
+def run_tool(cluster: LocalCluster, source: Path, main: str, *args: str, timeout: float) -> list[dict]:
+    """Run one of the Java drivers against the cluster; its JSON events (it must exit 0)."""
     res = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *ref.JDK17_OPENS,
                           f"-Duser.home={cluster.root}", "-Drocketmq.log.level=WARN", "-cp",
-                          f"{java_classes(SOURCE)}:{ref.LIB}/*", "RemotingPopTool", node.admin_addr, "broker-a",
-                          TOPIC, GROUP, str(COUNT), "60"],
-                         capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
-    events = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+                          f"{java_classes(source)}:{ref.LIB}/*", main, *args],
+                         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+
+
+def test_apache_client_pops_and_acks_over_remoting(cluster: LocalCluster) -> None:
+    node = cluster.brokers["broker-a"]
+    send_numbered(node.admin_addr, TOPIC, "jpop", COUNT)
+    events = run_tool(cluster, SOURCE, "RemotingPopTool", node.admin_addr, "broker-a", TOPIC, GROUP, str(COUNT), "60",
+                      timeout=180)
     received = [e["body"] for e in events if e["event"] == "received"]
     assert sorted(received) == [f"jpop-{i}" for i in range(COUNT)]  # each once
     assert [e["status"] for e in events if e["event"] == "acked"] == ["OK"] * COUNT
@@ -73,19 +83,9 @@ def test_apache_push_consumer_in_pop_mode(cluster: LocalCluster) -> None:
     topic, group, n = "JavaPushPopT", "JavaPushPopG", 4
     cluster.admin("updateTopic", "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
     node = cluster.brokers["broker-a"]
-    with RemotingClient(node.admin_addr) as b:
-        for i in range(n):
-            fields = {"producerGroup": "JavaPopProducer", "topic": topic, "defaultTopic": "TBW102",
-                      "defaultTopicQueueNums": str(QUEUES), "queueId": str(i % QUEUES), "sysFlag": "0",
-                      "bornTimestamp": str(int(time.time() * 1000)), "flag": "0", "properties": ""}
-            assert b.invoke(RequestCode.SEND_MESSAGE, fields, f"jpush-{i}".encode()).code == ResponseCode.SUCCESS
-    res = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *ref.JDK17_OPENS,
-                          f"-Duser.home={cluster.root}", "-Drocketmq.log.level=WARN", "-cp",
-                          f"{java_classes(PUSH_SOURCE)}:{ref.LIB}/*", "RemotingPopConsumerTool", cluster.namesrv_addr,
-                          topic, group, str(n), "90", "jpush-1"],
-                         capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
-    events = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    send_numbered(node.admin_addr, topic, "jpush", n)
+    events = run_tool(cluster, PUSH_SOURCE, "RemotingPopConsumerTool", cluster.namesrv_addr, topic, group, str(n),
+                      "90", "jpush-1", timeout=240)
     assert {e["body"] for e in events} == {f"jpush-{i}" for i in range(n)}
     retried = [e["reconsumeTimes"] for e in events if e["body"] == "jpush-1"]
     assert retried[0] == 0 and len(retried) >= 2 and retried[-1] >= 1, retried  # put back, then redelivered

@@ -30,7 +30,7 @@ from rocketscope.broker.store.record import StoredMessage
 
 from .checker import InvariantViolation
 from .disk import SimDisk
-from .node import SimClock
+from .node import DeferredSync, SimClock
 
 TICK_S = 0.05  # one simulated tick in seconds, for the log's lazy commit writes (DLedger's default tick)
 SEGMENT = 4096  # small segments: records roll over and entries end at segment boundaries
@@ -41,7 +41,7 @@ def store_config(root: Path) -> StoreConfig:
                        index_num=256, checkpoint_interval_s=3600, store_host="10.0.0.1:10911")
 
 
-class DLedgerSimNode:
+class DLedgerSimNode(DeferredSync):
     """Same interface as ``SimNode``; the storage is DLedger's files on a ``SimDisk``."""
 
     def __init__(self, config: RaftConfig, root: Path, rng: random.Random) -> None:
@@ -151,19 +151,6 @@ class DLedgerSimNode:
             self.up = False
 
     # ------------------------------------------------------------------ fsync
-    def _defer_sync(self, fn: Callable[[], None] | None, done: Callable[[], None]) -> None:
-        self.pending_sync = (fn, done)
-
-    def finish_sync(self) -> None:
-        pending = self.pending_sync
-        assert pending is not None
-        self.pending_sync = None
-        fn, done = pending
-        if fn is not None:
-            fn()
-            self._synced()
-        done()
-
     def _synced(self) -> None:
         """The log's fsync returned (SimDisk saw its fsyncs): remember what it promised."""
         lg = self.log

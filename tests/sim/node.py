@@ -67,7 +67,32 @@ class SimClock:
                 fn()
 
 
-class SimNode:
+class DeferredSync:
+    """The fsync runner both simulated nodes give their driver: every Ready waits in ``pending_sync``
+    until the scenario completes it (``finish_sync``) or a crash drops it."""
+
+    pending_sync: tuple[Callable[[], None] | None, Callable[[], None]] | None = None
+
+    def _defer_sync(self, fn: Callable[[], None] | None, done: Callable[[], None]) -> None:
+        """Every Ready waits here, fsync or not: the process may stall or die between a write and its send."""
+        self.pending_sync = (fn, done)
+
+    def finish_sync(self) -> None:
+        """The pending fsync (if the Ready needs one) completes: the driver sends, applies and goes on writing."""
+        pending = self.pending_sync
+        assert pending is not None
+        self.pending_sync = None
+        fn, done = pending
+        if fn is not None:
+            fn()
+            self._synced()
+        done()
+
+    def _synced(self) -> None:
+        """After a completed fsync: what the node remembers of it (nothing here)."""
+
+
+class SimNode(DeferredSync):
     def __init__(self, config: RaftConfig, lazy_commit: bool = False) -> None:
         self.id = config.node_id
         self.config = config
@@ -118,20 +143,6 @@ class SimNode:
 
     def _apply(self, entries: list[Entry]) -> None:
         self.applied = entries[-1].index
-
-    def _defer_sync(self, fn: Callable[[], None] | None, done: Callable[[], None]) -> None:
-        """Every Ready waits here, fsync or not: the process may stall or die between a write and its send."""
-        self.pending_sync = (fn, done)
-
-    def finish_sync(self) -> None:
-        """The pending fsync (if the Ready needs one) completes: the driver sends, applies and goes on writing."""
-        pending = self.pending_sync
-        assert pending is not None
-        self.pending_sync = None
-        fn, done = pending
-        if fn is not None:
-            fn()
-        done()
 
     def crash(self, lose_unsynced: bool) -> bool:
         """The process dies (a pending fsync never completes); True when unsynced writes were lost."""
