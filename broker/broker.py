@@ -128,6 +128,7 @@ class Broker:
         self.store.on_append = self.replication_master.notify_appended
         self.store.on_data = self.ha_events.note_data
         self.pop.writable = lambda: self.is_master
+        self.pop.hands_out = lambda: self.is_master or self.slave_reader.acting.acting
         self.forwarder = LeaderForwarder(self)
         self.slave_reader = SlaveReader(self)
         if s.enableDLegerCommitLog:

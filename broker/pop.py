@@ -161,6 +161,11 @@ class PopService:
         self.trace: TraceHooks = NoTrace()
         self.on_dead_letter: Callable[[str, StoredMessage], None] | None = None
         self.writable: Callable[[], bool] = lambda: True
+        # Whether this node may hand messages out now: the writer, or a slave acting for its master
+        # (slaveReadEnable); the broker sets it.  A long poll that began while this node was the writer
+        # must not hand out after a demotion: its POP state is the old writer's, blind to the new
+        # writer's hand-outs and acks (a message acked there went out again as attempt 1, docs/CHAOS.md)
+        self.hands_out: Callable[[], bool] = lambda: True
         # DLedger and controller mode: every state change goes through the replicated log (broker/pop_log.py)
         self.journal: PopJournal | None = None
         store.dispatch_listeners.append(self._on_dispatch)
@@ -186,8 +191,8 @@ class PopService:
         return self.journal is None or self.journal.ready()
 
     def serving(self) -> bool:
-        """``ready``, and (replicated) sure to be the writer: a deposed leader must not hand messages out."""
-        return self.journal is None or self.journal.serving()
+        """``ready``, and sure to be the writer: a deposed leader or a demoted master must not hand messages out."""
+        return self.hands_out() and (self.journal is None or self.journal.serving())
 
     async def until_ready(self, timeout_s: float) -> bool:
         """Wait (bounded) until ``ready``: an ack reaching a new writer waits for its predecessors' records."""
@@ -402,11 +407,14 @@ class PopService:
                       tags: set[str] | None, poll_s: float) -> list[Delivery]:
         """``pop`` with long polling: wait up to ``poll_s`` for a message to arrive."""
         deadline = time.monotonic() + max(poll_s, 0.0)
+        began_as_writer = self.hands_out()
         while True:
             out = self.pop(group, topic, queue_ids, batch, invisible_ms, tags)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
+            if began_as_writer and not self.hands_out():
+                return out  # demoted during the poll: answer now, the client's next receive finds the new writer
             if not self.serving():
                 await asyncio.sleep(min(remaining, 0.01))
                 continue
