@@ -38,7 +38,11 @@ Figures (``faults`` and ``totals``): for each fault, from its start to the next 
 (or the end of the load), the longest window with no successful send, client-visible send
 failures (a send that raised after the client's own retries), redeliveries (deliveries beyond
 the first per group and key) and duplicates (redeliveries not explained by a missing ack; the
-PushConsumer acks inside the client, so its repeats count as redeliveries only).
+PushConsumer acks inside the client, so its repeats count as redeliveries only).  Duplicates are
+split by where the copy was stored (the queue position in the receipt handle): ``stored_twice``
+when the repeat came from another queue position (the message was stored twice: a send whose
+first attempt was committed after all and was retried, at-least-once as RocketMQ's own send
+retry), else it was handed out again from the same position.
 """
 
 from __future__ import annotations
@@ -174,6 +178,7 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
                                                          "early")}
     redelivered: list[tuple[float, str]] = []
     duplicated: list[tuple[float, str]] = []
+    stored_twice: list[tuple[float, str]] = []
     for g in groups:
         ds = sorted(deliveries.get(g, []), key=lambda e: e["t"])
         got = {d["key"] for d in ds}
@@ -202,6 +207,7 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
         if phantom := sorted(k for k in got if k not in invoked or k in forbidden):
             violations["phantom"][g] = phantom
         count: dict[str, int] = defaultdict(int)
+        positions: dict[str, set[str]] = defaultdict(set)
         fifo_max: dict[str, int] = {}
         fifo_bad: list[str] = []
         early: list[str] = []
@@ -209,11 +215,17 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
             key = d["key"]
             count[key] += 1
             inv = invoked.get(key)
+            pos = d.get("pos")
+            new_position = pos is not None and bool(positions[key]) and pos not in positions[key]
+            if pos is not None:
+                positions[key].add(pos)
             if count[key] > 1:
                 redelivered.append((d["t"], g))
                 acked_before = sum(1 for t in acks.get((g, key), ()) if t < d["t"])
                 if g != PUSH_GROUP and acked_before >= count[key] - 1:  # every earlier delivery was acked
                     duplicated.append((d["t"], g))
+                    if new_position:
+                        stored_twice.append((d["t"], g))
                     if inv is not None and inv["kind"] == "tx":
                         violations["tx_duplicates"].setdefault(g, []).append(key)
                 continue
@@ -247,13 +259,14 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
             "max_no_send_s": round(_max_gap(send_ok, w["start"], end), 3),
             "send_failures": len(fail_in),
             "redeliveries": sum(1 for t, _ in redelivered if w["start"] <= t < end),
-            "duplicates": sum(1 for t, _ in duplicated if w["start"] <= t < end)})
+            "duplicates": sum(1 for t, _ in duplicated if w["start"] <= t < end),
+            "stored_twice": sum(1 for t, _ in stored_twice if w["start"] <= t < end)})
     first = windows[0]["start"] if windows else load_end
     totals = {
         "sends_invoked": len(invoked), "sends_acked": len(send_ok), "send_failures": len(send_fail),
         "must_deliver": len(must), "rolled_back": len(forbidden),
         "deliveries": {g: len(deliveries.get(g, [])) for g in groups},
-        "redeliveries": len(redelivered), "duplicates": len(duplicated),
+        "redeliveries": len(redelivered), "duplicates": len(duplicated), "stored_twice": len(stored_twice),
         "checkbacks": sum(1 for e in events if e["f"] == "checkback"),
         "delay_max_late_s": round(max((d["wall"] - invoked[d["key"]]["due"] for ds in deliveries.values() for d in ds
                                        if d["key"] in invoked and invoked[d["key"]]["kind"] == "delay"),

@@ -41,13 +41,12 @@ def say(text: str) -> None:
     print(f"[chaos] {text}", flush=True)
 
 
-def replay_command(mode: str, seed: int, faults: list[Fault], defaults: bool) -> str:
-    extra = " --defaults" if defaults else ""
-    return (f".venv/bin/python -m tests.chaos.run --mode {mode} --seed {seed}{extra} "
+def replay_command(mode: str, seed: int, faults: list[Fault]) -> str:
+    return (f".venv/bin/python -m tests.chaos.run --mode {mode} --seed {seed} "
             f"--schedule '{schedule_json(faults)}'")
 
 
-def run(mode: str, faults: list[Fault], seed: int, root: Path, *, defaults: bool = False,
+def run(mode: str, faults: list[Fault], seed: int, root: Path, *,
         duration: float | None = None, warmup_acks: int = 60, drain_timeout: float = DRAIN_LIMIT_S) -> dict[str, Any]:
     """Run ``faults`` (then, with ``duration``, more drawn from ``seed`` until it has passed) and check.
 
@@ -57,12 +56,12 @@ def run(mode: str, faults: list[Fault], seed: int, root: Path, *, defaults: bool
     root.mkdir(parents=True, exist_ok=True)
     h = History()
     done: list[Fault] = []
-    result: dict[str, Any] = {"mode": mode, "seed": seed, "defaults": defaults}
+    result: dict[str, Any] = {"mode": mode, "seed": seed}
     with link_loop() as ll:
         say(f"{mode}: starting the cluster in {root}")
-        cc = ChaosCluster.start(mode, root, ll, defaults=defaults)
+        cc = ChaosCluster.start(mode, root, ll)
         try:
-            result.update(_run_on(cc, mode, faults, seed, root, h, done, defaults, duration, warmup_acks,
+            result.update(_run_on(cc, mode, faults, seed, root, h, done, duration, warmup_acks,
                                   drain_timeout))
         finally:
             cc.stop()
@@ -70,7 +69,7 @@ def run(mode: str, faults: list[Fault], seed: int, root: Path, *, defaults: bool
 
 
 def _run_on(cc: ChaosCluster, mode: str, faults: list[Fault], seed: int, root: Path, h: History, done: list[Fault],
-            defaults: bool, duration: float | None, warmup_acks: int, drain_timeout: float) -> dict[str, Any]:
+            duration: float | None, warmup_acks: int, drain_timeout: float) -> dict[str, Any]:
     """The workload and the nemesis on a started cluster, then the checker (``run`` stops the cluster)."""
     h.add("info", "cluster-started", "runner")
     wl = Workload(cc.endpoint, h, seed)
@@ -97,7 +96,7 @@ def _run_on(cc: ChaosCluster, mode: str, faults: list[Fault], seed: int, root: P
                 h.dump(root / "history.jsonl")
                 (root / "processes.log").write_text(cc.logs())
                 say(f"FAILED during fault {len(done) - 1} ({fault.describe()}); seed {seed}, schedule "
-                    f"{schedule_json(done + queue)}\nreplay: {replay_command(mode, seed, done + queue, defaults)}"
+                    f"{schedule_json(done + queue)}\nreplay: {replay_command(mode, seed, done + queue)}"
                     f"\nhistory and process logs in {root}")
                 raise
         load_end = h.now()
@@ -119,7 +118,7 @@ def _run_on(cc: ChaosCluster, mode: str, faults: list[Fault], seed: int, root: P
     verdict = check(h.events, windows, load_end, logs, store=store)
     result: dict[str, Any] = dict(verdict)
     result["schedule"] = json.loads(schedule_json(done))
-    result["replay"] = replay_command(mode, seed, done, defaults)
+    result["replay"] = replay_command(mode, seed, done)
     result["logs_check"] = logs[1]
     h.dump(root / "history.jsonl")
     (root / "verdict.json").write_text(json.dumps({"mode": mode, "seed": seed, **result}, indent=2))
@@ -135,12 +134,14 @@ def report(result: dict[str, Any]) -> str:
         fault = Fault(**f["fault"])
         lines.append(f"  {f['n']:>3} {fault.describe():<48} node {f['node']} (writer {f['writer_before']}): "
                      f"no-send {f['max_no_send_s']:.2f}s, {f['send_failures']} send failures, "
-                     f"{f['redeliveries']} redeliveries, {f['duplicates']} duplicates")
+                     f"{f['redeliveries']} redeliveries, {f['duplicates']} duplicates"
+                     f" ({f.get('stored_twice', 0)} stored twice)")
     t = result["totals"]
     lines.append(f"  totals: {t['sends_acked']}/{t['sends_invoked']} sends acked, {t['send_failures']} failed, "
                  f"{t['must_deliver']} must reach each group, deliveries {t['deliveries']}, "
                  f"{t['redeliveries']} redeliveries ({t['deliberately_unacked']} acks skipped on purpose), "
-                 f"{t['duplicates']} duplicates, {t['checkbacks']} check-backs, delayed messages up to "
+                 f"{t['duplicates']} duplicates ({t.get('stored_twice', 0)} stored twice by a retried send), "
+                 f"{t['checkbacks']} check-backs, delayed messages up to "
                  f"{t['delay_max_late_s']} s late; {t.get('must_found_in_store')} of them found in the store")
     for g, f in result.get("liveness", {}).items():
         lines.append(f"  backlog {g}: {f['stored_unconsumed']} stored, not yet consumed {f['by_kind']}; "
@@ -162,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", type=int, default=6, help="faults drawn from the seed (without --schedule)")
     ap.add_argument("--duration", type=float, default=None, help="keep injecting faults for this many seconds")
     ap.add_argument("--schedule", default=None, help="JSON list of faults to replay exactly")
-    ap.add_argument("--defaults", action="store_true", help="controller mode: RocketMQ's default broker timing")
     ap.add_argument("--keep", default=None, help="directory for the stores, logs, history and verdict")
     ap.add_argument("--drain-limit", type=float, default=DRAIN_LIMIT_S,
                     help="overall limit of the drain after the load (s); it goes on while groups make progress")
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"chaos-{args.mode}-"))
     drawn = f"drawn for {args.duration}s" if args.duration else "none"
     say(f"seed {args.seed}, schedule {schedule_json(faults) if faults else drawn}")
-    result = run(args.mode, faults, args.seed, root, defaults=args.defaults, duration=args.duration,
+    result = run(args.mode, faults, args.seed, root, duration=args.duration,
                  drain_timeout=args.drain_limit)
     print(report(result), flush=True)
     say(f"history, verdict and stores in {root}")

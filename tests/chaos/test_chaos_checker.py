@@ -23,8 +23,8 @@ class H:
         self.add("invoke", "send", key=key, kind=kind, **kw)
         self.add("ok" if ok else "info", "send", key=key, kind=kind, **kw)
 
-    def deliver(self, group: str, key: str, ack: bool = True, wall: float = 1e12) -> None:
-        self.add("ok", "deliver", group=group, key=key, attempt=1, wall=wall)
+    def deliver(self, group: str, key: str, ack: bool = True, wall: float = 1e12, pos: str | None = None) -> None:
+        self.add("ok", "deliver", group=group, key=key, attempt=1, wall=wall, pos=pos)
         if ack:
             self.add("ok", "ack", group=group, key=key)
 
@@ -80,6 +80,19 @@ def test_a_redelivery_is_a_duplicate_only_when_every_earlier_delivery_was_acked(
     v = verdict(h)
     assert v["violations"] == {"tx_duplicates": {"A": ["t-0"]}}
     assert v["totals"]["redeliveries"] == 3 and v["totals"]["duplicates"] == 1
+
+
+def test_a_duplicate_from_another_queue_position_counts_as_stored_twice() -> None:
+    """A normal message whose send was retried across a failover is stored at two offsets: at-least-once."""
+    h = H()
+    h.send("n-0")
+    h.send("n-1")
+    h.deliver("A", "n-0", pos="T/0/92")
+    h.deliver("A", "n-0", pos="T/0/93")  # the same message, stored again by the retried send
+    h.deliver("A", "n-1", pos="T/0/94")
+    h.deliver("A", "n-1", pos="T/0/94")  # handed out again from the same position after its ack
+    totals = verdict(h)["totals"]
+    assert totals["duplicates"] == 2 and totals["stored_twice"] == 1
 
 
 def test_fifo_order_stalls_and_early_delayed_messages() -> None:

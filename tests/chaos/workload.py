@@ -41,6 +41,7 @@ from rocketmq import (
 from chaos.checker import STALL_S
 from chaos.harness import GROUPS, TOPICS
 from chaos.history import History
+from rocketscope.broker.receipt import ReceiptHandle, ReceiptHandleError
 
 FIFO_GROUPS = ("g0", "g1", "g2")
 INVISIBLE_S = 5  # receive's invisible duration: an unacknowledged message comes back after this
@@ -52,6 +53,16 @@ RECEIVERS_PER_GROUP = 4
 
 def _err(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def queue_position(msg: Message) -> str | None:
+    """Where the delivered copy is stored ("topic/queue/offset", from RocketScope's receipt handle), so
+    the checker tells a message stored twice (a send retried across a failover) from one handed out twice."""
+    try:
+        h = ReceiptHandle.decode(msg.receipt_handle or "")
+    except ReceiptHandleError:
+        return None
+    return f"{h.topic}/{h.queue_id}/{h.offset}"
 
 
 class _Checker(TransactionChecker):
@@ -173,7 +184,8 @@ class Workload:
         with self.lock:
             self.seen[group].add(key)
         return self.h.add("ok", "deliver", proc, group=group, key=key, msg_id=msg.message_id, topic=msg.topic,
-                          attempt=msg.delivery_attempt, wall=time.time(), mgroup=msg.message_group)
+                          attempt=msg.delivery_attempt, wall=time.time(), mgroup=msg.message_group,
+                          pos=queue_position(msg))
 
     def _simple(self, group: str, consumer: SimpleConsumer, skip: float, loop: int = 0) -> None:
         rng = random.Random(zlib.crc32(f"{group}/{loop}".encode()))  # the same skip draws on every run
