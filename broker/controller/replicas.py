@@ -77,7 +77,7 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
         self._pending_epochs: list[EpochEntry] = []
         self._max_samples: deque[tuple[float, int]] = deque()
         self._role_lock = asyncio.Lock()
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._namesrv_started = False
         # when the controller leader last answered a heartbeat: a master that has not heard from it for a
@@ -424,13 +424,13 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
         if self._copies(end_offset)[0] >= self._needed():
             self._update_confirm()
             return PutStatus.PUT_OK
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append((end_offset, fut))
         try:
-            await asyncio.wait_for(fut, s.slaveTimeout / 1000)
+            replicated = await asyncio.wait_for(fut, s.slaveTimeout / 1000)
         except TimeoutError:
             return PutStatus.FLUSH_SLAVE_TIMEOUT
-        return PutStatus.PUT_OK if self.is_master else PutStatus.SERVICE_NOT_AVAILABLE
+        return PutStatus.PUT_OK if replicated and self.is_master else PutStatus.SERVICE_NOT_AVAILABLE
 
     def _on_ack(self) -> None:
         if self.is_master:
@@ -444,15 +444,22 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
             if fut.done():
                 continue
             if self._copies(offset)[0] >= needed:
-                fut.set_result(None)
+                fut.set_result(True)
             else:
                 keep.append((offset, fut))
         self._waiters = keep
 
     def _fail_waiters(self) -> None:
+        """A demotion answers every put still waiting for the SyncStateSet: not replicated.
+
+        With a result, not ``fut.cancel()``: a cancelled future raises CancelledError in the
+        task awaiting it, which looks like that task being cancelled — the timer's loop, in
+        the middle of putting due messages, ended silently, so after its next promotion this
+        node never delivered a delayed message again (chaos, controller schedule, session 11).
+        """
         for _, fut in self._waiters:
             if not fut.done():
-                fut.cancel()
+                fut.set_result(False)
         self._waiters = []
 
     def _update_confirm(self) -> None:
