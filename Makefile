@@ -54,7 +54,7 @@ typecheck: $(STAMP)
 	@for d in broker telemetry trace spark dashboards; do ln -s "$(CURDIR)/$$d" build/typecheck/rocketscope/$$d; done
 	cd build/typecheck && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" -p rocketscope
 
-# `make test` leaves out the tests marked `long` (minutes each: the chaos schedules, the
+# `make test` leaves out the tests marked `long` (minutes each: the chaos harness's long runs, the
 # differential suite against Apache RocketMQ, the Java client run, the ground-truth latency run)
 # to keep the suite well under 30 minutes; `make test-full` runs every test.
 test: setup lint peers go-clients

@@ -22,10 +22,12 @@ import pytest
 from chaos.nemesis import Fault
 from chaos.run import report, run
 
-# Long, not in make test: 44-111 s per mode at load ~7 (session 10), and in ten runs that session two
-# were INVALID (a PushConsumer redelivery the drain gave up on, fixed by STALL_S; one committed transaction
-# delivered twice in controller mode, not reproduced), so it would make CI fail by chance.
-pytestmark = [pytest.mark.e2e, pytest.mark.long]
+# In make test (issue 15 asks for it): about 97, 67 and 43 s per mode at load ~6 (session 11).  Session 10
+# kept them `long` after two INVALID runs in ten; both causes are fixed (STALL_S below the PushConsumer's
+# redelivery; the controller-mode double hand-out of a demoted master's long poll, tests/test_pop_demotion.py),
+# and so is what the controller schedule found next (timer loop ended by a cancelled put,
+# tests/test_controller_demotion_waiters.py).
+pytestmark = [pytest.mark.e2e]
 
 F = Fault
 SCHEDULES: dict[str, list[Fault]] = {  # every kind at least once, every mode
@@ -77,17 +79,19 @@ TOLERATED: dict[str, dict[str, tuple[int | None, str]]] = {
 
 # The longest window with no successful send tolerated per fault.  Measured at 8cc5544:
 # DLedger at most 0.73 s (load average ~20) and 4.3 s (preferred-leader return, load average
-# ~40); controller mode at most 2.5 s with the fast timing of tests/test_e2e_controller.py.
+# ~40); session 11, controller mode with the product's default timing (the harness sets no timing
+# key since then): kills 0.79-0.98 s, pauses 0.90-2.34 s (a paused master holds the clients
+# connected to it until it runs again), isolations 0.18-0.62 s at load ~6.
 # The bounds leave room for a loaded CI machine and still catch outages like issue 15's 50 s;
 # bench/chaos_bench.py gives the real figures.
 NO_SEND_LIMIT: dict[str, tuple[float | None, str]] = {
     "dledger": (10.0, "election within a second, followers forward to the new leader"),
-    "controller": (15.0, "controller heartbeat timeout 1.5 s, then election and forwarding"),
+    "controller": (10.0, "a broker deemed dead after 800 ms without a heartbeat, then election and forwarding"),
     "masterslave": (None, "a SYNC_MASTER without its slave, or a master that is down, accepts no send: by design"),
 }
 
 
-@pytest.mark.timeout(900)  # 44-89 s each at load ~7 (session 10); a loaded machine can take several times that
+@pytest.mark.timeout(900)  # 43-97 s each at load ~6 (session 11); a loaded machine can take several times that
 @pytest.mark.parametrize("mode", list(SCHEDULES))
 def test_chaos_schedule(mode: str, tmp_path: Path) -> None:
     result = run(mode, SCHEDULES[mode], seed=15, root=tmp_path / mode, drain_timeout=120.0, warmup_acks=40)
