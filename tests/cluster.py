@@ -7,6 +7,7 @@ stopped (SIGTERM, then SIGKILL) so no process outlives a test.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,11 +19,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 from conftest import free_port
 
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
 from rocketscope.ports import port_open
 
 BIN = Path(sys.executable).parent / "rocketscope"
+
+
+def ha_status(admin_addr: str, timeout: float = 5.0) -> dict[str, Any]:
+    """A broker's replication state over its admin port: what ``rocketscope admin haStatus -b ADDR``
+    prints for it, asked in-process.  Tests poll roles many times a second; through the CLI each poll
+    started a Python process (about 1 s of CPU), which on a loaded machine slowed the very cluster
+    being polled (tests/test_e2e_dledger.py timed out waiting for it, session 10).  Raises
+    AssertionError when the broker does not answer, as a failed CLI call does."""
+    with grpc.insecure_channel(admin_addr) as ch:
+        try:
+            resp = admin_pb2_grpc.BrokerAdminStub(ch).HaStatus(common_pb2.Empty(), timeout=timeout)
+        except grpc.RpcError as exc:
+            raise AssertionError(f"haStatus of {admin_addr}: {exc.code().name} {exc.details()}") from None
+    status: dict[str, Any] = json.loads(resp.json)
+    return status
 
 
 def wait_until(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, wait_until
+from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, ha_status, wait_until
 from conftest import failed_call, free_port
 from faultproxy import FaultProxy, ProxyLoop, proxy_loop
 from rmq import drain, drain_ids, message, producer, simple_consumer
@@ -70,7 +70,7 @@ class ControllerGroup:
 
     def status(self, i: int) -> dict[str, Any]:
         addr = self.nodes[i].admin_addr
-        return json.loads(self.c.admin("haStatus", "-b", addr).stdout)[addr]
+        return ha_status(addr)
 
     def master(self, exclude: int | None = None) -> int | None:
         for i, n in enumerate(self.nodes):
@@ -324,8 +324,7 @@ def test_controller_embedded_in_the_name_servers(tmp_path: Path) -> None:
                  for i in range(SIZE)]
 
         def role(i: int) -> str:
-            out = c.admin("haStatus", "-b", nodes[i].admin_addr).stdout
-            return json.loads(out)[nodes[i].admin_addr]["role"]
+            return str(ha_status(nodes[i].admin_addr)["role"])
 
         def master(exclude: int | None = None) -> tuple[int] | None:
             alive = [i for i in range(SIZE) if i != exclude and nodes[i].proc.alive]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import BrokerNode, LocalCluster, wait_until
+from cluster import BrokerNode, LocalCluster, ha_status, wait_until
 from conftest import failed_call, free_port
 from faultproxy import FaultProxy, ProxyLoop, proxy_loop
 from rmq import drain_ids, message, producer, simple_consumer
@@ -43,7 +42,7 @@ class Group:
 
     def status(self, i: int) -> dict:  # type: ignore[type-arg]
         addr = self.nodes[i].admin_addr
-        return json.loads(self.c.admin("haStatus", "-b", addr).stdout)[addr]
+        return ha_status(addr)
 
     def leader(self, exclude: int | None = None) -> int | None:
         for i, n in enumerate(self.nodes):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections.abc import Iterator
 
+import cluster
 import grpc
 import pytest
 from cluster import LocalCluster, wait_until
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 
 
 def ha_status(c: LocalCluster, addr: str) -> dict:  # type: ignore[type-arg]
-    return json.loads(c.admin("haStatus", "-b", addr).stdout)[addr]
+    return cluster.ha_status(addr)
 
 
 @pytest.fixture()

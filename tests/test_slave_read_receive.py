@@ -13,12 +13,12 @@ official client), so the short test takes about a minute; the master's return ad
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 
+import cluster
 import pytest
 from cluster import LocalCluster, wait_until
 from rmq import RecordingListener, config, message, producer, push_consumer
@@ -32,7 +32,7 @@ TOPIC, SIMPLE, PUSH = "TopicSlaveRead", "GroupSlaveReadSimple", "GroupSlaveReadP
 
 
 def ha_status(c: LocalCluster, addr: str) -> dict:  # type: ignore[type-arg]
-    return json.loads(c.admin("haStatus", "-b", addr).stdout)[addr]
+    return cluster.ha_status(addr)
 
 
 class SimpleLoop:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster import BrokerNode, LocalCluster, wait_until
+from cluster import BrokerNode, LocalCluster, ha_status, wait_until
 from conftest import free_port
 from delayproxy import DelayProxy
 from faultproxy import ProxyLoop
@@ -84,11 +84,10 @@ class DelayedGroup:
         return ";".join(n.endpoint for n in self.nodes)
 
     def leader(self) -> int | None:
-        import json
 
         for i, n in enumerate(self.nodes):
             try:
-                status = json.loads(self.c.admin("haStatus", "-b", n.admin_addr).stdout)[n.admin_addr]
+                status = ha_status(n.admin_addr)
             except (AssertionError, KeyError, ValueError):
                 continue
             if status.get("role") == "LEADER":

@@ -17,7 +17,6 @@ condition with a timeout (tests/cluster.py ``wait_until``).
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 import grpc
 from cluster import BIN, BrokerNode, LocalCluster, Proc, wait_until
+from cluster import ha_status as cluster_ha_status
 from conftest import free_port
 
 from chaos.netproxy import LinkLoop, LinkProxy
@@ -53,10 +53,8 @@ def ha_status(node: BrokerNode, timeout: float = 2.0) -> dict[str, Any] | None:
     if not node.proc.alive:
         return None
     try:
-        with grpc.insecure_channel(node.admin_addr) as ch:
-            resp = admin_pb2_grpc.BrokerAdminStub(ch).HaStatus(common_pb2.Empty(), timeout=timeout)
-        return json.loads(resp.json)
-    except grpc.RpcError:
+        return cluster_ha_status(node.admin_addr, timeout)
+    except AssertionError:
         return None
 
 
