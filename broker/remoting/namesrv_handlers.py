@@ -1,7 +1,8 @@
 """Name-server request codes over remoting, answered from the same ``RouteInfo`` the gRPC service reads.
 
-Brokers register over gRPC (RocketScope's brokers only); remoting serves the client side:
-routes, cluster info and topic lists, in the JSON Apache's Java and Go clients parse.
+RocketScope's brokers register over gRPC; Apache's brokers register over remoting
+(``namesrv_register.py``). Remoting serves the client side here: routes, cluster info and topic
+lists, in the JSON Apache's Java and Go clients parse.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from ..namesrv.route_info import RouteInfo
 from ..protocol import namesrv_pb2
 from .codec import Header, RemotingCommand, RequestCode, ResponseCode, json_body
+from .namesrv_register import register_handlers
 from .server import Connection, Handler
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,7 @@ def namesrv_handlers(routes: RouteInfo, on_route_query: Any = None) -> dict[int,
         return cmd.response()
 
     return {
+        **register_handlers(routes),
         RequestCode.DELETE_KV_CONFIG: kv_delete,
         DELETE_TOPIC_IN_NAMESRV: delete_topic,
         WIPE_WRITE_PERM_OF_BROKER: wipe_write_perm,
