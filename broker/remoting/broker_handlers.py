@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +45,7 @@ from .codec import (
     parse_json_body,
     string_to_properties,
 )
+from .compression import SYSFLAG_COMPRESSED, inflate
 from .config import parse_delay_levels
 from .server import Connection, Handler, RemotingServer
 
@@ -78,10 +78,8 @@ def filter_refusal(exc: FilterRefused, in_request: bool) -> HeaderError:
 RC = ResponseCode
 Code = pb.Code
 
-SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
-COMPRESSION_TYPE_MASK = 0x700
 PULL_COMMIT_OFFSET, PULL_SUSPEND, PULL_SUBSCRIPTION = 0x1, 0x2, 0x4
 MAX_PULL_MESSAGES = 32  # Java's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory: a pull answer stays far below a client's frame limit
@@ -388,14 +386,7 @@ class RemotingBroker:
         for i, e in enumerate(entries):
             body = e.body
             if body_flag & SYSFLAG_COMPRESSED and not batch:
-                ctype = (body_flag & COMPRESSION_TYPE_MASK) >> 8
-                if ctype not in (0, 3):
-                    raise HeaderError(f"compression type {ctype} (LZ4 1, ZSTD 2) is not supported; send zlib (3)",
-                                      RC.MESSAGE_ILLEGAL)
-                try:
-                    body = zlib.decompress(body)
-                except zlib.error as exc:
-                    raise HeaderError(f"body flagged compressed does not inflate: {exc}", RC.MESSAGE_ILLEGAL) from None
+                body = inflate(body, body_flag, b.settings.maxMessageSize)
             if len(body) > b.settings.maxMessageSize:
                 raise HeaderError(f"message body of {len(body)} bytes exceeds maxMessageSize "
                                   f"{b.settings.maxMessageSize}", RC.MESSAGE_ILLEGAL)
