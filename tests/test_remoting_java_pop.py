@@ -74,6 +74,23 @@ def test_apache_client_pops_and_acks_over_remoting(cluster: LocalCluster) -> Non
     assert (final["status"], final["found"]) == ("POLLING_NOT_FOUND", 0)
 
 
+def test_apache_client_batch_acks_over_remoting(cluster: LocalCluster) -> None:
+    """MQClientAPIImpl.batchAckMessageAsync: the messages of each pop acknowledged by one BATCH_ACK_MESSAGE
+    (200151) whose BitSet names them by their distance from the pop's start offset of their queue."""
+    topic, group = "JavaBatchAckT", "JavaBatchAckG"
+    cluster.admin("updateTopic", "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
+    node = cluster.brokers["broker-a"]
+    send_numbered(node.admin_addr, topic, "jbatch", COUNT)
+    events = run_tool(cluster, SOURCE, "RemotingPopTool", node.admin_addr, "broker-a", topic, group, str(COUNT),
+                      "60", "batch", timeout=180)
+    received = [e["body"] for e in events if e["event"] == "received"]
+    assert sorted(received) == [f"jbatch-{i}" for i in range(COUNT)]  # each once
+    acked = [e for e in events if e["event"] == "acked"]
+    assert [e["status"] for e in acked] == ["OK"] * COUNT and max(e["batch"] for e in acked) > 1, acked
+    final = next(e for e in events if e["event"] == "final")
+    assert (final["status"], final["found"]) == ("POLLING_NOT_FOUND", 0)  # nothing left: every batch ack applied
+
+
 PUSH_SOURCE = Path(__file__).resolve().parent.parent / "peers" / "java" / "src" / "RemotingPopConsumerTool.java"
 
 

@@ -30,3 +30,13 @@ def test_query_assignment_reads_group_and_topic_from_its_body() -> None:
                         .encode())
     assert {(n.kind, n.name) for n in retry.needs} == {("group", "G")}
     assert requirement(RequestCode.QUERY_ASSIGNMENT, {}, b"not json").authenticate_only
+
+
+def test_batch_ack_needs_sub_on_every_group_and_topic_of_its_acks() -> None:
+    ack = {"r": "0", "so": 0, "q": 0, "pt": 1, "b": "AQ=="}
+    body = json.dumps({"brokerName": "b", "acks": [{**ack, "c": "G", "t": "T"}, {**ack, "c": "H", "t": "U"}]})
+    req = requirement(RequestCode.BATCH_ACK_MESSAGE, {}, body.encode())
+    assert not req.admin
+    assert {(n.kind, n.name, n.perm) for n in req.needs} == {("group", "G", Perm.SUB), ("topic", "T", Perm.SUB),
+                                                             ("group", "H", Perm.SUB), ("topic", "U", Perm.SUB)}
+    assert requirement(RequestCode.BATCH_ACK_MESSAGE, {}, b"not json").authenticate_only

@@ -1,4 +1,5 @@
-"""POP over remoting (POP_MESSAGE 200050, ACK_MESSAGE 200051, CHANGE_MESSAGE_INVISIBLETIME 200053), raw frames.
+"""POP over remoting (POP_MESSAGE 200050, ACK_MESSAGE 200051, CHANGE_MESSAGE_INVISIBLETIME 200053,
+BATCH_ACK_MESSAGE 200151), raw frames.
 
 Apache's remoting client has no public POP consumer without the broker-side assignment codes
 (QUERY_ASSIGNMENT, SET_MESSAGE_REQUEST_MODE: not served), so the frames are built here with
@@ -11,8 +12,11 @@ which come back, which do not (acked, invisible), and an injected invisible time
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from cluster import LocalCluster, cluster_with_namesrv, wait_until
@@ -151,3 +155,52 @@ def test_pop_over_remoting_and_grpc_share_one_group(cluster: LocalCluster) -> No
         left = b.invoke(RequestCode.POP_MESSAGE, {"consumerGroup": "PopMixG", "topic": "PopMixT", "queueId": "-1",
                                                   "maxMsgNums": "32", "invisibleTime": "60000"})
         assert left.code == ResponseCode.PULL_NOT_FOUND
+
+
+def batch_ack_body(group: str, msgs: list[WireMessage], extra_offsets: int = 0) -> bytes:
+    """BatchAckMessageRequestBody as ``MQClientAPIImpl.batchAckMessageAsync`` builds it from the messages'
+    POP_CK: one BatchAck per (retry mark, queue, check-point offset, pop time), bit i = offset - ck offset,
+    the BitSet in fastjson's form (Base64 of ``BitSet.toByteArray()``). ``extra_offsets`` sets that many
+    bits past the last offset (messages never handed out)."""
+    groups: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for m in msgs:
+        p = m.properties["POP_CK"].split(" ")
+        ack = groups.setdefault((p[4], p[6], p[0], p[1]), {
+            "c": group, "t": TOPIC, "r": p[4], "so": int(p[0]), "q": int(p[6]), "rq": int(p[3]), "pt": int(p[1]),
+            "it": int(p[2]), "bits": set()})
+        ack["bits"].add(int(p[7]) - int(p[0]))
+    acks = []
+    for ack in groups.values():
+        bits = ack.pop("bits")
+        bits |= {max(bits) + 1 + k for k in range(extra_offsets)}
+        raw = bytearray(max(bits) // 8 + 1)
+        for i in bits:
+            raw[i // 8] |= 1 << (i % 8)
+        acks.append({**ack, "b": base64.b64encode(bytes(raw)).decode()})
+    return json.dumps({"brokerName": "broker-a", "acks": acks}).encode()
+
+
+def test_batch_ack_applies_every_named_message(cluster: LocalCluster) -> None:
+    """BATCH_ACK_MESSAGE (200151) in Apache's body layout: the named messages are acknowledged (they never
+    come back, even after their invisible time), an offset never handed out is refused by name while the
+    rest still apply, as Apache's AckMessageProcessor applies each BatchAck in turn."""
+    with RemotingClient(cluster.brokers["broker-a"].admin_addr) as b:
+        for i in range(6):
+            send(b, f"batch-{i}", i % QUEUES)
+        got: list[WireMessage] = []
+        wait_until(lambda: got.extend(pop(b, 32)[1]) or len(got) >= 6, timeout=15, what="6 messages popped")
+        assert sorted(m.body.decode() for m in got) == [f"batch-{i}" for i in range(6)]
+        first, second = got[:4], got[4:]
+        resp = b.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, batch_ack_body(GROUP, first))
+        assert (resp.code, resp.remark) == (ResponseCode.SUCCESS, None)
+        resp = b.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, batch_ack_body(GROUP, second, extra_offsets=1))
+        assert resp.code == ResponseCode.INVALID_PARAMETER and "receipt_handle has expired" in (resp.remark or "")
+        again = b.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, batch_ack_body(GROUP, first))
+        assert again.code == ResponseCode.INVALID_PARAMETER and "already acknowledged" in (again.remark or "")
+        empty = b.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps({"brokerName": "broker-a", "acks": []}).encode())
+        assert empty.code == 208  # NO_MESSAGE, as Apache
+        junk = {"acks": [{"c": GROUP, "t": TOPIC, "so": 0, "q": 0, "pt": 1, "b": "%%"}]}
+        bad = b.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps(junk).encode())
+        assert bad.code == ResponseCode.INVALID_PARAMETER and "acks[0].b" in (bad.remark or ""), bad.remark
+        # all six were acknowledged: nothing comes back after their 2 s invisible time
+        assert pop(b, 32, poll_ms=INVISIBLE_MS + 1500)[0] == 210  # POLLING_TIMEOUT

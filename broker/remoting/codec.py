@@ -77,6 +77,7 @@ class RequestCode:
     POP_MESSAGE = 200050  # JSON headers only: the binary header's code is a short
     ACK_MESSAGE = 200051
     CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode:

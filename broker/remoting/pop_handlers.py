@@ -1,6 +1,7 @@
 """POP over remoting: POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME (200053),
-and QUERY_ASSIGNMENT (400), with which Apache's push consumer (``setClientRebalance(false)``) asks the
-broker for its queues and whether to pull or pop them: here every readable queue, in POP mode.
+BATCH_ACK_MESSAGE (200151) and QUERY_ASSIGNMENT (400), with which Apache's push consumer
+(``setClientRebalance(false)``) asks the broker for its queues and whether to pull or pop them: here
+every readable queue, in POP mode.
 
 RocketMQ 5's remoting POP consumers (and its proxy) pop from the broker, acknowledge each
 message with the ``extraInfo`` string the pop answer gave it (the ``POP_CK`` property), and
@@ -11,16 +12,20 @@ answered only once its op is in the replicated log (``PopService.durable``), as 
 
 ``extraInfo`` has Apache's eight space-separated fields (``ExtraInfoUtil`` in rocketmq-common):
 check-point offset, pop time, invisible time, revive queue, retry mark, broker name, queue id,
-queue offset.  Apache's client rebuilds it from the answer's header when it parses a pop answer
-(pop time and invisible time of the answer, the message's own queue id and offset), so the
-receipt cannot live in its fields; the broker keeps a map from (group, topic, queue, offset, pop
-time) to the PopService receipt handle, filled at each pop and change, emptied at each ack and
-when an entry's invisible time is a minute past.  The check-point offset carries the hand-out
-sequence for raw clients; nothing relies on it.
+queue offset.  The check-point offset is, as on Apache, the lowest offset the pop took from that
+queue (the answer's ``startOffsetInfo`` says the same): Apache's ``batchAckMessageAsync`` names each
+message of a BATCH_ACK_MESSAGE by its distance from it (a bit of ``BatchAck.bitSet``).  The broker
+keeps a map from (group, topic, queue, offset, pop time) to the PopService receipt handle, filled at
+each pop and change, emptied at each ack and when an entry's invisible time is a minute past.  An
+extraInfo the map does not hold (a new leader after a failover has an empty map) is matched with
+the PopService's replicated in-flight entry of that offset when that entry's deadline is the
+extraInfo's pop time plus invisible time (within ``HANDOUT_SLACK_MS``); a later hand-out has
+another deadline, so a stale extraInfo stays refused.
 """
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +55,9 @@ PROPERTY_POP_CK = "POP_CK"
 MAX_POP = 32  # Apache's PopMessageProcessor refuses more than 32 per pop
 MAX_POLL_MS = 30_000
 _FORGET_AFTER_MS = 60_000
+NO_MESSAGE = 208  # ResponseCode.NO_MESSAGE: Apache's answer to a BATCH_ACK_MESSAGE without acks
+HANDOUT_SLACK_MS = 2_000  # a hand-out's deadline vs the answer's popTime + invisibleTime (taken just after)
+MAX_BITSET_BYTES = 512  # 4096 offsets after one check-point offset: far above a pop's 32 messages
 ACK_WAIT_S = 3.0  # as broker/grpc_service.py: a new writer catching up, or the ack's record being replicated
 
 Key = tuple[str, str, int, int, int]  # group, topic, queue id, queue offset, pop time
@@ -65,7 +73,7 @@ class RemotingPop:
 
     def handlers(self) -> dict[int, Handler]:
         return {POP_MESSAGE: self.pop, ACK_MESSAGE: self.ack, CHANGE_MESSAGE_INVISIBLETIME: self.change,
-                RequestCode.QUERY_ASSIGNMENT: self.query_assignment}
+                RequestCode.BATCH_ACK_MESSAGE: self.batch_ack, RequestCode.QUERY_ASSIGNMENT: self.query_assignment}
 
     async def query_assignment(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """QueryAssignmentRequestBody -> every readable queue of the topic here, mode POP (the PopService
@@ -94,10 +102,25 @@ class RemotingPop:
                 del self.receipts[key]
 
     @staticmethod
-    def extra_info(handle: ReceiptHandle, pop_time: int, invisible_ms: int) -> str:
+    def extra_info(handle: ReceiptHandle, start: int, pop_time: int, invisible_ms: int) -> str:
+        """Apache's POP_CK for one message; ``start``: the lowest offset this pop took from its queue."""
         mark = "1" if handle.topic.startswith(RETRY_PREFIX) else "0"
-        return " ".join(str(x) for x in (handle.seq, pop_time, invisible_ms, 0, mark, handle.broker, handle.queue_id,
+        return " ".join(str(x) for x in (start, pop_time, invisible_ms, 0, mark, handle.broker, handle.queue_id,
                                          handle.offset))
+
+    def _held(self, key: Key, broker: str, invisible_ms: int) -> str | None:
+        """The receipt handle of ``key`` (group, topic, queue, offset, pop time): from the map, else from the
+        PopService's in-flight entry whose deadline is that pop time plus ``invisible_ms``."""
+        found = self.receipts.get(key)
+        if found is not None:
+            return found[0]
+        group, topic, queue_id, offset, pop_time = key
+        st = self.b.pop.states.get((group, topic, queue_id))
+        entry = st.inflight.get(offset) if st is not None else None
+        if entry is None or abs(entry.deadline_ms - (pop_time + invisible_ms)) > HANDOUT_SLACK_MS:
+            return None
+        return ReceiptHandle(broker or self.b.settings.brokerName, topic, queue_id, offset, entry.seq,
+                             entry.deadline_ms).encode()
 
     def _lookup(self, h: Header, group: str) -> tuple[Key, str]:
         """The receipt handle an ``extraInfo`` (with the header's topic) stands for; HeaderError naming the field."""
@@ -107,16 +130,17 @@ class RemotingPop:
             raise HeaderError(f"extraInfo '{extra[:200]}' has {len(parts)} fields, 8 expected", ResponseCode.
                               INVALID_PARAMETER)
         try:
-            seq, pop_time, invisible, queue_id, offset = (int(parts[0]), int(parts[1]), int(parts[2]),
-                                                          int(parts[6]), int(parts[7]))
+            pop_time, invisible, queue_id, offset = int(parts[1]), int(parts[2]), int(parts[6]), int(parts[7])
         except ValueError:
             raise HeaderError(f"extraInfo '{extra[:200]}' has a field that is not a number",
                               ResponseCode.INVALID_PARAMETER) from None
         topic = f"{RETRY_PREFIX}{group}" if parts[4] != "0" else h.str("topic")
         key = (group, topic, queue_id, offset, pop_time)
-        found = self.receipts.get(key)
-        handle = found[0] if found else ReceiptHandle(parts[5], topic, queue_id, offset, seq,
-                                                      pop_time + invisible).encode()
+        handle = self._held(key, parts[5], invisible)
+        if handle is None:
+            raise HeaderError(f"extraInfo: receipt_handle has expired: offset {offset} of {topic} queue {queue_id} "
+                              f"popped at {pop_time} was redelivered since, or it was already acknowledged",
+                              ResponseCode.INVALID_PARAMETER)
         return key, handle
 
     async def pop(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -149,21 +173,22 @@ class RemotingPop:
                                 "no new message")
         self._forget_old(pop_time)
         body = []
+        handles = [ReceiptHandle.decode(d.handle) for d in deliveries]
         start: dict[tuple[str, int], int] = {}
         offsets: dict[tuple[str, int], list[int]] = {}
-        for d in deliveries:
-            handle = ReceiptHandle.decode(d.handle)
-            extra = self.extra_info(handle, pop_time, invisible)
+        for handle in handles:
+            mq = ("1" if handle.topic.startswith(RETRY_PREFIX) else "0", handle.queue_id)
+            start[mq] = min(start.get(mq, handle.offset), handle.offset)
+            offsets.setdefault(mq, []).append(handle.offset)
+        for d, handle in zip(deliveries, handles, strict=True):
+            mq = ("1" if handle.topic.startswith(RETRY_PREFIX) else "0", handle.queue_id)
             self.receipts[(group, handle.topic, handle.queue_id, handle.offset, pop_time)] = (d.handle,
                                                                                                handle.deadline_ms)
             wire = self.front.wire(d.message)
             wire.topic = d.topic
             wire.reconsume_times = max(d.attempt - 1, 0)
-            wire.properties[PROPERTY_POP_CK] = extra
+            wire.properties[PROPERTY_POP_CK] = self.extra_info(handle, start[mq], pop_time, invisible)
             body.append(encode_message(wire))
-            mark = 1 if handle.topic.startswith(RETRY_PREFIX) else 0
-            start.setdefault((str(mark), handle.queue_id), handle.offset)
-            offsets.setdefault((str(mark), handle.queue_id), []).append(handle.offset)
         ext = {"popTime": str(pop_time), "invisibleTime": str(invisible), "reviveQid": "0", "restNum": "0",
                "startOffsetInfo": ";".join(f"{m} {q} {o}" for (m, q), o in start.items()),
                "msgOffsetInfo": ";".join(f"{m} {q} {','.join(map(str, o))}" for (m, q), o in offsets.items())}
@@ -187,6 +212,70 @@ class RemotingPop:
             raise HeaderError(f"extraInfo: {exc}", ResponseCode.INVALID_PARAMETER) from None
         self.receipts.pop(key, None)
         return await self._settled(cmd) or cmd.response()
+
+    async def batch_ack(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """BatchAckMessageRequestBody (``MQClientAPIImpl.batchAckMessageAsync``): per BatchAck the group
+        ``c``, topic ``t``, retry mark ``r``, check-point offset ``so``, queue ``q``, pop time ``pt`` and
+        ``b``, the BitSet of acked offsets (bit i: offset so + i; fastjson writes its toByteArray() in
+        Base64).  Every ack that can be applied is, as Apache's AckMessageProcessor applies each BatchAck
+        in turn; the answer is SUCCESS, or the last failure's code with a remark naming it."""
+        data = parse_json_body(cmd.body, "BatchAckMessageRequestBody") if cmd.body else None
+        acks = data.get("acks") if isinstance(data, dict) else None
+        if not acks or not isinstance(acks, list):
+            return cmd.response(NO_MESSAGE, "BatchAckMessageRequestBody has no acks")
+        parsed = [self._batch_entry(i, a) for i, a in enumerate(acks)]  # all checked before any is applied
+        broker = str(data.get("brokerName") or "") if isinstance(data, dict) else ""
+        await self.b.pop.until_ready(ACK_WAIT_S)
+        code, remark, applied = ResponseCode.SUCCESS, None, 0
+        for i, (group, topic, queue_id, pop_time, invisible, offsets) in enumerate(parsed):
+            self.front._group(group)
+            for offset in offsets:
+                key = (group, topic, queue_id, offset, pop_time)
+                handle = self._held(key, broker, invisible)
+                if handle is None:
+                    code, remark = ResponseCode.INVALID_PARAMETER, (
+                        f"acks[{i}]: offset {offset} of {topic} queue {queue_id} popped at {pop_time}: receipt_handle "
+                        "has expired: redelivered since, or it was already acknowledged")
+                    continue
+                try:
+                    self.b.ack(group, handle, "", self.front._client_id(conn))
+                except PopError as exc:
+                    code, remark = ResponseCode.INVALID_PARAMETER, f"acks[{i}] offset {offset}: {exc}"
+                    continue
+                self.receipts.pop(key, None)
+                applied += 1
+        if applied:
+            settled = await self._settled(cmd)
+            if settled is not None:
+                return settled
+        return cmd.response(code, remark)
+
+    @staticmethod
+    def _batch_entry(i: int, ack: Any) -> tuple[str, str, int, int, int, list[int]]:
+        """(group, topic as the receipts map keys it, queue id, pop time, invisible time, offsets) of ``acks[i]``."""
+        if not isinstance(ack, dict):
+            raise HeaderError(f"acks[{i}] is not a BatchAck object", ResponseCode.INVALID_PARAMETER)
+        try:
+            group, topic = str(ack["c"]), str(ack["t"])
+            start, queue_id, pop_time = int(ack["so"]), int(ack["q"]), int(ack["pt"])
+            invisible = int(ack.get("it", 0))
+        except KeyError as exc:
+            raise HeaderError(f"acks[{i}].{exc.args[0]} is missing", ResponseCode.INVALID_PARAMETER) from None
+        except (TypeError, ValueError):
+            raise HeaderError(f"acks[{i}]: so, q, pt and it must be numbers", ResponseCode.INVALID_PARAMETER) from None
+        raw = ack.get("b") or ""
+        try:
+            bits = base64.b64decode(raw, validate=True) if isinstance(raw, str) else bytes(x & 0xFF for x in raw)
+        except (ValueError, TypeError):
+            raise HeaderError(f"acks[{i}].b is not a BitSet (Base64 of its bytes)",
+                              ResponseCode.INVALID_PARAMETER) from None
+        if len(bits) > MAX_BITSET_BYTES:
+            raise HeaderError(f"acks[{i}].b names offsets up to {len(bits) * 8} after so; at most "
+                              f"{MAX_BITSET_BYTES * 8}", ResponseCode.INVALID_PARAMETER)
+        offsets = [start + j * 8 + k for j, byte in enumerate(bits) for k in range(8) if byte >> k & 1]
+        if str(ack.get("r", "0")) not in ("0", ""):
+            topic = f"{RETRY_PREFIX}{group}"
+        return group, topic, queue_id, pop_time, invisible, offsets
 
     async def change(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = Header(cmd)

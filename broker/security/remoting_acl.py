@@ -100,6 +100,21 @@ def _assignment(body: bytes) -> Requirement:
     return Requirement(needs=needs)
 
 
+def _batch_ack(body: bytes) -> Requirement:
+    """BATCH_ACK_MESSAGE: SUB on every group and topic its acks name (as an ACK_MESSAGE of each)."""
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        return ANY_ACCOUNT  # the handler answers the bad body
+    needs: list[Need] = []
+    for ack in (data.get("acks") or []) if isinstance(data, dict) else []:
+        if isinstance(ack, dict):
+            needs += _need("group", str(ack.get("c") or ""), Perm.SUB)
+            if not str(ack.get("t") or "").startswith(RETRY_PREFIX):
+                needs += _need("topic", str(ack.get("t") or ""), Perm.SUB)
+    return Requirement(needs=tuple(dict.fromkeys(needs)))
+
+
 def requirement(code: int, fields: dict[str, str], body: bytes) -> Requirement:
     """What a remoting request needs besides valid credentials."""
     R = RequestCode
@@ -123,6 +138,8 @@ def requirement(code: int, fields: dict[str, str], body: bytes) -> Requirement:
         return _heartbeat(body)
     if code == R.QUERY_ASSIGNMENT:
         return _assignment(body)
+    if code == R.BATCH_ACK_MESSAGE:
+        return _batch_ack(body)
     if code in ADMIN_CODES:
         return ADMIN
     return ANY_ACCOUNT

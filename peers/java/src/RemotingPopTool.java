@@ -1,4 +1,6 @@
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
@@ -25,10 +27,12 @@ import org.apache.rocketmq.remoting.protocol.header.PopMessageRequestHeader;
  * as DefaultMQPushConsumerImpl.ackAsync builds it (ExtraInfoUtil: real topic, queue id, offset).
  *
  * <pre>
- * RemotingPopTool BROKER_ADDR BROKER_NAME TOPIC GROUP COUNT TIMEOUT_S
+ * RemotingPopTool BROKER_ADDR BROKER_NAME TOPIC GROUP COUNT TIMEOUT_S [batch]
  * </pre>
  * Pops (TAG *, every queue, 60 s invisible, 1 s long polls) until COUNT distinct messages arrived,
- * acks each, then pops once more. One JSON line per event: received, acked, final (the last pop's
+ * acks each, then pops once more. With "batch", the messages of each pop are acknowledged together
+ * by one BATCH_ACK_MESSAGE (MQClientAPIImpl.batchAckMessageAsync with their extraInfo strings).
+ * One JSON line per event: received, acked, final (the last pop's
  * status). Exit code 0 when COUNT arrived and were acked, else 1.
  */
 public final class RemotingPopTool {
@@ -78,6 +82,7 @@ public final class RemotingPopTool {
         String group = args[3];
         int count = Integer.parseInt(args[4]);
         long deadline = System.currentTimeMillis() + Long.parseLong(args[5]) * 1000;
+        boolean batch = args.length > 6 && "batch".equals(args[6]);
         ClientConfig config = new ClientConfig();
         config.setNamesrvAddr("127.0.0.1:1");  // not used: requests go straight to BROKER_ADDR
         MQClientInstance instance = MQClientManager.getInstance().getOrCreateMQClientInstance(config);
@@ -91,11 +96,18 @@ public final class RemotingPopTool {
                 if (res == null || res.getMsgFoundList() == null) {
                     continue;
                 }
+                List<String> extraInfos = new ArrayList<>();
+                List<String> bodies = new ArrayList<>();
                 for (MessageExt m : res.getMsgFoundList()) {
                     String extraInfo = m.getProperty("POP_CK");
                     System.out.println("{\"event\":\"received\",\"body\":\"" + new String(m.getBody(),
                         StandardCharsets.UTF_8) + "\",\"queueId\":" + m.getQueueId() + ",\"queueOffset\":"
                         + m.getQueueOffset() + ",\"extraInfo\":\"" + extraInfo + "\"}");
+                    if (batch) {
+                        extraInfos.add(extraInfo);
+                        bodies.add(new String(m.getBody(), StandardCharsets.UTF_8));
+                        continue;
+                    }
                     String[] parts = ExtraInfoUtil.split(extraInfo);
                     AckMessageRequestHeader ack = new AckMessageRequestHeader();
                     ack.setConsumerGroup(group);
@@ -123,6 +135,31 @@ public final class RemotingPopTool {
                         + "\",\"status\":\"" + status.get().replace("\"", "'") + "\"}");
                     if ("OK".equals(status.get())) {
                         acked.add(new String(m.getBody(), StandardCharsets.UTF_8));
+                    }
+                }
+                if (batch && !extraInfos.isEmpty()) {
+                    CountDownLatch done = new CountDownLatch(1);
+                    AtomicReference<String> status = new AtomicReference<>("no answer");
+                    api.batchAckMessageAsync(addr, 10_000, new AckCallback() {
+                        @Override
+                        public void onSuccess(AckResult ackResult) {
+                            status.set(String.valueOf(ackResult.getStatus()));
+                            done.countDown();
+                        }
+
+                        @Override
+                        public void onException(Throwable e) {
+                            status.set("error: " + e);
+                            done.countDown();
+                        }
+                    }, topic, group, extraInfos);
+                    done.await(20, TimeUnit.SECONDS);
+                    for (String body : bodies) {
+                        System.out.println("{\"event\":\"acked\",\"body\":\"" + body + "\",\"status\":\""
+                            + status.get().replace("\"", "'") + "\",\"batch\":" + bodies.size() + "}");
+                        if ("OK".equals(status.get())) {
+                            acked.add(body);
+                        }
                     }
                 }
             }
