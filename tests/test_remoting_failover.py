@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import LocalCluster, cluster_with_namesrv, start_dledger_group, wait_until
+from cluster import LocalCluster, cluster_with_namesrv, ha_status, start_dledger_group, wait_until
 from conftest import failed_call
 from test_e2e_controller import BROKER_TIMING, start_controllers
-from test_failover_client_visible import ha_status
 from test_remoting_java_secure import java_classes
 
 from rocketscope.broker.remoting.client import RemotingClient
@@ -119,9 +118,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
 def wait_replicated(c: LocalCluster, addr: str) -> None:
     """Controller mode: every broker in the master's SyncStateSet. DLedger: all three members in the group's view."""
     node = next(n for n in c.brokers.values() if n.admin_addr == addr)
-    status = ha_status(c, node)
+    status = ha_status(node.admin_addr)
     if "syncStateSet" in status:
-        wait_until(lambda: len(ha_status(c, node)["syncStateSet"]) == 3, timeout=60,
+        wait_until(lambda: len(ha_status(node.admin_addr)["syncStateSet"]) == 3, timeout=60,
                    what="all three brokers in the SyncStateSet")
     else:
         with RemotingClient(c.namesrv_addr) as ns:
