@@ -92,6 +92,20 @@ def registration(h: Header, body: bytes) -> namesrv_pb2.BrokerRegistration:
     return reg
 
 
+def keep_absent_topics(routes: RouteInfo, reg: namesrv_pb2.BrokerRegistration) -> None:
+    """Apache's name server adds and updates the topics a registration carries and deletes none
+    (RouteInfoManager.registerBroker; ``deleteTopicWithBrokerRegistration`` is false by default): an
+    Apache broker registers a new topic alone (registerIncrementBrokerData), and its periodic full
+    registration may carry a snapshot taken before that topic existed. ``RouteInfo.register`` drops
+    the topics a master's registration leaves out (RocketScope's brokers always send all), so the
+    topics held for this broker name are added back here; DELETE_TOPIC_IN_NAMESRV removes one."""
+    carried = {tc.topic_name for tc in reg.topics}
+    for topic, by_broker in routes.topic_queues.items():
+        held = by_broker.get(reg.broker_name)
+        if held is not None and topic not in carried:
+            reg.topics.append(held)
+
+
 def _live(routes: RouteInfo, cluster: str, addr: str) -> list[Any]:
     return [lb for lb in routes.brokers.values()
             if lb.registration.cluster_name == cluster and lb.registration.broker_addr == addr]
@@ -127,6 +141,8 @@ def register_handlers(routes: RouteInfo) -> dict[int, Handler]:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"crc32 not match: bodyCrc32 {crc}, body "
                                                            f"{_crc32(cmd.body)}")
         reg = registration(h, cmd.body or b"")
+        if reg.broker_id == MASTER_ID:
+            keep_absent_topics(routes, reg)
         watch(conn)
         result = routes.register(reg, _session(conn))
         fields: dict[str, str] = {}
