@@ -57,6 +57,10 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "(state in <output>/_incremental; docs/ANALYTICS.md)."),
         click.option("--lateness-seconds", type=float, default=DEFAULT_LATENESS_MS / 1000, show_default=True,
                      help="--incremental: how far before the earliest new row messages are recomputed."),
+        click.option("--watch", "watch_seconds", type=float, default=None, metavar="SECONDS",
+                     help="With --incremental: keep one Spark session and look for new --input files every "
+                          "SECONDS (the JVM's compilation is paid once; Ctrl-C or SIGTERM stops; "
+                          "docs/ANALYTICS.md)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -71,15 +75,20 @@ def _check_source(inputs: tuple[str, ...], namesrv: str | None) -> None:
 def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], namesrv: str | None, topics: str,
          output: str, master: str, asof_method: str, driver_memory: str | None, quick_start: bool,
          decoder: str = "sql", incremental: bool = False, lateness_seconds: float = DEFAULT_LATENESS_MS / 1000,
-         ) -> None:
+         watch_seconds: float | None = None) -> None:
     from rocketscope.spark.run import read_rows, run_jobs
     from rocketscope.spark.session import get_session
 
     _check_source(inputs, namesrv)
     if incremental and namesrv:
         raise click.UsageError("--incremental reads --input files; for a live cluster use `analyze stream`")
+    if watch_seconds is not None and (not incremental or watch_seconds <= 0):
+        raise click.UsageError("--watch SECONDS needs --incremental and SECONDS > 0")
     spark = get_session(_master(ctx, master), driver_memory=driver_memory, quick_start=quick_start)
     try:
+        if watch_seconds is not None:
+            _watch(spark, inputs, output, jobs, watch_seconds, asof_method, int(lateness_seconds * 1000))
+            return
         if incremental:
             from rocketscope.spark.incremental import run_incremental
 
@@ -97,6 +106,28 @@ def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], namesrv: 
     finally:
         spark.stop()
     click.echo(json.dumps({"output": str(Path(output)), "seconds": timings}))
+
+
+def _watch(spark: Any, inputs: tuple[str, ...], output: str, jobs: list[str], seconds: float, asof_method: str,
+           lateness_ms: int) -> None:
+    """``--watch``: incremental runs in this session until Ctrl-C or SIGTERM; one JSON line per run with new files."""
+    import signal
+    import threading
+
+    from rocketscope.spark.watch import watch
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def report(result: dict[str, Any]) -> None:
+        if result["new_files"]:
+            click.echo(json.dumps({"output": str(Path(output)), **result}))
+
+    try:
+        watch(spark, inputs, output, jobs, interval_s=seconds, asof_method=asof_method, lateness_ms=lateness_ms,
+              stop=stop, on_run=report)
+    except KeyboardInterrupt:
+        pass
 
 
 @click.group("analyze")
@@ -137,10 +168,10 @@ def all_jobs(ctx: click.Context, **kwargs: Any) -> None:
 def stream(ctx: click.Context, inputs: tuple[str, ...], namesrv: str | None, topics: str, output: str, master: str,
            asof_method: str, driver_memory: str | None, quick_start: bool, checkpoint: str | None,
            jobs: tuple[str, ...], trigger_seconds: float | None, available_now: bool, decoder: str = "sql",
-           incremental: bool = False, lateness_seconds: float = 0.0) -> None:
+           incremental: bool = False, lateness_seconds: float = 0.0, watch_seconds: float | None = None) -> None:
     """Keep the tables current as new row files or new messages arrive (Ctrl-C stops)."""
-    if incremental:
-        raise click.UsageError("--incremental is for batch runs; a stream is incremental already")
+    if incremental or watch_seconds is not None:
+        raise click.UsageError("--incremental and --watch are for batch runs; a stream is incremental already")
     from rocketscope.spark.session import get_session
     from rocketscope.spark.streaming import start_stream
 

@@ -21,6 +21,14 @@ tasks 56 s), but 20k (99 -> 100) and 1M (438 -> 435) unchanged within the noise
 (docs/ANALYTICS.md, "Results", session 10).  Code that runs over millions of rows still
 reaches C2."""
 
+CODEGEN_CACHE_ENTRIES = 2000
+"""Spark's cache of compiled generated classes (``spark.sql.codegen.cache.maxEntries``, default 100).
+One run of the four jobs generates about 370 classes at 1M messages, so with 100 entries a second
+run in the same JVM (``analyze --watch``, the benchmark's warm runs) compiled every one of them again
+with Janino, and HotSpot then JIT-compiled the new classes again too (docs/ANALYTICS.md, "Results",
+session 11).  Identical plans generate identical code: with room for all of them, later runs reuse
+the compiled classes.  A class is a few kilobytes of bytecode (mean 2.4 KB measured)."""
+
 
 def local_cores(master: str) -> int:
     """Cores of a ``local[N]`` / ``local[*]`` / ``local`` master."""
@@ -35,7 +43,7 @@ def local_cores(master: str) -> int:
 
 def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-analyze",
                 driver_memory: str | None = None, shuffle_partitions: int | None = None,
-                quick_start: bool = False) -> SparkSession:
+                quick_start: bool = False, conf: dict[str, str] | None = None) -> SparkSession:
     """A session bound to loopback, in UTC.
 
     ``quick_start`` adds the serial GC and the C1-only JIT: seconds less start-up for
@@ -47,6 +55,9 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
 
     Progress goes to stderr as one line per job (``rocketscope.spark.run``) instead of
     Spark's console progress bar.
+
+    ``conf``: further Spark settings, applied last (static ones such as
+    ``spark.sql.codegen.cache.maxEntries`` only take effect in a new JVM).
 
     ``master=None`` leaves the master to spark-submit.  The session time zone is UTC so
     minute buckets and date partitions do not depend on the machine.
@@ -63,6 +74,7 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
         # The cached intermediate tables are read a few times each: compressing them
         # (dictionary statistics per column) cost more CPU than it saved.
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
     )
     if quick_start:
         builder = builder.config("spark.driver.extraJavaOptions", QUICK_START_JAVA_OPTIONS)
@@ -75,4 +87,6 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
         shuffle_partitions = 2 * local_cores(master)
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     return builder.getOrCreate()
