@@ -293,7 +293,9 @@ class Model:
             MSG_KEY, "msg_id", "request_id", F.col("grp").alias("a_grp"), F.col("ts").alias("a_ts"), "cost_time",
             "success", F.col("origin_topic").alias("a_origin"),
         ).dropDuplicates([MSG_KEY, "msg_id", "request_id"])
-        both = before.join(after, on=[MSG_KEY, "msg_id", "request_id"], how="full_outer")
+        # a hash join built on the SubAfters, in place (both sides keep the records' message partitioning):
+        # a sort-merge join sorted both sides by (msg_key, msg_id, request_id)
+        both = before.join(after.hint("shuffle_hash"), on=[MSG_KEY, "msg_id", "request_id"], how="full_outer")
         return both.select(
             MSG_KEY,
             "msg_id",
@@ -311,38 +313,43 @@ class Model:
         """One row per (msg_id, consumer group): deliveries, first delivery and ack, retries, DLQ."""
         if "consumers" in self._cache:
             return self._cache["consumers"]
+        # One pass over the attempts for both groupings: every attempt counts for its own group, and an
+        # attempt read from %DLQ%<G> once more for G (the DLQ move it shows).  The attempts (a full outer
+        # join of all Sub records) were computed twice before, once per grouping, then full-outer-joined.
         a = self.attempts
-        failed_final = (F.col("success") == F.lit(False)) & (F.col("retry_times") >= MAX_RECONSUME_TIMES)
-        stats = a.groupBy(MSG_KEY, "msg_id", "grp").agg(
+        dlq_grp = F.when(F.col("origin_topic").startswith(DLQ_PREFIX),
+                         F.substring(F.col("origin_topic"), len(DLQ_PREFIX) + 1, 1 << 16))
+        roles = F.array_compact(F.array(
+            F.struct(F.col("grp").alias("g"), F.lit(False).alias("via_dlq")),
+            F.when(dlq_grp.isNotNull(), F.struct(dlq_grp.alias("g"), F.lit(True).alias("via_dlq"))),
+        ))
+        tagged = a.select("*", F.explode(roles).alias("role")).select(
+            "*", F.col("role.g").alias("role_grp"), F.col("role.via_dlq").alias("via_dlq"))
+        own = ~F.col("via_dlq")
+        failed_final = own & (F.col("success") == F.lit(False)) & (F.col("retry_times") >= MAX_RECONSUME_TIMES)
+        stats = tagged.groupBy(MSG_KEY, "msg_id", F.col("role_grp").alias("grp")).agg(
             # attempts are unique per (msgId, request id) after the join: a plain count, no distinct aggregate
-            F.count("request_id").alias("deliveries"),
-            F.min("begin_ts").alias("first_delivery_ts"),
-            F.min(F.when(F.col("success"), F.col("end_ts"))).alias("first_ack_ts"),
-            F.max("retry_times").alias("max_retry_times"),
-            F.count(F.when(F.col("success") == F.lit(False), True)).alias("failures"),
+            F.count(F.when(own, F.col("request_id"))).alias("deliveries"),
+            F.min(F.when(own, F.col("begin_ts"))).alias("first_delivery_ts"),
+            F.min(F.when(own & F.col("success"), F.col("end_ts"))).alias("first_ack_ts"),
+            F.max(F.when(own, F.col("retry_times"))).alias("max_retry_times"),
+            F.count(F.when(own & (F.col("success") == F.lit(False)), True)).alias("failures"),
             F.min(F.when(failed_final, F.coalesce("end_ts", "begin_ts"))).alias("dlq_retry_ts"),
+            F.min(F.when(F.col("via_dlq"), F.coalesce("begin_ts", "end_ts"))).alias("dlq_read_ts"),
         )
-        from_dlq = (
-            a.where(F.col("origin_topic").startswith(DLQ_PREFIX))
-            .select(
-                MSG_KEY,
-                "msg_id",
-                F.substring(F.col("origin_topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("grp"),
-                F.coalesce("begin_ts", "end_ts").alias("t"),
-            )
-            # the broker's record of the move itself: a Pub on %DLQ%<group> (trace/broker_side.py
-            # on_dead_lettered), also for a group whose retryMaxTimes is below MAX_RECONSUME_TIMES
-            # and whose dead letters nobody reads
-            .unionByName(
-                self.records.where((F.col("rec_type") == "Pub") & F.col("topic").startswith(DLQ_PREFIX)
-                                   & F.coalesce(F.col("success"), F.lit(True)))
-                .select(MSG_KEY, "msg_id", F.substring(F.col("topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("grp"),
-                        F.col("ts").alias("t"))
-            )
+        # the broker's record of the move itself: a Pub on %DLQ%<group> (trace/broker_side.py
+        # on_dead_lettered), also for a group whose retryMaxTimes is below MAX_RECONSUME_TIMES
+        # and whose dead letters nobody reads
+        from_dlq_pub = (
+            self.records.where((F.col("rec_type") == "Pub") & F.col("topic").startswith(DLQ_PREFIX)
+                               & F.coalesce(F.col("success"), F.lit(True)))
+            .select(MSG_KEY, "msg_id", F.substring(F.col("topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("grp"),
+                    F.col("ts").alias("t"))
             .groupBy(MSG_KEY, "msg_id", "grp")
-            .agg(F.min("t").alias("dlq_topic_ts"))
+            .agg(F.min("t").alias("dlq_pub_ts"))
         )
-        joined = stats.join(from_dlq.hint("shuffle_hash"), on=[MSG_KEY, "msg_id", "grp"], how="full_outer").select(
+        dlq_topic_ts = F.least("dlq_read_ts", "dlq_pub_ts")
+        joined = stats.join(from_dlq_pub.hint("shuffle_hash"), on=[MSG_KEY, "msg_id", "grp"], how="full_outer").select(
             MSG_KEY,
             "msg_id",
             "grp",
@@ -351,8 +358,8 @@ class Model:
             "first_ack_ts",
             "max_retry_times",
             F.coalesce("failures", F.lit(0)).cast("int").alias("failures"),
-            (F.col("dlq_retry_ts").isNotNull() | F.col("dlq_topic_ts").isNotNull()).alias("dlq"),
-            F.least("dlq_retry_ts", "dlq_topic_ts").alias("dlq_ts"),
+            (F.col("dlq_retry_ts").isNotNull() | dlq_topic_ts.isNotNull()).alias("dlq"),
+            F.least("dlq_retry_ts", dlq_topic_ts).alias("dlq_ts"),
         )
         return self._keep("consumers", joined)
 
