@@ -8,6 +8,12 @@ candidates and the acks, written once): Spark's interval-bucket join, Spark's wi
 join and DuckDB's ``ASOF JOIN``.  A checksum of the join results shows they agree.
 Driver memory is the peak resident size of the driver JVM and of the Python driver.
 
+Cold and warm: the pipeline's first run (``decode_s``, ``jobs_s``, ``all_jobs_s``, ``all_jobs_cpu_s``)
+is in a fresh JVM and pays its compilation (about 100 CPU seconds whatever the size, docs/ANALYTICS.md);
+``warm`` lists the same pipeline run again in the same JVM (``--warm-runs``, default 1), what a
+long-lived session (``rocketscope analyze --incremental --watch``) pays per run.  The incremental run
+(``incremental_s``, ``incremental_cpu_s``) comes after them in the same JVM, so it is warm too.
+
 In the same run, after Spark's four jobs, DuckDB computes the same four tables from the same
 Parquet files (``rocketscope.spark.duckdb_pipeline``: decode, shared tables, jobs, Parquet
 written per date) with as many threads as Spark has cores: issue 22's target is Spark's whole
@@ -265,9 +271,39 @@ def duckdb_pipeline(data: Path, work: Path, threads: int, memory: str) -> dict[s
     return result
 
 
+def warm_pipeline(spark: Any, rows: Any, out: Path, cpu: CpuClock, n: int) -> dict[str, Any]:
+    """Decode and the four jobs once more in the same session (fresh model): wall and JVM CPU seconds.
+
+    The cold figures (``decode_s``, ``jobs_s``, ``all_jobs_s``, ``all_jobs_cpu_s``) are the first run in
+    a fresh JVM; these are what every later run in a long-lived session costs.  The tables written
+    must have the cold run's row counts (``rows_as_cold``, checked by the caller).
+    """
+    from rocketscope.spark.jobs import JOBS
+    from rocketscope.spark.model import Model
+    from rocketscope.spark.output import write_table
+
+    shutil.rmtree(out, ignore_errors=True)
+    model = Model(spark, rows)
+    entry: dict[str, Any] = {"run": n + 1, "jobs_s": {}}
+    cpu.start()
+    try:
+        entry["decode_s"], _ = timed(f"warm run {n + 1}: decode", lambda: (model.records.count(),
+                                                                         model.events.count()))
+        for name, build in JOBS.items():
+            entry["jobs_s"][name], _ = timed(f"warm run {n + 1}: job {name}",
+                                             lambda b=build, j=name: write_table(b(model), out, j))
+    finally:
+        model.unpersist()
+    entry["all_jobs_s"] = round(entry["decode_s"] + sum(entry["jobs_s"].values()), 2)
+    entry["all_jobs_cpu_s"] = cpu.seconds()
+    entry["rows"] = table_rows(out, JOBS)
+    log(f"warm run {n + 1}: all jobs {entry['all_jobs_s']:.1f} s wall, {entry['all_jobs_cpu_s']} s CPU")
+    return entry
+
+
 def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master: str = "local[2]",
                jobs_only: bool = False, python_decode: bool = False, incremental: bool = True,
-               duckdb_memory: str | None = None) -> dict[str, Any]:
+               duckdb_memory: str | None = None, warm_runs: int = 1) -> dict[str, Any]:
     import duckdb
     from pyspark.sql import functions as F
 
@@ -328,6 +364,13 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
                 log(f"tables differ: rows spark {result['spark_pipeline_rows']}, duckdb "
                     f"{result['duckdb_pipeline_rows']}; differing rows (percentiles aside) "
                     f"{result['pipeline_rows_differ']}")
+        # Warm: the same pipeline again in the same JVM with a fresh model (nothing cached), as a long-lived
+        # session (analyze --watch) runs it; the JIT-compiled code and the generated classes are reused.
+        model.unpersist()
+        for n in range(1, warm_runs + 1):
+            warm = warm_pipeline(spark, rows, work / f"tables-warm-{n}", cpu, n)
+            warm["rows_as_cold"] = warm["rows"] == table_rows(out, JOBS)
+            result.setdefault("warm", []).append(warm)
         if incremental:
             model.unpersist()
             old, new = split_files(data)
@@ -336,7 +379,10 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
             first = run_incremental(spark, old, inc_out, ["all"])
             result["incremental_first_run_s"] = first["seconds"]["total"]
             log(f"incremental first run ({len(old)} files): {first['seconds']['total']:.1f} s")
+            cpu.start()
             second = run_incremental(spark, old + new, inc_out, ["all"])
+            # in the JVM that ran everything above: a warm run, as under analyze --watch
+            result["incremental_cpu_s"] = cpu.seconds()
             result["incremental_s"] = second["seconds"]["total"]
             result["incremental_steps_s"] = second["seconds"]
             result["incremental_new_messages"] = round(messages * len(new) / (len(old) + len(new)))
@@ -433,6 +479,12 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 "rows_agree": entry.get("pipeline_rows_agree"),
                 "tables_agree": entry.get("pipeline_tables_agree"),
             }
+            warm = (entry.get("warm") or [None])[-1]
+            if warm and warm.get("all_jobs_s"):
+                # the last warm run in the same JVM: what a long-lived session (analyze --watch) pays per run
+                by_size[str(n)]["warm_wall"] = round(warm["all_jobs_s"] / entry["duckdb_pipeline_s"], 2)
+                by_size[str(n)]["warm_cpu"] = round(warm["all_jobs_cpu_s"] / entry["duckdb_pipeline_cpu_s"], 2) \
+                    if warm.get("all_jobs_cpu_s") and entry.get("duckdb_pipeline_cpu_s") else None
     out["spark_over_duckdb_pipeline_by_size"] = by_size
     if by_size:
         largest = str(max(int(n) for n in by_size))
@@ -461,6 +513,8 @@ def print_table(results: dict[str, Any]) -> None:
     rows += [(f"{j} (s)", f"jobs_s.{j}") for j in ("message_timeline", "replication_latency", "failover_impact",
                                                     "e2e_latency")]
     rows += [("all jobs (s)", "all_jobs_s"), ("all jobs CPU (s)", "all_jobs_cpu_s"),
+             ("warm: all jobs (s)", "warm.-1.all_jobs_s"), ("warm: all jobs CPU (s)", "warm.-1.all_jobs_cpu_s"),
+             ("incremental, last 10% (s)", "incremental_s"), ("incremental CPU (s)", "incremental_cpu_s"),
              ("duckdb pipeline (s)", "duckdb_pipeline_s"), ("duckdb pipeline CPU (s)", "duckdb_pipeline_cpu_s"),
              ("pipeline rows agree", "pipeline_rows_agree"), ("pipeline tables agree", "pipeline_tables_agree"),
              ("join: spark interval (s)", "join_spark_interval_s"),
@@ -474,7 +528,8 @@ def print_table(results: dict[str, Any]) -> None:
 
     def get(d: dict, path: str) -> Any:
         for part in path.split("."):
-            d = d.get(part, {}) if isinstance(d, dict) else {}
+            # "-1" of a list: its last entry (the last warm run)
+            d = (d[int(part)] if d else {}) if isinstance(d, list) else (d.get(part, {}) if isinstance(d, dict) else {})
         return d if d != {} else "-"
 
     width = max(len(r[0]) for r in rows) + 2
@@ -534,6 +589,9 @@ def main() -> None:
     parser.add_argument("--python-decode", action="store_true",
                         help="also time the Python codec (mapInArrow) against the SQL decoder on the same rows")
     parser.add_argument("--no-incremental", action="store_true", help="skip the incremental run")
+    parser.add_argument("--warm-runs", type=int, default=1,
+                        help="after the cold run, run decode and the four jobs this many times more in the same JVM "
+                             "(the 'warm' entries: what a long-lived session pays per run)")
     parser.add_argument("--duckdb-memory", default=None,
                         help="DuckDB's memory limit for its whole pipeline (it spills beyond it); "
                              "default: the same as --driver-memory")
@@ -554,7 +612,8 @@ def main() -> None:
                                  "ha_rows": summary.get("ha_rows")}
         entry.update(bench_size(data, args.cache / f"work-{args.one}", args.driver_memory, args.one,
                                 master=args.master, jobs_only=args.jobs_only, python_decode=args.python_decode,
-                                incremental=not args.no_incremental, duckdb_memory=args.duckdb_memory))
+                                incremental=not args.no_incremental, duckdb_memory=args.duckdb_memory,
+                                warm_runs=args.warm_runs))
         entry["wall_s"] = round(time.monotonic() - started, 1)
         entry["load_avg_1m"] = {"start": load_before, "end": round(os.getloadavg()[0], 1)}
         print(json.dumps(entry))
@@ -580,6 +639,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--one", str(size), "--seed", str(args.seed), "--rate", str(args.rate),
                "--cache", str(args.cache), "--driver-memory", args.driver_memory]
         cmd += ["--duckdb-memory", args.duckdb_memory] if args.duckdb_memory else []
+        cmd += ["--warm-runs", str(args.warm_runs)]
         cmd += [flag for flag, on in (("--jobs-only", args.jobs_only), ("--python-decode", args.python_decode),
                                       ("--no-incremental", args.no_incremental)) if on]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)

@@ -15,17 +15,25 @@ JIT compilation, not the data, was the largest cost at 20k-200k messages (docs/A
     JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1" .venv/bin/python bench/spark_profile.py DATA  # JVM flags
 
 Tables: ``--tables pubs,replication,copies,messages,consumers`` (the default), each counted
-after records, events and leaderships; then the message_timeline table is computed (not
-written).  ``--explain`` prints each table's formatted plan.
+after records, events and leaderships; then the four jobs' tables are written (to a temporary
+directory), each a step.  ``--explain`` prints each table's formatted plan.  Every step
+reports the driver JVM's CPU, this Python process's CPU (py4j, planning calls) and the
+classes Janino compiled in it.  ``--passes 2`` repeats everything with a fresh model in the
+same JVM: the second pass is what a long-lived session (``analyze --watch``) pays per run.
+``--conf KEY=VALUE`` sets a Spark setting (codegen settings measured this way).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
+import resource
+import shutil
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -42,6 +50,14 @@ def use_code(tree: Path) -> None:
     rocketscope.spark = pkg  # type: ignore[attr-defined]
 
 
+def codegen_counts(jvm: Any) -> dict[str, float]:
+    """Spark's codegen metrics so far in this JVM: classes compiled by Janino and their compile time."""
+    metrics = jvm.org.apache.spark.metrics.source.CodegenMetrics
+    comp = metrics.METRIC_COMPILATION_TIME()
+    return {"compilations": int(comp.getCount()),
+            "compile_ms": float(comp.getSnapshot().getMean() * comp.getCount())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path)
@@ -50,18 +66,24 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--explain", action="store_true")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="run every step this many times in the same JVM (a fresh model each pass): "
+                             "pass 1 is cold, later passes show what a long-lived session pays")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeat), e.g. spark.sql.codegen.cache.maxEntries=0")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     args = parser.parse_args()
     if args.code:
         use_code(args.code)
-    from pyspark.sql import functions as F
-
-    from rocketscope.spark.jobs import message_timeline
+    from rocketscope.spark.jobs import JOBS
     from rocketscope.spark.model import Model
+    from rocketscope.spark.output import write_table
     from rocketscope.spark.schema import ROW_SCHEMA
     from rocketscope.spark.session import get_session
 
+    conf = dict(c.split("=", 1) for c in args.conf)
     spark = get_session("local[2]", app_name="rocketscope-profile", driver_memory=args.driver_memory,
-                        shuffle_partitions=args.partitions)
+                        shuffle_partitions=args.partitions, conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     jvm = spark.sparkContext._jvm
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
@@ -71,31 +93,48 @@ def main() -> None:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / tick
 
-    total = 0.0
+    def py_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
 
-    def step(name: str, fn: Any) -> None:
-        nonlocal total
-        wall, before = time.monotonic(), cpu()
-        value = fn()
-        used = cpu() - before
-        total += used
-        print(f"{name}: {time.monotonic() - wall:.1f} s wall, {used:.1f} s CPU -> {value}", flush=True)
+    load_start = os.getloadavg()
+    print(f"load average at start: {load_start}; conf {conf}", flush=True)
+    report: dict[str, Any] = {"data": str(args.data), "conf": conf, "partitions": args.partitions,
+                              "load_start": load_start, "passes": []}
+    out_dir = Path(tempfile.mkdtemp(prefix="rs-profile-"))
+    def run_pass(n: int) -> dict[str, Any]:
+        """Every step once with a fresh model; CPU of the JVM and of Python, Janino classes, per step."""
+        steps: dict[str, dict[str, float]] = {}
 
-    print(f"load average at start: {os.getloadavg()}", flush=True)
-    rows = spark.read.schema(ROW_SCHEMA).parquet(str(args.data / "trace"), str(args.data / "ha"))
-    model = Model(spark, rows)
-    step("records", lambda: model.records.count())
-    step("events", lambda: model.events.count())
-    step("leaderships", lambda: model.leaderships.count())
-    for name in [t for t in args.tables.split(",") if t]:
-        if args.explain:
-            getattr(model, name).explain("formatted")
-        step(name, lambda n=name: getattr(model, n).count())
-    timeline = message_timeline.build(model)
-    if args.explain:
-        timeline.explain("formatted")
-    step("message_timeline", lambda: timeline.agg(F.sum(F.hash(*timeline.columns))).first()[0])
-    print(f"steps: {total:.1f} s CPU of the driver JVM; load average at end: {os.getloadavg()}")
+        def step(name: str, fn: Any) -> None:
+            wall, before, py_before, cg = time.monotonic(), cpu(), py_cpu(), codegen_counts(jvm)
+            value = fn()
+            steps[name] = {"wall_s": round(time.monotonic() - wall, 1), "jvm_cpu_s": round(cpu() - before, 1),
+                           "python_cpu_s": round(py_cpu() - py_before, 1),
+                           "janino_classes": codegen_counts(jvm)["compilations"] - cg["compilations"]}
+            print(f"pass {n} {name}: {steps[name]} -> {value}", flush=True)
+
+        pass_wall, pass_cpu = time.monotonic(), cpu()
+        rows = spark.read.schema(ROW_SCHEMA).parquet(str(args.data / "trace"), str(args.data / "ha"))
+        model = Model(spark, rows)
+        step("records", lambda: model.records.count())
+        step("events", lambda: model.events.count())
+        step("leaderships", lambda: model.leaderships.count())
+        for name in [t for t in args.tables.split(",") if t]:
+            if args.explain and n == 1:
+                getattr(model, name).explain("formatted")
+            step(name, lambda m=name: getattr(model, m).count())
+        for name, build in JOBS.items():
+            step(f"job {name}", lambda b=build, j=name: write_table(b(model), out_dir / f"pass-{n}", j))
+        model.unpersist()
+        total = cpu() - pass_cpu
+        print(f"pass {n}: {total:.1f} s CPU of the driver JVM, {time.monotonic() - pass_wall:.1f} s wall; "
+              f"load average {os.getloadavg()}", flush=True)
+        return {"pass": n, "steps": steps, "jvm_cpu_s": round(total, 1),
+                "wall_s": round(time.monotonic() - pass_wall, 1), "load_end": os.getloadavg()}
+
+    for n in range(1, args.passes + 1):
+        report["passes"].append(run_pass(n))
     metrics = jvm.org.apache.spark.metrics.source.CodegenMetrics
     for label, metric in (("compilation ms", "METRIC_COMPILATION_TIME"), ("source chars", "METRIC_SOURCE_CODE_SIZE"),
                           ("class bytecode", "METRIC_GENERATED_CLASS_BYTECODE_SIZE"),
@@ -113,7 +152,12 @@ def main() -> None:
         by_thread[re.sub(r"[0-9]+", "N", comm)] += (int(fields[11]) + int(fields[12])) / tick
     for name, seconds in by_thread.most_common(8):
         print(f"thread {name}: {seconds:.1f} s CPU (whole JVM life)")
+    report["threads_cpu_s"] = {k: round(v, 1) for k, v in by_thread.most_common(8)}
+    report["load_end"] = os.getloadavg()
     spark.stop()
+    shutil.rmtree(out_dir, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

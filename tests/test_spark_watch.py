@@ -28,11 +28,6 @@ from rocketscope.spark.generate import GenConfig, generate
 from rocketscope.spark.reference import Reference, read_rows
 from rocketscope.spark.watch import watch
 
-# Two incremental runs (a few dozen Spark jobs each) in the test session's C1-only JVM: 4 min at a load
-# average of 7-10, so it is left to `make test-full`; alone:
-#     .venv/bin/pytest -m long tests/test_spark_watch.py
-pytestmark = [pytest.mark.e2e, pytest.mark.long, pytest.mark.timeout(1200)]
-
 DAY_MS = 86_400_000
 # The job tests' traffic (same seed and start: across midnight, both failovers), shortened to 900 messages in
 # three chunks: an incremental run is a few dozen Spark jobs whatever the size, so fewer rows save little,
@@ -44,6 +39,30 @@ def _chunks(src: Path, sub: str) -> list[Path]:
     return sorted((src / sub).glob("*.parquet"))
 
 
+def test_watch_needs_incremental_and_a_positive_interval(tmp_path: Path) -> None:
+    """Refused before any Spark session starts, with the option named."""
+    from click.testing import CliRunner
+
+    from rocketscope.spark.cli import analyze
+
+    (tmp_path / "in").mkdir()
+    runner = CliRunner()
+    for extra in (["--watch", "5"], ["--incremental", "--watch", "0"]):
+        result = runner.invoke(analyze, ["all", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                                         *extra])
+        assert result.exit_code == 2, result.output
+        assert "--watch SECONDS needs --incremental and SECONDS > 0" in result.output
+    result = runner.invoke(analyze, ["stream", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                                     "--watch", "5"])
+    assert result.exit_code == 2 and "--watch are for batch runs" in result.output
+
+
+# Two incremental runs (a few dozen Spark jobs each) in the test session's C1-only JVM: 4 min at a load
+# average of 7-10, so it is left to `make test-full`; alone:
+#     .venv/bin/pytest -m long tests/test_spark_watch.py
+@pytest.mark.e2e
+@pytest.mark.long
+@pytest.mark.timeout(1200)
 def test_watch_merges_new_files_in_one_session_and_matches_reference(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     data = tmp_path / "data"
     generate(data, SMALL, progress=False)
