@@ -41,6 +41,15 @@ def jvm_cpu_seconds(spark: SparkSession) -> float | None:
         return None
 
 
+def compiled_classes(spark: SparkSession) -> int | None:
+    """Classes Janino compiled in the driver JVM so far (Spark's codegen metrics); None when unavailable."""
+    try:
+        metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+        return int(metrics.METRIC_COMPILATION_TIME().getCount())
+    except Exception:  # py4j errors, a remote driver: the figure is informative only
+        return None
+
+
 def watch(spark: SparkSession, inputs: Iterable[str | Path], output: str | Path, jobs: Iterable[str], *,
           interval_s: float, asof_method: str = "interval", lateness_ms: int = DEFAULT_LATENESS_MS,
           slot_ms: int = DEFAULT_SLOT_MS, stop: threading.Event | None = None, max_runs: int | None = None,
@@ -48,8 +57,9 @@ def watch(spark: SparkSession, inputs: Iterable[str | Path], output: str | Path,
     """Run incremental runs every ``interval_s`` in ``spark`` until ``stop`` is set (or ``max_runs`` checks).
 
     A check that finds no new file costs a directory listing, no Spark job.  ``on_run``
-    gets each check's result (``run_incremental``'s dict plus ``check``, ``wall_s`` and
-    ``jvm_cpu_s``).  Returns the number of checks made.
+    gets each check's result (``run_incremental``'s dict plus ``check``, ``wall_s``,
+    ``jvm_cpu_s`` and ``compiled_classes``: the classes Janino compiled during the check).  Returns
+    the number of checks made.
     """
     if interval_s <= 0:
         raise ValueError(f"the watch interval must be positive, got {interval_s}")
@@ -59,16 +69,19 @@ def watch(spark: SparkSession, inputs: Iterable[str | Path], output: str | Path,
     checks = 0
     while not stop.is_set() and (max_runs is None or checks < max_runs):
         checks += 1
-        started, cpu = time.monotonic(), jvm_cpu_seconds(spark)
+        started, cpu, classes = time.monotonic(), jvm_cpu_seconds(spark), compiled_classes(spark)
         result = run_incremental(spark, inputs, output, jobs, asof_method=asof_method, lateness_ms=lateness_ms,
                                  slot_ms=slot_ms, progress=progress)
-        cpu_after = jvm_cpu_seconds(spark)
+        cpu_after, classes_after = jvm_cpu_seconds(spark), compiled_classes(spark)
         result["check"] = checks
         result["wall_s"] = round(time.monotonic() - started, 2)
         result["jvm_cpu_s"] = round(cpu_after - cpu, 1) if cpu is not None and cpu_after is not None else None
+        result["compiled_classes"] = classes_after - classes if classes is not None and classes_after is not None \
+            else None
         if progress and result["new_files"]:
             print(f"analyze watch: check {checks}: {result['new_files']} new file(s) merged in {result['wall_s']:.1f} s"
-                  f" ({result['jvm_cpu_s']} CPU s of the driver JVM)", file=sys.stderr, flush=True)
+                  f" ({result['jvm_cpu_s']} CPU s of the driver JVM, {result['compiled_classes']} classes compiled)",
+                  file=sys.stderr, flush=True)
         if on_run:
             on_run(result)
         if max_runs is not None and checks >= max_runs:
