@@ -29,7 +29,7 @@ from .admin_service import BrokerAdminService
 from .broker_config import namesrv_addresses
 from .client_metrics import ClientMetricsProxy
 from .clients import ClientRegistry
-from .dledger.node import DLedgerNode
+from .dledger.node import DLedgerConfig, DLedgerNode
 from .dledger.retention import DLedgerRetention
 from .dledger.transport import PeerServicer
 from .errors import grpc_code
@@ -132,7 +132,10 @@ class Broker:
         self.forwarder = LeaderForwarder(self)
         self.slave_reader = SlaveReader(self)
         if s.enableDLegerCommitLog:
-            self.dledger = DLedgerNode(self)
+            self.dledger = DLedgerNode(DLedgerConfig.from_settings(s), self.store, self.ha_events,
+                                       on_role_change=self.on_dledger_role_change, metrics=lambda: self.metrics,
+                                       addresses=(self.grpc_addr, self.internal_addr),
+                                       channel=self.security.client_tls.channel)
             self.store.replicated_writer = self.dledger.propose
             self.store._confirm = 0  # nothing is visible until Raft says what is committed
             # retention only below the point every member has applied (no snapshots to send a lagging one)
