@@ -53,7 +53,7 @@ from .pull import PullService
 from .remoting.broker_handlers import bind_broker_port
 from .security import AclInterceptor, SecurityConfig, bind_listener
 from .slave_read import SlaveReader
-from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
+from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig, StoreHooks
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
 from .timer import RecallError, TimerService
@@ -105,7 +105,7 @@ class Broker:
         self.bind_host = s.bindAddress or s.brokerIP1
         self.ha_bind_host = s.haBindAddress or s.brokerIP2 or s.brokerIP1
         root = Path(s.storePathRootDir).expanduser()
-        self.store = MessageStore(store_config(s, self.grpc_addr))
+        self.store = MessageStore(store_config(s, self.grpc_addr), self._store_hooks(s))
         self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
         self.groups = GroupManager(root / "config" / "subscriptionGroup.json")
         self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
@@ -124,9 +124,6 @@ class Broker:
                                     commit_interval_ms=s.haEventCommitIntervalMillis)
         self.replication_master = ReplicationMaster(self)
         self.replication_slave = ReplicationSlave(self)
-        self.store.replication_waiter = self._wait_replicated
-        self.store.on_append = self.replication_master.notify_appended
-        self.store.on_data = self.ha_events.note_data
         self.pop.writable = lambda: self.is_master
         self.pop.hands_out = lambda: self.is_master or self.slave_reader.acting.acting
         self.forwarder = LeaderForwarder(self)
@@ -136,8 +133,6 @@ class Broker:
                                        on_role_change=self.on_dledger_role_change, metrics=lambda: self.metrics,
                                        addresses=(self.grpc_addr, self.internal_addr),
                                        channel=self.security.client_tls.channel)
-            self.store.replicated_writer = self.dledger.propose
-            self.store._confirm = 0  # nothing is visible until Raft says what is committed
             # retention only below the point every member has applied (no snapshots to send a lagging one)
             DLedgerRetention(self).install()
         self.replicas = None  # controller mode (broker/controller/replicas.py)
@@ -147,8 +142,6 @@ class Broker:
             self._role = "SLAVE"  # nothing is writable until the controller names a master
             self.replicas = ReplicasManager(self)
             self._broker_id = max(self.replicas.my_id, 1)
-            self.store.replication_waiter = self.replicas.wait_replicated
-            self.store._confirm = 0  # visible only up to what the SyncStateSet acknowledged
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000,
                                      channel=self.security.client_tls.channel)
         self.topics_on_change = self.namesrv.register_now
@@ -157,6 +150,27 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._route_cache: dict[str, tuple[float, namesrv_pb2.TopicRouteData | None]] = {}
         self.started_at = time.time()
+
+    def _store_hooks(self, s: Settings) -> StoreHooks:
+        """The store's hooks for this HA mode.  They call objects built after the store (the HA master, the
+        event log, the DLedger member, the controller-mode replicas), so each looks its object up when called."""
+        dledger, controller = bool(s.enableDLegerCommitLog), bool(s.enableControllerMode)
+        return StoreHooks(
+            # DLedger: nothing is visible until Raft says what is committed; controller mode: only up to
+            # what the SyncStateSet acknowledged
+            confirm_offset=0 if dledger or controller else None,
+            replication_waiter=self._replicas_wait if controller else self._wait_replicated,
+            on_append=lambda: self.replication_master.notify_appended(),
+            on_data=lambda end: self.ha_events.note_data(end),
+            replicated_writer=self._dledger_propose if dledger else None)
+
+    async def _dledger_propose(self, messages: list[StoredMessage]) -> list[PutResult]:
+        assert self.dledger is not None
+        return await self.dledger.propose(messages)
+
+    async def _replicas_wait(self, end_offset: int) -> PutStatus:
+        assert self.replicas is not None
+        return await self.replicas.wait_replicated(end_offset)
 
     def _register_created_topics(self) -> None:
         """Send the registration as soon as the broker creates a topic itself (the retry and DLQ topics of
@@ -203,6 +217,15 @@ class Broker:
     @property
     def broker_id(self) -> int:
         return self.dledger.broker_id if self.dledger is not None else self._broker_id
+
+    @property
+    def own_broker_id(self) -> int:
+        """The id this broker keeps outside DLedger (brokerId, or what a switch-over or the controller assigned)."""
+        return self._broker_id
+
+    def set_broker_id(self, broker_id: int) -> None:
+        """Controller mode: the controller assigned this broker an id (broker/controller/replicas.py)."""
+        self._broker_id = broker_id
 
     @property
     def node_id(self) -> str:

@@ -227,7 +227,7 @@ class LeaderForwarder:
                     return self._ns_leader
         return None
 
-    def _channel(self, addr: str) -> grpc.aio.Channel:
+    def channel(self, addr: str) -> grpc.aio.Channel:
         """The channel to ``addr``; a fresh one if the cached one sits in reconnect back-off."""
         ch = self._channels.get(addr)
         if ch is not None and ch.get_state(try_to_connect=False) == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
@@ -244,14 +244,14 @@ class LeaderForwarder:
         Starting a call on a closed channel raises grpc's UsageError at once (no I/O happened),
         so starting it again on a new channel is always safe.
         """
-        ch = self._channel(addr)
+        ch = self.channel(addr)
         try:
             return begin(ch)
         except grpc.aio.UsageError:
             if self._channels.get(addr) is ch:
                 del self._channels[addr]
             log.info("channel to %s was closed under a forwarded request; dialling a fresh one", addr)
-            return begin(self._channel(addr))
+            return begin(self.channel(addr))
 
     def _retire(self, ch: grpc.aio.Channel) -> None:
         async def later() -> None:

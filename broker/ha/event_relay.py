@@ -50,7 +50,7 @@ def writer_admin_addr(broker: Broker) -> str:
         addr = broker.replicas.master_addr
         return "" if addr == broker.internal_addr else addr
     slave = broker.replication_slave
-    return slave.master_admin_addr or slave._master_addresses()[1]
+    return slave.master_admin_addr or slave.master_addresses()[1]
 
 
 def install(broker: Broker) -> None:

@@ -44,6 +44,11 @@ class ReplicationSlave:
         # slave reads or after a promotion, see only what the SyncStateSet acknowledged)
         self.follow_confirm = False
 
+    @property
+    def running(self) -> bool:
+        """Started and not stopped since."""
+        return bool(self._tasks)
+
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._replicate(), name="ha-slave"),
@@ -58,7 +63,7 @@ class ReplicationSlave:
         self._tasks = []
         self.connected = False
 
-    def _master_addresses(self) -> tuple[str, str]:
+    def master_addresses(self) -> tuple[str, str]:
         if self.address_override is not None:
             return self.address_override()
         s = self.broker.settings
@@ -74,7 +79,7 @@ class ReplicationSlave:
     async def _replicate(self) -> None:
         failures = 0
         while True:
-            ha_addr, admin_addr = self._master_addresses()
+            ha_addr, admin_addr = self.master_addresses()
             if not ha_addr:
                 await asyncio.sleep(0.5)
                 continue

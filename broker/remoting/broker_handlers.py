@@ -48,6 +48,7 @@ from .codec import (
 from .compression import SYSFLAG_COMPRESSED, inflate
 from .config import parse_delay_levels
 from .server import Connection, Handler, RemotingServer
+from .tags import parse_tags
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -136,14 +137,6 @@ class RemoteClient:
     version: int = 0
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
-
-
-def parse_tags(sub_string: str) -> set[str] | None:
-    """``*`` or empty -> every tag; ``a || b`` -> {a, b}."""
-    text = (sub_string or "").strip()
-    if text in ("", "*"):
-        return None
-    return {t.strip() for t in text.split("||") if t.strip()} or None
 
 
 _PLAIN = pb.Message()  # the "original" of a normal message (no delay, not a transaction), shared: never written
@@ -253,7 +246,7 @@ class RemotingBroker:
                            store_host=self.store_addr, reconsume_times=m.reconsume_times,
                            prepared_tx_offset=m.prepared_tx_offset)
 
-    def _topic(self, name: str, *, read: bool = False) -> Any:
+    def topic_config(self, name: str, *, read: bool = False) -> Any:
         problem = topic_name_problem(name)
         if problem:
             raise HeaderError(f"topic[{name[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
@@ -264,13 +257,13 @@ class RemotingBroker:
             raise HeaderError(f"the topic[{name}] pulling message is forbidden", RC.NO_PERMISSION)
         return cfg
 
-    def _queue_id(self, cfg: Any, queue_id: int) -> int:
+    def check_queue_id(self, cfg: Any, queue_id: int) -> int:
         if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
             raise HeaderError(f"queueId[{queue_id}] is illegal, topic:[{cfg.name}] topicConfig.readQueueNums:"
                               f"[{cfg.read_queue_nums}]", RC.INVALID_PARAMETER)
         return queue_id
 
-    def _group(self, name: str) -> None:
+    def check_group(self, name: str) -> None:
         problem = group_name_problem(name)
         if problem:
             raise HeaderError(f"consumer group {name[:200]!r} is not valid: {problem}", RC.INVALID_PARAMETER)
@@ -279,7 +272,7 @@ class RemotingBroker:
                 raise HeaderError(f"subscription group [{name}] does not exist", RC.SUBSCRIPTION_GROUP_NOT_EXIST)
             self.b.groups.create_if_absent(name)
 
-    def _client_id(self, conn: Connection) -> str:
+    def client_id(self, conn: Connection) -> str:
         return conn.client_id
 
     def _deliver_ms(self, props: dict[str, str], now_ms: int) -> int | None:
@@ -298,7 +291,7 @@ class RemotingBroker:
     # --------------------------------------------------------------- send
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         prepared = await self._prepare_send(cmd, conn)
-        cid = self._client_id(conn)
+        cid = self.client_id(conn)
         started = time.perf_counter()
         results = await self.b.put_messages(prepared.stored, prepared.originals, cid)
         return self._answer_send(cmd, prepared, results, cid, int((time.perf_counter() - started) * 1000))
@@ -319,7 +312,7 @@ class RemotingBroker:
                 out[i] = cmd.response(exc.code, str(exc))
         if not ready:
             return out
-        cid = self._client_id(conn)
+        cid = self.client_id(conn)
         stored = [m for _, p in ready for m in p.stored]
         originals = [o for _, p in ready for o in p.originals]
         started = time.perf_counter()
@@ -352,7 +345,7 @@ class RemotingBroker:
                 raise HeaderError("batch request does not support retry group", RC.MESSAGE_ILLEGAL)
             if topic_name_problem(topic):
                 raise HeaderError(f"topic[{topic[:200]}] is not valid", RC.INVALID_PARAMETER)
-            self._group(topic[len(RETRY_PREFIX):])
+            self.check_group(topic[len(RETRY_PREFIX):])
             cfg = b.topics.create_if_absent(topic, 1, system=True)
         else:
             problem = topic_name_problem(topic)
@@ -501,9 +494,9 @@ class RemotingBroker:
         sys_flag = h.int("sysFlag")
         commit_offset = h.int("commitOffset", default=-1)
         suspend_ms = h.int("suspendTimeoutMillis", default=0)
-        self._group(group)
-        cfg = self._topic(topic, read=True)
-        self._queue_id(cfg, queue_id)
+        self.check_group(group)
+        cfg = self.topic_config(topic, read=True)
+        self.check_queue_id(cfg, queue_id)
         sub = self._subscription(h, group, topic, sys_flag)
         try:  # RocketMQ's PullMessageProcessor: SQL92 needs enablePropertyFilter; a bad expression does not parse
             sub_filter = compile_filter(sub.expression_type, sub.sub_string, self.b.settings.enablePropertyFilter)
@@ -591,9 +584,9 @@ class RemotingBroker:
         h = Header(cmd)
         group, topic = h.str("consumerGroup"), h.str("topic")
         queue_id, offset = h.int("queueId"), h.int("commitOffset")
-        self._group(group)
-        cfg = self._topic(topic)
-        self._queue_id(cfg, queue_id)
+        self.check_group(group)
+        cfg = self.topic_config(topic)
+        self.check_queue_id(cfg, queue_id)
         if offset < 0:
             raise HeaderError(f"commitOffset {offset} is negative", RC.INVALID_PARAMETER)
         self._commit(group, topic, queue_id, offset)
@@ -665,7 +658,7 @@ class RemotingBroker:
             if not group or group_name_problem(group):
                 continue
             try:
-                self._group(group)
+                self.check_group(group)
             except HeaderError:
                 continue  # RocketMQ skips a group it does not know
             rtopic = retry_topic(group)
@@ -719,7 +712,7 @@ class RemotingBroker:
         h = Header(cmd)
         offset, group = h.int("offset"), h.str("group")
         delay_level = h.int("delayLevel", default=0)
-        self._group(group)
+        self.check_group(group)
         b = self.b
         msg = b.store.read_physical(offset) if offset >= 0 else None
         if msg is None:
