@@ -134,7 +134,7 @@ class Broker:
                                        addresses=(self.grpc_addr, self.internal_addr),
                                        channel=self.security.client_tls.channel)
             # retention only below the point every member has applied (no snapshots to send a lagging one)
-            DLedgerRetention(self).install()
+            DLedgerRetention(self.dledger, self.store, self.security).install()
         self.replicas = None  # controller mode (broker/controller/replicas.py)
         if s.enableControllerMode:
             from .controller.replicas import ReplicasManager
@@ -280,7 +280,8 @@ class Broker:
         self.timer.start()
         self.transactions.start()
         if self.dledger is not None or self.replicas is not None:  # offsets through the replicated log
-            task = OffsetLog(self).start()
+            task = OffsetLog(self.store, self.topics, self.offsets, self.pop, lambda: self.is_master,
+                             s.consumerOffsetReplicateInterval / 1000).start()
             if task is not None:
                 self._tasks.append(task)
             if s.popStateReplicate:  # hand-outs and acks through the replicated log too

@@ -221,7 +221,7 @@ class RemotingBroker:
             R.LOCK_BATCH_MQ: self.lock_batch, R.UNLOCK_BATCH_MQ: self.unlock_batch,
             R.QUERY_MESSAGE: self.query_message, R.VIEW_MESSAGE_BY_ID: self.view_message,
             R.END_TRANSACTION: self.end_transaction,
-            CHECK_CLIENT_CONFIG: client_config_handler(self.b),
+            CHECK_CLIENT_CONFIG: client_config_handler(self.b.settings),
         }
 
     def _record(self, code: int, response_code: int, seconds: float) -> None:
