@@ -33,6 +33,7 @@ from .dledger.node import DLedgerConfig, DLedgerNode
 from .dledger.retention import DLedgerRetention
 from .dledger.transport import PeerServicer
 from .errors import grpc_code
+from .filter import MessageFilter
 from .forwarding import LeaderForwarder
 from .groups import GroupManager
 from .grpc_options import server_options
@@ -51,7 +52,7 @@ from .pop import Delivery, PopService, request_id
 from .pop_log import PopStateLog
 from .pull import PullService
 from .remoting.broker_handlers import bind_broker_port
-from .security import AclInterceptor, SecurityConfig, bind_listener
+from .security import AclGuard, AclInterceptor, FileWatcher, SecurityConfig, bind_listener
 from .slave_read import SlaveReader
 from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig, StoreHooks
 from .store.record import StoredMessage
@@ -89,9 +90,9 @@ class Broker:
         self.settings = settings
         s = settings
         self.security = SecurityConfig.from_properties(s.raw)
-        self.acl_guard = None
-        self._listeners = []
-        self._acl_watcher = None
+        self.acl_guard: AclGuard | None = None
+        self._listeners: list[Any] = []  # security/listener.py's and remoting/server.py's, started after the servers
+        self._acl_watcher: FileWatcher | None = None
         self.dledger: DLedgerNode | None = None
         self.cluster = s.brokerClusterName
         self.broker_name = s.brokerName
@@ -288,7 +289,7 @@ class Broker:
                 self._tasks.append(PopStateLog(self).start())
         sec = self.security
         self.acl_guard = sec.guard(s.msgTraceTopicName, self.telemetry.counter("rocketmq_acl_denied_total"))
-        interceptors = [AclInterceptor(self.acl_guard)] if self.acl_guard else []
+        interceptors: list[grpc.aio.ServerInterceptor] = [AclInterceptor(self.acl_guard)] if self.acl_guard else []
         self.client_server = grpc.aio.server(interceptors=interceptors,
                                              options=server_options(("grpc.max_receive_message_length", 64 << 20),
                                                                     ("grpc.max_send_message_length", 64 << 20)))
@@ -636,7 +637,7 @@ class Broker:
 
     # ---------------------------------------------------------- consume path
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                      tags: set[str] | None, poll_s: float) -> list[Delivery]:
+                      tags: MessageFilter, poll_s: float) -> list[Delivery]:
         cfg = self.topics.get(topic)
         queue_ids = list(range(cfg.read_queue_nums)) if cfg is not None else [queue_id]
         deliveries = await self.pop.receive(group, topic, queue_ids, batch, invisible_ms, tags, poll_s)

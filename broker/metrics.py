@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -312,11 +312,15 @@ class BrokerMetrics:
         "dledger_peer_lag_entries",
     )
 
+    def _snapshot_reader(self, name: str) -> Callable[[], Any]:
+        """The gauge callback of ``name``: reads the last snapshot (the exporter's thread never computes)."""
+        return lambda: self._snapshot.get(name, ())
+
     def start(self) -> None:
         if not self.enabled:
             return
         for name in self.GAUGES:
-            self._registrations.append(self.t.gauge(name, lambda n=name: self._snapshot.get(n, ())))
+            self._registrations.append(self.t.gauge(name, self._snapshot_reader(name)))
         self.take_snapshot()
         self._task = asyncio.get_running_loop().create_task(self._snapshot_loop(), name="metrics-snapshot")
 

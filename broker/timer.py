@@ -315,7 +315,7 @@ class TimerService:
             try:
                 t, e = (int(x) for x in p[CHECKPOINT].split(","))
             except ValueError:
-                return
+                return None
             if (t, e) > self.claim:
                 self.claim = (t, e)
                 if not self.broker.is_master:

@@ -68,7 +68,7 @@ class EntryPlan:
     accepted: list[StoredMessage]  # the messages in the entries, in log order
     entry_of: list[int]  # per accepted message, its entry's position in ``datas``
     cursor: int  # the log end once the entries are written
-    queue_next_before: dict[str, int] = field(default_factory=dict)  # the store's queue offsets before planning
+    queue_next_before: dict[tuple[str, int], int] = field(default_factory=dict)  # queue offsets before planning
 
 
 def plan_entries(store: MessageStore, messages: list[StoredMessage], cursor: int, max_bytes: int) -> EntryPlan:

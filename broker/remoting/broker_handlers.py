@@ -628,10 +628,14 @@ class RemotingBroker:
         for client in self.consumers.get(group, {}).values():
             client.conn.notify(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
 
+    def _on_watched_close(self, conn: Connection) -> None:
+        self._watched.discard(conn.id)
+        self._forget_connection(conn)
+
     def _watch(self, conn: Connection) -> None:
         if conn.id not in self._watched:
             self._watched.add(conn.id)
-            conn.on_close.append(lambda c: (self._watched.discard(c.id), self._forget_connection(c)))
+            conn.on_close.append(self._on_watched_close)
 
     async def heart_beat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         data = parse_json_body(cmd.body, "HeartbeatData")
@@ -825,10 +829,11 @@ def bind_broker_port(broker: Broker, server: Any, host: str, port: int, tls: Any
     if not s.enableRemoting:
         return bind_listener(server, "listenPort", host, port, tls)
     broker.remoting = RemotingBroker(broker)  # type: ignore[attr-defined]
-    if getattr(broker, "acl_guard", None) is not None:  # aclEnable: the same accounts as gRPC (docs/SECURITY.md)
+    guard = broker.acl_guard
+    if guard is not None:  # aclEnable: the same accounts as gRPC (docs/SECURITY.md)
         from ..security.remoting_acl import RemotingAcl
 
-        broker.remoting.server.gate = RemotingAcl(broker.acl_guard).gate  # type: ignore[attr-defined]
+        broker.remoting.server.gate = RemotingAcl(guard).gate  # type: ignore[attr-defined]
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         # remoting is a client front door: TLS it terminates follows tls.server.need.client.auth, not the

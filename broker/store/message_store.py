@@ -17,6 +17,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -606,7 +607,7 @@ class MessageStore:
 
     # ------------------------------------------------------------------- reads
     def get(self, topic: str, queue_id: int, offset: int, max_count: int,
-            tags: set[str] | None = None, max_bytes: int = 8 * 1024 * 1024) -> GetResult:
+            tags: AbstractSet[str] | None = None, max_bytes: int = 8 * 1024 * 1024) -> GetResult:
         """Up to ``max_count`` messages from ``offset`` on; ``tags`` None means every tag."""
         cq = self.cqs.get((topic, queue_id))
         if cq is None:
