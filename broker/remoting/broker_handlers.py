@@ -24,6 +24,7 @@ from rocketscope.names import RETRY_PREFIX, TRANS_HALF_TOPIC
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
+from ..sends import PLAIN, SendKind
 from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
 from ..topics import topic_name_problem
@@ -139,7 +140,6 @@ class RemoteClient:
     last_seen: float = field(default_factory=time.monotonic)
 
 
-_PLAIN = pb.Message()  # the "original" of a normal message (no delay, not a transaction), shared: never written
 
 
 @dataclass
@@ -149,7 +149,7 @@ class _PreparedSend:
     cfg: Any
     queue_id: int
     stored: list[StoredMessage]
-    originals: list[pb.Message]
+    kinds: list[SendKind]
 
 
 class TransactionCheckOutbox:
@@ -293,7 +293,7 @@ class RemotingBroker:
         prepared = await self._prepare_send(cmd, conn)
         cid = self.client_id(conn)
         started = time.perf_counter()
-        results = await self.b.put_messages(prepared.stored, prepared.originals, cid)
+        results = await self.b.put_messages(prepared.stored, prepared.kinds, cid)
         return self._answer_send(cmd, prepared, results, cid, int((time.perf_counter() - started) * 1000))
 
     async def send_group(self, cmds: list[RemotingCommand], conn: Connection) -> list[RemotingCommand | None]:
@@ -314,9 +314,9 @@ class RemotingBroker:
             return out
         cid = self.client_id(conn)
         stored = [m for _, p in ready for m in p.stored]
-        originals = [o for _, p in ready for o in p.originals]
+        kinds = [k for _, p in ready for k in p.kinds]
         started = time.perf_counter()
-        results = await self.b.put_messages(stored, originals, cid)
+        results = await self.b.put_messages(stored, kinds, cid)
         cost_ms = int((time.perf_counter() - started) * 1000)
         pos = 0
         for i, p in ready:
@@ -375,7 +375,7 @@ class RemotingBroker:
         body_flag = sys_flag
         now_ms = int(time.time() * 1000)
         stored: list[StoredMessage] = []
-        originals: list[pb.Message] = []
+        kinds: list[SendKind] = []
         for i, e in enumerate(entries):
             body = e.body
             if body_flag & SYSFLAG_COMPRESSED and not batch:
@@ -386,10 +386,8 @@ class RemotingBroker:
             props = dict(e.properties)
             if not props.get("UNIQ_KEY"):
                 props["UNIQ_KEY"] = uuid.uuid4().hex.upper()
-            orig = _PLAIN  # read-only in put_messages; a message of its own only when it is delayed or a half
             deliver_ms = self._deliver_ms(props, now_ms)
             if deliver_ms is not None:
-                orig = pb.Message()
                 if batch:
                     raise HeaderError(f"batch message {i} asks for a delay; batches cannot be delayed",
                                       RC.MESSAGE_ILLEGAL)
@@ -401,18 +399,15 @@ class RemotingBroker:
                                       f"({b.settings.timerMaxDelaySec} s)", RC.MESSAGE_ILLEGAL)
                 for name in TIMER_PROPERTIES:
                     props.pop(name, None)
-                orig.system_properties.delivery_timestamp.FromMilliseconds(deliver_ms)
-            if props.get("TRAN_MSG") == "true" or (sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_PREPARED:
-                if batch:
-                    raise HeaderError("batch messages cannot be transactional", RC.MESSAGE_ILLEGAL)
-                if orig is _PLAIN:
-                    orig = pb.Message()
-                orig.system_properties.message_type = pb.TRANSACTION
+            half = props.get("TRAN_MSG") == "true" or \
+                (sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_PREPARED
+            if half and batch:
+                raise HeaderError("batch messages cannot be transactional", RC.MESSAGE_ILLEGAL)
             stored.append(StoredMessage(topic=cfg.name, queue_id=queue_id, body=body, properties=props,
                                         flag=e.flag if batch else flag, born_timestamp=born, born_host=conn.peer,
                                         reconsume_times=reconsume))
-            originals.append(orig)
-        return _PreparedSend(cfg, queue_id, stored, originals)
+            kinds.append(SendKind(half, deliver_ms) if half or deliver_ms is not None else PLAIN)
+        return _PreparedSend(cfg, queue_id, stored, kinds)
 
     def _answer_send(self, cmd: RemotingCommand, prepared: _PreparedSend, results: list[Any], cid: str,
                      cost_ms: int) -> RemotingCommand:
@@ -737,10 +732,8 @@ class RemotingBroker:
         if origin_id:
             copy.properties.setdefault("ORIGIN_MESSAGE_ID", origin_id)
         copy.properties.pop("DELAY", None)
-        orig = pb.Message()
-        orig.system_properties.delivery_timestamp.FromMilliseconds(
-            int(time.time() * 1000) + self.delay_levels_ms[min(level, len(self.delay_levels_ms)) - 1])
-        (res,) = await b.put_messages([copy], [orig])
+        deliver_at = int(time.time() * 1000) + self.delay_levels_ms[min(level, len(self.delay_levels_ms)) - 1]
+        (res,) = await b.put_messages([copy], [SendKind(deliver_at_ms=deliver_at)])
         if res.message is None:
             return cmd.response(PUT_CODES.get(res.status, RC.SYSTEM_ERROR), res.reason or res.status.value)
         return cmd.response()
