@@ -121,12 +121,12 @@ class Broker:
         self.ha_events = HaEventLog(self.cluster, self.broker_name, self.node_id, self.grpc_addr,
                                     self._append_ha_events, lambda: self.is_master, s.haEventAckIntervalMillis,
                                     commit_interval_ms=s.haEventCommitIntervalMillis)
-        self.replication_master = ReplicationMaster(self)
-        self.replication_slave = ReplicationSlave(self)
+        self.replication_master: ReplicationMaster = ReplicationMaster(self)
+        self.replication_slave: ReplicationSlave = ReplicationSlave(self)
         self.pop.writable = lambda: self.is_master
         self.pop.hands_out = lambda: self.is_master or self.slave_reader.acting.acting
-        self.forwarder = LeaderForwarder(self)
-        self.slave_reader = SlaveReader(self)
+        self.forwarder: LeaderForwarder = LeaderForwarder(self)
+        self.slave_reader: SlaveReader = SlaveReader(self)
         if s.enableDLegerCommitLog:
             self.dledger = DLedgerNode(DLedgerConfig.from_settings(s), self.store, self.ha_events,
                                        on_role_change=self.on_dledger_role_change, metrics=lambda: self.metrics,
