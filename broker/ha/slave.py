@@ -15,21 +15,45 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2, ha_pb2_grpc
 
 if TYPE_CHECKING:
-    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.groups import GroupManager
+    from rocketscope.broker.namesrv_client import NamesrvClient
+    from rocketscope.broker.offsets import OffsetManager
+    from rocketscope.broker.security import SecurityConfig
+    from rocketscope.broker.store.message_store import MessageStore
+    from rocketscope.broker.topics import TopicManager
+    from rocketscope.config import Settings
 
 log = logging.getLogger(__name__)
 METADATA_SYNC_S = 3.0
 
 
+class SlaveHost(Protocol):
+    """What the HA slave uses of its broker (issue 17: this, not the whole Broker)."""
+
+    store: MessageStore
+    settings: Settings
+    security: SecurityConfig
+    namesrv: NamesrvClient
+    topics: TopicManager
+    groups: GroupManager
+    offsets: OffsetManager
+    cluster: str
+    broker_name: str
+    grpc_addr: str
+
+    @property
+    def broker_id(self) -> int: ...
+
+
 class ReplicationSlave:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: SlaveHost) -> None:
         self.broker = broker
         self.master_ha_addr = ""
         self.master_admin_addr = ""
