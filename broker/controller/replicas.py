@@ -34,7 +34,7 @@ import random
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -49,13 +49,53 @@ from .epoch import EpochEntry, EpochFile, find_consistent_point
 from .state import NO_MASTER, Code
 
 if TYPE_CHECKING:
-    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.ha.event_log import HaEventLog
+    from rocketscope.broker.ha.master import ReplicationMaster
+    from rocketscope.broker.ha.slave import ReplicationSlave
+    from rocketscope.broker.namesrv_client import NamesrvClient
+    from rocketscope.broker.security import SecurityConfig
+    from rocketscope.broker.store.message_store import MessageStore
+    from rocketscope.config import Settings
 
 log = logging.getLogger(__name__)
 
 
+class SlaveReadCount(Protocol):
+    relayed: int  # pulls served through a slave (broker/slave_read.py), for the status page
+
+
+class ReplicasHost(Protocol):
+    """What controller mode uses of its broker (issue 17: this, not the whole Broker)."""
+
+    store: MessageStore
+    settings: Settings
+    security: SecurityConfig
+    namesrv: NamesrvClient
+    ha_events: HaEventLog
+    replication_master: ReplicationMaster
+    replication_slave: ReplicationSlave
+    cluster: str
+    broker_name: str
+    grpc_addr: str
+    internal_addr: str
+    ha_addr: str
+
+    @property
+    def slave_reader(self) -> SlaveReadCount: ...
+
+    @property
+    def is_master(self) -> bool: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    def set_broker_id(self, broker_id: int) -> None: ...
+
+    async def change_role(self, role: str, broker_id: int) -> None: ...
+
+
 class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ReplicasHost) -> None:
         self.broker = broker
         s = broker.settings
         root = Path(s.storePathRootDir).expanduser()
