@@ -151,7 +151,7 @@ def test_the_common_leaf_imports_nothing_of_the_project_above_it() -> None:
 # as classes get the narrow things they use instead.
 BROKER_HANDLE = {f"rocketscope.broker.{m}" for m in (
     "admin_ops", "admin_service", "broker", "forwarding", "grpc_registration", "grpc_service",
-    "ha.event_relay", "pop_log", "remoting.admin_handlers",
+    "pop_log", "remoting.admin_handlers",
     "remoting.admin_ops_handlers", "remoting.broker_handlers", "remoting.pop_handlers", "slave_read",
     "stream_revival")}
 
