@@ -228,7 +228,7 @@ class RemotingPop:
         await self.b.pop.until_ready(ACK_WAIT_S)
         code, remark, applied = ResponseCode.SUCCESS, None, 0
         for i, (group, topic, queue_id, pop_time, invisible, offsets) in enumerate(parsed):
-            self.front._group(group)
+            self.front.check_group(group)
             for offset in offsets:
                 key = (group, topic, queue_id, offset, pop_time)
                 handle = self._held(key, broker, invisible)
@@ -238,7 +238,7 @@ class RemotingPop:
                         "has expired: redelivered since, or it was already acknowledged")
                     continue
                 try:
-                    self.b.ack(group, handle, "", self.front._client_id(conn))
+                    self.b.ack(group, handle, "", self.front.client_id(conn))
                 except PopError as exc:
                     code, remark = ResponseCode.INVALID_PARAMETER, f"acks[{i}] offset {offset}: {exc}"
                     continue
