@@ -143,7 +143,7 @@ class BrokerAdminOps:
             return _status(BAD_ARGUMENT, "config: no key given")
         parsed = {}
         for name, text in sorted(request.config.items()):
-            key = s._keys.get(name)
+            key = s.key(name)
             if key is None:
                 return _status(BAD_ARGUMENT, f"{name}: not a broker config key")
             if name not in HOT_RELOADABLE:

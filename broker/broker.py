@@ -12,13 +12,11 @@ import logging
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, dledger_pb2_grpc, ha_pb2_grpc, namesrv_pb2
 from rocketscope.config import ConfigError, Settings
@@ -29,15 +27,15 @@ from .admin_service import BrokerAdminService
 from .broker_config import namesrv_addresses
 from .client_metrics import ClientMetricsProxy
 from .clients import ClientRegistry
-from .dledger.node import DLedgerNode
+from .dledger.node import DLedgerConfig, DLedgerNode
 from .dledger.retention import DLedgerRetention
 from .dledger.transport import PeerServicer
-from .errors import grpc_code
+from .filter import MessageFilter
 from .forwarding import LeaderForwarder
 from .groups import GroupManager
 from .grpc_options import server_options
 from .grpc_registration import add_messaging_service
-from .grpc_service import MessagingService, status
+from .grpc_service import MessagingService
 from .ha.event_log import HaEventLog
 from .ha.event_relay import install as install_event_relay
 from .ha.events import ROLE_CHANGE, HaEvent
@@ -51,16 +49,17 @@ from .pop import Delivery, PopService, request_id
 from .pop_log import PopStateLog
 from .pull import PullService
 from .remoting.broker_handlers import bind_broker_port
-from .security import AclInterceptor, SecurityConfig, bind_listener
+from .security import AclGuard, AclInterceptor, FileWatcher, SecurityConfig, bind_listener
+from .sends import SendKind
 from .slave_read import SlaveReader
-from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
+from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig, StoreHooks
 from .store.record import StoredMessage
 from .store.retention import RetentionPolicy
-from .timer import RecallError, TimerService
+from .timer import TimerService
 from .topics import TopicConfig, TopicManager, group_queue
 from .trace_hooks import NoTrace, TraceHooks
-from .transaction import HALF_TOPIC, TransactionError, TransactionService
-from .validation import RequestError, check_topic
+from .transaction import HALF_TOPIC, TransactionService
+from .validation import RequestError
 
 log = logging.getLogger(__name__)
 Code = pb.Code
@@ -89,9 +88,9 @@ class Broker:
         self.settings = settings
         s = settings
         self.security = SecurityConfig.from_properties(s.raw)
-        self.acl_guard = None
-        self._listeners = []
-        self._acl_watcher = None
+        self.acl_guard: AclGuard | None = None
+        self._listeners: list[Any] = []  # security/listener.py's and remoting/server.py's, started after the servers
+        self._acl_watcher: FileWatcher | None = None
         self.dledger: DLedgerNode | None = None
         self.cluster = s.brokerClusterName
         self.broker_name = s.brokerName
@@ -105,7 +104,7 @@ class Broker:
         self.bind_host = s.bindAddress or s.brokerIP1
         self.ha_bind_host = s.haBindAddress or s.brokerIP2 or s.brokerIP1
         root = Path(s.storePathRootDir).expanduser()
-        self.store = MessageStore(store_config(s, self.grpc_addr))
+        self.store = MessageStore(store_config(s, self.grpc_addr), self._store_hooks(s))
         self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
         self.groups = GroupManager(root / "config" / "subscriptionGroup.json")
         self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
@@ -122,21 +121,19 @@ class Broker:
         self.ha_events = HaEventLog(self.cluster, self.broker_name, self.node_id, self.grpc_addr,
                                     self._append_ha_events, lambda: self.is_master, s.haEventAckIntervalMillis,
                                     commit_interval_ms=s.haEventCommitIntervalMillis)
-        self.replication_master = ReplicationMaster(self)
-        self.replication_slave = ReplicationSlave(self)
-        self.store.replication_waiter = self._wait_replicated
-        self.store.on_append = self.replication_master.notify_appended
-        self.store.on_data = self.ha_events.note_data
+        self.replication_master: ReplicationMaster = ReplicationMaster(self)
+        self.replication_slave: ReplicationSlave = ReplicationSlave(self)
         self.pop.writable = lambda: self.is_master
         self.pop.hands_out = lambda: self.is_master or self.slave_reader.acting.acting
-        self.forwarder = LeaderForwarder(self)
-        self.slave_reader = SlaveReader(self)
+        self.forwarder: LeaderForwarder = LeaderForwarder(self)
+        self.slave_reader: SlaveReader = SlaveReader(self)
         if s.enableDLegerCommitLog:
-            self.dledger = DLedgerNode(self)
-            self.store.replicated_writer = self.dledger.propose
-            self.store._confirm = 0  # nothing is visible until Raft says what is committed
+            self.dledger = DLedgerNode(DLedgerConfig.from_settings(s), self.store, self.ha_events,
+                                       on_role_change=self.on_dledger_role_change, metrics=lambda: self.metrics,
+                                       addresses=(self.grpc_addr, self.internal_addr),
+                                       channel=self.security.client_tls.channel)
             # retention only below the point every member has applied (no snapshots to send a lagging one)
-            DLedgerRetention(self).install()
+            DLedgerRetention(self.dledger, self.store, self.security).install()
         self.replicas = None  # controller mode (broker/controller/replicas.py)
         if s.enableControllerMode:
             from .controller.replicas import ReplicasManager
@@ -144,8 +141,6 @@ class Broker:
             self._role = "SLAVE"  # nothing is writable until the controller names a master
             self.replicas = ReplicasManager(self)
             self._broker_id = max(self.replicas.my_id, 1)
-            self.store.replication_waiter = self.replicas.wait_replicated
-            self.store._confirm = 0  # visible only up to what the SyncStateSet acknowledged
         self.namesrv = NamesrvClient(namesrv_addresses(s), self.registration, s.registerNameServerPeriod / 1000,
                                      channel=self.security.client_tls.channel)
         self.topics_on_change = self.namesrv.register_now
@@ -154,6 +149,27 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._route_cache: dict[str, tuple[float, namesrv_pb2.TopicRouteData | None]] = {}
         self.started_at = time.time()
+
+    def _store_hooks(self, s: Settings) -> StoreHooks:
+        """The store's hooks for this HA mode.  They call objects built after the store (the HA master, the
+        event log, the DLedger member, the controller-mode replicas), so each looks its object up when called."""
+        dledger, controller = bool(s.enableDLegerCommitLog), bool(s.enableControllerMode)
+        return StoreHooks(
+            # DLedger: nothing is visible until Raft says what is committed; controller mode: only up to
+            # what the SyncStateSet acknowledged
+            confirm_offset=0 if dledger or controller else None,
+            replication_waiter=self._replicas_wait if controller else self._wait_replicated,
+            on_append=lambda: self.replication_master.notify_appended(),
+            on_data=lambda end: self.ha_events.note_data(end),
+            replicated_writer=self._dledger_propose if dledger else None)
+
+    async def _dledger_propose(self, messages: list[StoredMessage]) -> list[PutResult]:
+        assert self.dledger is not None
+        return await self.dledger.propose(messages)
+
+    async def _replicas_wait(self, end_offset: int) -> PutStatus:
+        assert self.replicas is not None
+        return await self.replicas.wait_replicated(end_offset)
 
     def _register_created_topics(self) -> None:
         """Send the registration as soon as the broker creates a topic itself (the retry and DLQ topics of
@@ -200,6 +216,15 @@ class Broker:
     @property
     def broker_id(self) -> int:
         return self.dledger.broker_id if self.dledger is not None else self._broker_id
+
+    @property
+    def own_broker_id(self) -> int:
+        """The id this broker keeps outside DLedger (brokerId, or what a switch-over or the controller assigned)."""
+        return self._broker_id
+
+    def set_broker_id(self, broker_id: int) -> None:
+        """Controller mode: the controller assigned this broker an id (broker/controller/replicas.py)."""
+        self._broker_id = broker_id
 
     @property
     def node_id(self) -> str:
@@ -254,14 +279,15 @@ class Broker:
         self.timer.start()
         self.transactions.start()
         if self.dledger is not None or self.replicas is not None:  # offsets through the replicated log
-            task = OffsetLog(self).start()
+            task = OffsetLog(self.store, self.topics, self.offsets, self.pop, lambda: self.is_master,
+                             s.consumerOffsetReplicateInterval / 1000).start()
             if task is not None:
                 self._tasks.append(task)
             if s.popStateReplicate:  # hand-outs and acks through the replicated log too
                 self._tasks.append(PopStateLog(self).start())
         sec = self.security
         self.acl_guard = sec.guard(s.msgTraceTopicName, self.telemetry.counter("rocketmq_acl_denied_total"))
-        interceptors = [AclInterceptor(self.acl_guard)] if self.acl_guard else []
+        interceptors: list[grpc.aio.ServerInterceptor] = [AclInterceptor(self.acl_guard)] if self.acl_guard else []
         self.client_server = grpc.aio.server(interceptors=interceptors,
                                              options=server_options(("grpc.max_receive_message_length", 64 << 20),
                                                                     ("grpc.max_send_message_length", 64 << 20)))
@@ -549,53 +575,20 @@ class Broker:
             return group_queue(message_group, cfg.write_queue_nums)
         return next(self._rr) % cfg.write_queue_nums
 
-    def check_send_type(self, msg: pb.Message, index: int, topic: TopicConfig | None) -> None:
-        """The message type must fit its properties and its topic (RocketMQ 5's rules)."""
-        sp = msg.system_properties
-        mtype = sp.message_type
-        where = f"messages[{index}].system_properties"
-        if mtype in (pb.LITE, pb.PRIORITY):
-            # Apache RocketMQ 5.3.3 stores these as normal messages, lite_topic and priority dropped
-            # (docs/COMPATIBILITY.md): the request's message is rewritten so it is stored that way
-            mtype = sp.message_type = pb.NORMAL
-            sp.ClearField("lite_topic")
-            sp.ClearField("priority")
-        has_delay = sp.HasField("delivery_timestamp")
-        if mtype == pb.DELAY and not has_delay:
-            raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{where}: a DELAY message needs "
-                                                                         "delivery_timestamp")
-        if has_delay and mtype not in (pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
-            raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                               f"{where}.delivery_timestamp is only allowed on DELAY messages")
-        if has_delay:
-            deliver_ms = sp.delivery_timestamp.ToMilliseconds()
-            if not self.settings.timerWheelEnable and deliver_ms > time.time() * 1000:
-                raise RequestError(Code.UNSUPPORTED, f"{where}.delivery_timestamp: delayed messages are off on "
-                                                     "this broker (timerWheelEnable=false)")
-            if deliver_ms - time.time() * 1000 > self.settings.timerMaxDelaySec * 1000:
-                raise RequestError(Code.ILLEGAL_DELIVERY_TIME,
-                                   f"{where}.delivery_timestamp is more than timerMaxDelaySec "
-                                   f"({self.settings.timerMaxDelaySec} s) ahead")
-        if topic is not None and topic.message_type != "MIXED":
-            name = pb.MessageType.Name(mtype) if mtype else "NORMAL"
-            if name != topic.message_type:
-                raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                                   f"{where}.message_type {name} does not match topic {topic.name}, whose "
-                                   f"message.type is {topic.message_type}")
-
     # ---------------------------------------------------------- produce path
-    async def put_messages(self, stored: list[StoredMessage], originals: list[pb.Message],
+    async def put_messages(self, stored: list[StoredMessage], kinds: list[SendKind],
                            client_id: str = "") -> list[PutResult]:
+        """Store one group of messages; ``kinds`` (one per message) turns a message into a transaction half or a
+        timer record (a delivery time in the future)."""
         s = self.settings
         now_ms = time.time() * 1000
-        for m, orig in zip(stored, originals, strict=True):
+        for m, kind in zip(stored, kinds, strict=True):
             m.properties.setdefault("MSG_REGION", s.regionId)
             m.properties.setdefault("TRACE_ON", "true" if s.traceOn else "false")
-            sp = orig.system_properties
-            if sp.message_type == pb.TRANSACTION:
+            if kind.transaction:
                 self.transactions.wrap(m, client_id)
-            elif sp.HasField("delivery_timestamp") and sp.delivery_timestamp.ToMilliseconds() > now_ms:
-                self.timer.wrap(m, sp.delivery_timestamp.ToMilliseconds())
+            elif kind.deliver_at_ms is not None and kind.deliver_at_ms > now_ms:
+                self.timer.wrap(m, kind.deliver_at_ms)
         results = await self.store.put(stored)
         self.metrics.on_put(results)
         for res in results:
@@ -609,7 +602,7 @@ class Broker:
 
     # ---------------------------------------------------------- consume path
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                      tags: set[str] | None, poll_s: float) -> list[Delivery]:
+                      tags: MessageFilter, poll_s: float) -> list[Delivery]:
         cfg = self.topics.get(topic)
         queue_ids = list(range(cfg.read_queue_nums)) if cfg is not None else [queue_id]
         deliveries = await self.pop.receive(group, topic, queue_ids, batch, invisible_ms, tags, poll_s)
@@ -634,31 +627,11 @@ class Broker:
     def record_rpc(self, method: str, code: int, seconds: float, long_polling: bool = False) -> None:
         self.metrics.on_rpc(method, code, seconds, long_polling)
 
-    def apply_metric_settings(self, settings: pb.Settings) -> None:
-        self.client_metrics.apply(settings)
-
-    async def on_telemetry_command(self, client_id: str, cmd: svc.TelemetryCommand) -> None:
-        log.debug("ignoring telemetry command %s from %s", cmd.WhichOneof("command"), client_id)
-
-    async def end_transaction(self, request: svc.EndTransactionRequest, context: Any) -> svc.EndTransactionResponse:
-        check_topic(request.topic.name)
-        if not request.transaction_id:
-            raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction_id is empty")
-        try:
-            await self.transactions.end(request.transaction_id, request.message_id, request.resolution,
-                                        request.source == pb.SOURCE_SERVER_CHECK)
-        except TransactionError as exc:
-            raise RequestError(grpc_code(exc), str(exc)) from None
-        return svc.EndTransactionResponse(status=status())
-
-    async def recall_message(self, request: svc.RecallMessageRequest) -> svc.RecallMessageResponse:
-        check_topic(request.topic.name)
-        try:
-            msg_id = await self.timer.recall(request.topic.name, request.recall_handle)
-            self.trace_hooks.on_recalled(request.topic.name, msg_id, success=True)
-        except RecallError as exc:
-            raise RequestError(grpc_code(exc), f"recall_handle: {exc}") from None
-        return svc.RecallMessageResponse(status=status(), message_id=msg_id)
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Recall a delayed message before its time (RecallError when it cannot); returns its message id."""
+        msg_id = await self.timer.recall(topic, recall_handle)
+        self.trace_hooks.on_recalled(topic, msg_id, success=True)
+        return msg_id
 
     def on_delay_delivered(self, msg: StoredMessage, late_ms: int) -> None:
         """A delayed message reached its topic ``late_ms`` after its time."""
@@ -670,32 +643,6 @@ class Broker:
 
     def on_transaction_resolved(self, topic: str, committed: bool, latency_s: float) -> None:
         self.metrics.on_transaction(topic, committed, latency_s)
-
-    async def pull_message(self, request: svc.PullMessageRequest, context: Any
-                           ) -> AsyncIterator[svc.PullMessageResponse]:
-        slave = self.slave_reader.slave_for(request, context)
-        if slave is not None:
-            answered = False
-            try:
-                async for resp in self.slave_reader.relay(slave, request, context):
-                    answered = True
-                    yield resp
-                return
-            except grpc.aio.AioRpcError as exc:
-                if answered:
-                    raise
-                log.warning("slave read from %s failed (%s): serving the pull here", slave, exc.code().name)
-        async for resp in self.pull.pull(request, context.time_remaining()):
-            yield resp
-
-    async def get_offset(self, request: svc.GetOffsetRequest) -> svc.GetOffsetResponse:
-        return self.pull.get_offset(request)
-
-    async def query_offset(self, request: svc.QueryOffsetRequest) -> svc.QueryOffsetResponse:
-        return self.pull.query_offset(request)
-
-    async def update_offset(self, request: svc.UpdateOffsetRequest) -> svc.UpdateOffsetResponse:
-        return self.pull.update_offset(request)
 
 
 async def run_broker(settings: Settings) -> None:

@@ -16,6 +16,7 @@ from rocketscope.config import Key, Settings, load_settings, non_negative, port,
 from .controller.config import BROKER_CONTROLLER_KEYS
 from .remoting.config import BROKER_REMOTING_KEYS, REMOTING_KEYS
 from .security.config import SECURITY_KEYS
+from .telemetry_keys import TELEMETRY_KEYS
 
 GiB = 1 << 30
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
@@ -146,13 +147,6 @@ BROKER_KEYS += BROKER_CONTROLLER_KEYS
 BROKER_KEYS += REMOTING_KEYS + BROKER_REMOTING_KEYS
 
 
-def _telemetry_key_names() -> tuple[str, ...]:
-    from rocketscope.telemetry.config import KEYS
-
-    return tuple(k.name for k in KEYS)
-
-
-TELEMETRY_KEYS = (*_telemetry_key_names(), "metricCollectorMode", "metricCollectorAddress")
 
 
 def load_broker_config(raw: Mapping[str, str]) -> Settings:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
@@ -29,7 +29,8 @@ from rocketscope.telemetry.render import families
 from .route_view import endpoints_of
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from rocketscope.config import Settings
+    from rocketscope.telemetry import Telemetry, TelemetryConfig
 
 log = logging.getLogger(__name__)
 MODES = ("OFF", "ON", "PROXY")
@@ -79,8 +80,17 @@ class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
+class MetricsHost(Protocol):
+    """What the client-metrics proxy uses of its broker (issue 17: this, not the whole Broker)."""
+
+    settings: Settings
+    grpc_addr: str
+    telemetry_config: TelemetryConfig
+    telemetry: Telemetry  # replaced when telemetry starts: read at each use
+
+
 class ClientMetricsProxy:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MetricsHost) -> None:
         self.broker = broker
         raw = broker.settings.raw
         self.mode = raw.get("metricCollectorMode", "off").strip().upper() or "OFF"

@@ -49,7 +49,7 @@ class BrokerContainer:
         self.port = 0
 
     def _key(self, b: Broker) -> tuple[str, str, int]:
-        return (b.cluster, b.broker_name, b._broker_id)
+        return (b.cluster, b.broker_name, b.own_broker_id)
 
     async def add_broker(self, config_path: str) -> Broker:
         raw = read_properties(config_path)

@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
@@ -56,6 +57,7 @@ from .stream_revival import StreamRevival
 if TYPE_CHECKING:
     from .broker import Broker
 
+ProtoType = type[Message]  # a generated request or response class (its FromString decodes a forwarded frame)
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 FORWARDED_HEADER = "x-rocketscope-forwarded"
@@ -227,7 +229,7 @@ class LeaderForwarder:
                     return self._ns_leader
         return None
 
-    def _channel(self, addr: str) -> grpc.aio.Channel:
+    def channel(self, addr: str) -> grpc.aio.Channel:
         """The channel to ``addr``; a fresh one if the cached one sits in reconnect back-off."""
         ch = self._channels.get(addr)
         if ch is not None and ch.get_state(try_to_connect=False) == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
@@ -244,14 +246,14 @@ class LeaderForwarder:
         Starting a call on a closed channel raises grpc's UsageError at once (no I/O happened),
         so starting it again on a new channel is always safe.
         """
-        ch = self._channel(addr)
+        ch = self.channel(addr)
         try:
             return begin(ch)
         except grpc.aio.UsageError:
             if self._channels.get(addr) is ch:
                 del self._channels[addr]
             log.info("channel to %s was closed under a forwarded request; dialling a fresh one", addr)
-            return begin(self._channel(addr))
+            return begin(self.channel(addr))
 
     def _retire(self, ch: grpc.aio.Channel) -> None:
         async def later() -> None:
@@ -261,7 +263,7 @@ class LeaderForwarder:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def call_unary(self, addr: str, path: str, request: Any, resp_type: type,
+    async def call_unary(self, addr: str, path: str, request: Any, resp_type: ProtoType,
                          context: grpc.aio.ServicerContext, deadline: float) -> Any:
         """One forwarded unary call that waits for the channel, abandoned if the writer moves meanwhile."""
         md = self.metadata(context)
@@ -302,12 +304,12 @@ class LeaderForwarder:
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
 
-def _response_type(method_name: str) -> type:
+def _response_type(method_name: str) -> ProtoType:
     return getattr(svc, method_name + "Response") if method_name != "Telemetry" else svc.TelemetryCommand
 
 
 def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any], broker: Broker,
-         request_type: type) -> Callable[..., Any]:
+         request_type: ProtoType) -> Callable[..., Any]:
     """A handler that forwards to the leader when needed, else runs ``handler``."""
     resp_type = _response_type(method_name)
     path = SERVICE + method_name
@@ -469,8 +471,8 @@ class StreamRelay:
     the writer changes.  Only a kill of this member ends the client's stream.
     """
 
-    def __init__(self, broker: Broker, method: str, path: str, handler: Callable[..., Any], request_type: type,
-                 resp_type: type, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, broker: Broker, method: str, path: str, handler: Callable[..., Any], request_type: ProtoType,
+                 resp_type: ProtoType, context: grpc.aio.ServicerContext) -> None:
         self.broker = broker
         self.fwd = broker.forwarder
         self.method, self.path, self.handler = method, path, handler
@@ -501,7 +503,7 @@ class StreamRelay:
             await self.up.put(None)
 
     @staticmethod
-    def _drain(up: asyncio.Queue[Any], remote: bool, request_type: type) -> _QueueIterator:
+    def _drain(up: asyncio.Queue[Any], remote: bool, request_type: ProtoType) -> _QueueIterator:
         return _QueueIterator(up, request_type if remote else None)
 
     async def _pump(self, target: str, up: asyncio.Queue[Any]) -> None:

@@ -26,11 +26,17 @@ from .grpc_registration import Unparseable
 from .pop import PopError, retry_topic
 from .request_metadata import request_metadata
 from .route_view import message_queues
+from .sends import SendKind
 from .store.message_store import PutStatus
+from .timer import RecallError
+from .topics import TopicConfig
 from .trace_hooks import CLIENT_TRACE_HEADER
+from .transaction import TransactionError
 from .validation import RequestError, check_group, check_message, check_topic, parse_tag_filter
 
 if TYPE_CHECKING:
+    from rocketscope.config import Settings
+
     from .broker import Broker
 
 log = logging.getLogger(__name__)
@@ -103,6 +109,49 @@ def peer_host(context: grpc.aio.ServicerContext) -> str:
 def client_traced(context: grpc.aio.ServicerContext) -> bool:
     """The client writes its own trace records (instrumented with rocketscope.trace)."""
     return metadata_value(context, CLIENT_TRACE_HEADER) == "client"
+
+
+
+def check_send_type(settings: Settings, msg: pb.Message, index: int, topic: TopicConfig | None) -> None:
+    """The message type must fit its properties and its topic (RocketMQ 5's rules)."""
+    sp = msg.system_properties
+    mtype = sp.message_type
+    where = f"messages[{index}].system_properties"
+    if mtype in (pb.LITE, pb.PRIORITY):
+        # Apache RocketMQ 5.3.3 stores these as normal messages, lite_topic and priority dropped
+        # (docs/COMPATIBILITY.md): the request's message is rewritten so it is stored that way
+        mtype = sp.message_type = pb.NORMAL
+        sp.ClearField("lite_topic")
+        sp.ClearField("priority")
+    has_delay = sp.HasField("delivery_timestamp")
+    if mtype == pb.DELAY and not has_delay:
+        raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{where}: a DELAY message needs "
+                                                                     "delivery_timestamp")
+    if has_delay and mtype not in (pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
+        raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                           f"{where}.delivery_timestamp is only allowed on DELAY messages")
+    if has_delay:
+        deliver_ms = sp.delivery_timestamp.ToMilliseconds()
+        if not settings.timerWheelEnable and deliver_ms > time.time() * 1000:
+            raise RequestError(Code.UNSUPPORTED, f"{where}.delivery_timestamp: delayed messages are off on "
+                                                 "this broker (timerWheelEnable=false)")
+        if deliver_ms - time.time() * 1000 > settings.timerMaxDelaySec * 1000:
+            raise RequestError(Code.ILLEGAL_DELIVERY_TIME,
+                               f"{where}.delivery_timestamp is more than timerMaxDelaySec "
+                               f"({settings.timerMaxDelaySec} s) ahead")
+    if topic is not None and topic.message_type != "MIXED":
+        name = pb.MessageType.Name(mtype) if mtype else "NORMAL"
+        if name != topic.message_type:
+            raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                               f"{where}.message_type {name} does not match topic {topic.name}, whose "
+                               f"message.type is {topic.message_type}")
+
+
+def send_kind(msg: pb.Message) -> SendKind:
+    """A v2 message's transaction flag and delivery time as the broker takes them (broker/sends.py)."""
+    sp = msg.system_properties
+    deliver = sp.delivery_timestamp.ToMilliseconds() if sp.HasField("delivery_timestamp") else None
+    return SendKind(sp.message_type == pb.TRANSACTION, deliver)
 
 
 class MessagingService(svc_grpc.MessagingServiceServicer):
@@ -249,7 +298,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             out.backoff_policy.max_attempts = retry_max + 1
             for seconds in DEFAULT_BACKOFF_S:
                 out.backoff_policy.customized_backoff.next.add().FromSeconds(seconds)
-        b.apply_metric_settings(out)
+        b.client_metrics.apply(out)
         return out
 
     async def Telemetry(self, request_iterator: AsyncIterator[svc.TelemetryCommand],
@@ -312,7 +361,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         elif kind == "thread_stack_trace" or kind == "verify_message_result":
             log.info("client %s answered %s", cid, kind)
         else:
-            await self.broker.on_telemetry_command(cid, cmd)
+            log.debug("ignoring telemetry command %s from %s", kind, cid)
 
     # ------------------------------------------------------------------ send
     @guarded(svc.SendMessageResponse)
@@ -333,7 +382,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                     raise RequestError(Code.BAD_REQUEST, f"messages[{i}].topic.name differs from messages[0]: one "
                                                          "request carries messages of one topic")
                 cfg = await b.topic_for_send(msg.topic.name)
-                b.check_send_type(msg, i, cfg)
+                check_send_type(b.settings, msg, i, cfg)
                 queue_id = b.select_queue(cfg, msg.system_properties.message_group, msg.system_properties.queue_id)
                 stored.append(to_stored(msg, queue_id, host))
         except RequestError as exc:
@@ -343,7 +392,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                              len(msg.body), client_id=cid, client_traced=traced, code=exc.code,
                                              reason=exc.message)
             raise
-        results = await b.put_messages(stored, list(request.messages), cid)
+        results = await b.put_messages(stored, [send_kind(m) for m in request.messages], cid)
         cost_ms = int((time.perf_counter() - started) * 1000)
         resp = svc.SendMessageResponse()
         codes = set()
@@ -509,12 +558,25 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     @guarded(svc.EndTransactionResponse)
     async def EndTransaction(self, request: svc.EndTransactionRequest,
                              context: grpc.aio.ServicerContext) -> svc.EndTransactionResponse:
-        return await self.broker.end_transaction(request, context)
+        check_topic(request.topic.name)
+        if not request.transaction_id:
+            raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction_id is empty")
+        try:
+            await self.broker.transactions.end(request.transaction_id, request.message_id, request.resolution,
+                                               request.source == pb.SOURCE_SERVER_CHECK)
+        except TransactionError as exc:
+            raise RequestError(grpc_code(exc), str(exc)) from None
+        return svc.EndTransactionResponse(status=status())
 
     @guarded(svc.RecallMessageResponse)
     async def RecallMessage(self, request: svc.RecallMessageRequest,
                             context: grpc.aio.ServicerContext) -> svc.RecallMessageResponse:
-        return await self.broker.recall_message(request)
+        check_topic(request.topic.name)
+        try:
+            msg_id = await self.broker.recall(request.topic.name, request.recall_handle)
+        except RecallError as exc:
+            raise RequestError(grpc_code(exc), f"recall_handle: {exc}") from None
+        return svc.RecallMessageResponse(status=status(), message_id=msg_id)
 
     async def PullMessage(self, request: svc.PullMessageRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[svc.PullMessageResponse]:
@@ -524,7 +586,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             if isinstance(request, Unparseable):
                 yield svc.PullMessageResponse(status=status(Code.BAD_REQUEST, request.describe()))
                 return
-            async for resp in self.broker.pull_message(request, context):
+            async for resp in self._pull(request, context):
                 if resp.HasField("status"):
                     code = resp.status.code
                 yield resp
@@ -535,17 +597,36 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         finally:
             self.broker.record_rpc("PullMessage", code, time.perf_counter() - started, long_polling=True)
 
+    async def _pull(self, request: svc.PullMessageRequest, context: grpc.aio.ServicerContext
+                    ) -> AsyncIterator[svc.PullMessageResponse]:
+        """Through an in-sync slave when slaveReadEnable says so (broker/slave_read.py), else from this store."""
+        b = self.broker
+        slave = b.slave_reader.slave_for(request, context)
+        if slave is not None:
+            answered = False
+            try:
+                async for resp in b.slave_reader.relay(slave, request, context):
+                    answered = True
+                    yield resp
+                return
+            except grpc.aio.AioRpcError as exc:
+                if answered:
+                    raise
+                log.warning("slave read from %s failed (%s): serving the pull here", slave, exc.code().name)
+        async for resp in b.pull.pull(request, context.time_remaining()):
+            yield resp
+
     @guarded(svc.GetOffsetResponse)
     async def GetOffset(self, request: svc.GetOffsetRequest,
                         context: grpc.aio.ServicerContext) -> svc.GetOffsetResponse:
-        return await self.broker.get_offset(request)
+        return self.broker.pull.get_offset(request)
 
     @guarded(svc.QueryOffsetResponse)
     async def QueryOffset(self, request: svc.QueryOffsetRequest,
                           context: grpc.aio.ServicerContext) -> svc.QueryOffsetResponse:
-        return await self.broker.query_offset(request)
+        return self.broker.pull.query_offset(request)
 
     @guarded(svc.UpdateOffsetResponse)
     async def UpdateOffset(self, request: svc.UpdateOffsetRequest,
                            context: grpc.aio.ServicerContext) -> svc.UpdateOffsetResponse:
-        return await self.broker.update_offset(request)
+        return self.broker.pull.update_offset(request)

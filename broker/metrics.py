@@ -27,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
@@ -41,7 +41,19 @@ from .store.message_store import PutResult, PutStatus
 from .store.record import StoredMessage
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from rocketscope.config import Settings
+
+    from .clients import ClientRegistry
+    from .controller.replicas import ReplicasManager
+    from .dledger.node import DLedgerNode
+    from .groups import GroupManager
+    from .ha.master import ReplicationMaster
+    from .offsets import OffsetManager
+    from .pop import PopService
+    from .store.message_store import MessageStore
+    from .timer import TimerService
+    from .topics import TopicManager
+    from .transaction import TransactionService
 
 log = logging.getLogger(__name__)
 SNAPSHOT_INTERVAL_S = 2.0
@@ -83,8 +95,43 @@ def rocketmq_version(version: str) -> str:
     return v.replace(".", "_").replace("-", "_") if v.startswith("v") else "v" + v.replace(".", "_").replace("-", "_")
 
 
+class MetricsSource(Protocol):
+    """What the broker's metrics read (issue 17: this, not the whole Broker); read-only views."""
+
+    @property
+    def store(self) -> MessageStore: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def topics(self) -> TopicManager: ...
+    @property
+    def groups(self) -> GroupManager: ...
+    @property
+    def offsets(self) -> OffsetManager: ...
+    @property
+    def clients(self) -> ClientRegistry: ...
+    @property
+    def pop(self) -> PopService: ...
+    @property
+    def timer(self) -> TimerService: ...
+    @property
+    def transactions(self) -> TransactionService: ...
+    @property
+    def replication_master(self) -> ReplicationMaster: ...
+    @property
+    def dledger(self) -> DLedgerNode | None: ...
+    @property
+    def replicas(self) -> ReplicasManager | None: ...
+    @property
+    def broker_name(self) -> str: ...
+    @property
+    def internal_addr(self) -> str: ...
+    @property
+    def is_master(self) -> bool: ...
+
+
 class BrokerMetrics:
-    def __init__(self, broker: Broker, telemetry: Telemetry) -> None:
+    def __init__(self, broker: MetricsSource, telemetry: Telemetry) -> None:
         self.broker = broker
         self.t = telemetry
         self.enabled = telemetry.enabled
@@ -312,11 +359,15 @@ class BrokerMetrics:
         "dledger_peer_lag_entries",
     )
 
+    def _snapshot_reader(self, name: str) -> Callable[[], Any]:
+        """The gauge callback of ``name``: reads the last snapshot (the exporter's thread never computes)."""
+        return lambda: self._snapshot.get(name, ())
+
     def start(self) -> None:
         if not self.enabled:
             return
         for name in self.GAUGES:
-            self._registrations.append(self.t.gauge(name, lambda n=name: self._snapshot.get(n, ())))
+            self._registrations.append(self.t.gauge(name, self._snapshot_reader(name)))
         self.take_snapshot()
         self._task = asyncio.get_running_loop().create_task(self._snapshot_loop(), name="metrics-snapshot")
 

@@ -26,12 +26,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .store.record import StoredMessage
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .offsets import OffsetManager
+    from .pop import PopService
+    from .store.message_store import MessageStore
+    from .topics import TopicManager
 
 log = logging.getLogger(__name__)
 OFFSET_TOPIC = "RMQ_SYS_CONSUMER_OFFSETS"
@@ -39,9 +43,17 @@ Key = tuple[str, str, int]
 
 
 class OffsetLog:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.interval_s = broker.settings.consumerOffsetReplicateInterval / 1000
+    """Given what it uses (issue 17): the store it writes and reads through, the offsets it replicates,
+    the POP engine whose state an applied offset may outdate, and whether this node is the writer."""
+
+    def __init__(self, store: MessageStore, topics: TopicManager, offsets: OffsetManager, pop: PopService,
+                 is_writer: Callable[[], bool], interval_s: float) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.pop = pop
+        self.is_writer = is_writer
+        self.interval_s = interval_s
         self._written: dict[Key, int] = {}  # what this node, as the writer, last put in the log
         self._was_writer = False
         self.records_written = 0
@@ -49,9 +61,8 @@ class OffsetLog:
 
     def start(self) -> asyncio.Task[None] | None:
         """Register the dispatch listener and, unless the interval is 0, start the writer loop."""
-        b = self.broker
-        b.topics.create_if_absent(OFFSET_TOPIC, 1, system=True)
-        b.store.dispatch_listeners.append(self.on_dispatch)
+        self.topics.create_if_absent(OFFSET_TOPIC, 1, system=True)
+        self.store.dispatch_listeners.append(self.on_dispatch)
         if self.interval_s <= 0:
             return None
         return asyncio.get_running_loop().create_task(self._loop(), name="offset-log")
@@ -65,13 +76,12 @@ class OffsetLog:
                 log.exception("writing consumer offsets to the replicated log failed; will retry")
 
     def changes(self) -> dict[Key, int]:
-        table = self.broker.offsets.offsets
+        table = self.offsets.offsets
         return {k: v for k, v in table.items() if self._written.get(k) != v}
 
     async def write_changes(self) -> int:
         """Append the offsets changed since the last record (all of them after becoming the writer)."""
-        b = self.broker
-        writer = bool(b.is_master)
+        writer = bool(self.is_writer())
         if writer and not self._was_writer:
             self._written = {}  # a new writer: its first record carries the whole table
         self._was_writer = writer
@@ -82,7 +92,7 @@ class OffsetLog:
             return 0
         body = json.dumps({"o": [[g, t, q, o] for (g, t, q), o in sorted(changed.items())]},
                           separators=(",", ":")).encode()
-        (res,) = await b.store.put([StoredMessage(topic=OFFSET_TOPIC, queue_id=0, body=body)])
+        (res,) = await self.store.put([StoredMessage(topic=OFFSET_TOPIC, queue_id=0, body=body)])
         if res.message is None:
             log.debug("consumer offsets not replicated now (%s); next interval retries", res.reason or res.status)
             return 0
@@ -98,9 +108,8 @@ class OffsetLog:
         except (ValueError, KeyError, TypeError):
             log.warning("bad consumer-offset record at queue offset %d; skipped", msg.queue_offset)
             return
-        b = self.broker
-        writer = bool(b.is_master)
-        offsets, states = b.offsets, b.pop.states
+        writer = bool(self.is_writer())
+        offsets, states = self.offsets, self.pop.states
         for g, t, q, o in items:
             key = (str(g), str(t), int(q))
             o = int(o)

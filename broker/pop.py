@@ -25,7 +25,7 @@ from typing import Protocol
 from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX
 
 from .errors import BrokerError, ErrorKind
-from .filter import accepts
+from .filter import MessageFilter, accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
 from .receipt import ReceiptHandle, ReceiptHandleError
@@ -271,7 +271,7 @@ class PopService:
         return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg), request_id(seq))
 
     def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
-            tags: set[str] | None) -> list[Delivery]:
+            tags: MessageFilter) -> list[Delivery]:
         """Hand out up to ``batch`` visible messages: due retries of ``topic`` first, then new ones.
 
         Like RocketMQ's POP with queue id -1 (what its proxy asks for), every readable queue
@@ -297,7 +297,7 @@ class PopService:
         return bool(cfg and cfg.consume_message_orderly)
 
     def _pop_fifo_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                        tags: set[str] | None) -> list[Delivery]:
+                        tags: MessageFilter) -> list[Delivery]:
         """FIFO: one run of each message group's messages in flight at a time, in queue order.
 
         The scan starts at the committed offset; a message group with a message in flight
@@ -347,7 +347,7 @@ class PopService:
         return out
 
     def _pop_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                   tags: set[str] | None) -> list[Delivery]:
+                   tags: MessageFilter) -> list[Delivery]:
         st = self.state(group, topic, queue_id)
         st.next_pop = max(st.next_pop, self.store.min_offset(topic, queue_id), st.committed)
         if st.next_pop >= self.store.max_offset(topic, queue_id):
@@ -371,7 +371,7 @@ class PopService:
         return out
 
     def _pop_retries(self, group: str, topic: str, batch: int, invisible_ms: int,
-                     tags: set[str] | None) -> list[Delivery]:
+                     tags: MessageFilter) -> list[Delivery]:
         rtopic = retry_topic(group)
         if self.store.max_offset(rtopic, 0) == 0:
             return []
@@ -404,7 +404,7 @@ class PopService:
         return out
 
     async def receive(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
-                      tags: set[str] | None, poll_s: float) -> list[Delivery]:
+                      tags: MessageFilter, poll_s: float) -> list[Delivery]:
         """``pop`` with long polling: wait up to ``poll_s`` for a message to arrive."""
         deadline = time.monotonic() + max(poll_s, 0.0)
         began_as_writer = self.hands_out()

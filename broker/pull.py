@@ -8,8 +8,8 @@ MESSAGE_NOT_FOUND when none came.  The Spark data source reads topics through th
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
@@ -22,7 +22,13 @@ from .pop import origin_topic
 from .validation import RequestError, check_group, check_topic, parse_filter
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from rocketscope.config import Settings
+
+    from .groups import GroupManager
+    from .pop import PopService
+    from .store.message_store import MessageStore
+    from .store.record import StoredMessage
+    from .topics import TopicManager
 
 Code = pb.Code
 MAX_PULL_BATCH = 1024
@@ -32,8 +38,24 @@ def _status(code: int = Code.OK, message: str = "OK") -> pb.Status:
     return pb.Status(code=code, message=message)
 
 
+class PullMetrics(Protocol):
+    def on_pulled(self, group: str, messages: Iterable[StoredMessage]) -> None: ...
+
+
+class PullHost(Protocol):
+    """What the pull APIs use of their broker (issue 17: this, not the whole Broker)."""
+
+    store: MessageStore
+    topics: TopicManager
+    groups: GroupManager
+    pop: PopService
+    settings: Settings
+    broker_name: str
+    metrics: PullMetrics  # replaced when telemetry starts: read at each use
+
+
 class PullService:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: PullHost) -> None:
         self.broker = broker
 
     def _queue(self, mq: pb.MessageQueue) -> Any:

@@ -105,7 +105,7 @@ class SlaveReader:
         metadata = [(k, v) for k, v in (context.invocation_metadata() or ())
                     if not k.startswith((":", "grpc-")) and isinstance(v, str)]
         metadata.append((SLAVE_READ_HEADER, self.broker.node_id))
-        call = fwd._channel(addr).unary_stream(PULL_PATH, request_serializer=lambda m: m.SerializeToString(),
+        call = fwd.channel(addr).unary_stream(PULL_PATH, request_serializer=lambda m: m.SerializeToString(),
                                                response_deserializer=svc.PullMessageResponse.FromString)
         self.relayed += 1
         if self.relayed == 1 or self.relayed % 1000 == 0:

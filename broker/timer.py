@@ -41,7 +41,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rocketscope.names import TIMER_TOPIC
 
@@ -51,7 +51,12 @@ from .store.record import StoredMessage
 from .timer_store import KIND_DELETE, KIND_NORMAL, KIND_ROLL, TimerIndex
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from rocketscope.config import Settings
+    from rocketscope.telemetry.instruments import Recorder
+
+    from .offsets import OffsetManager
+    from .store.message_store import MessageStore
+    from .topics import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +115,33 @@ class Due:
     check: bool  # maybe delivered by an earlier writer: look in the log first
 
 
+class TimerMetrics(Protocol):
+    """The two counters the timer adds to (``BrokerMetrics``, broker/metrics.py)."""
+
+    timer_enqueue: Recorder
+    timer_dequeue: Recorder
+
+
+class TimerHost(Protocol):
+    """What the timer uses of its broker (issue 17: this, not the whole Broker)."""
+
+    store: MessageStore
+    topics: TopicManager
+    offsets: OffsetManager
+    settings: Settings
+    broker_name: str
+    metrics: TimerMetrics  # replaced when telemetry starts: read at each use
+
+    @property
+    def is_master(self) -> bool: ...
+
+    def writer_lease_held(self) -> bool: ...
+
+    def on_delay_delivered(self, msg: StoredMessage, late_ms: int) -> None: ...
+
+
 class TimerService:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: TimerHost) -> None:
         s = broker.settings
         self.broker = broker
         self.store = broker.store
@@ -315,7 +345,7 @@ class TimerService:
             try:
                 t, e = (int(x) for x in p[CHECKPOINT].split(","))
             except ValueError:
-                return
+                return None
             if (t, e) > self.claim:
                 self.claim = (t, e)
                 if not self.broker.is_master:

@@ -27,7 +27,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
@@ -39,7 +39,12 @@ from .errors import BrokerError, ErrorKind
 from .store.record import TRANSACTION_COMMIT, TRANSACTION_PREPARED, StoredMessage
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from rocketscope.config import Settings
+
+    from .clients import ClientRegistry
+    from .store.message_store import MessageStore
+    from .topics import TopicManager
+    from .trace_hooks import TraceHooks
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +75,27 @@ class Half:
     last_check_ms: int = 0
 
 
+class TransactionHost(Protocol):
+    """What the transaction service uses of its broker (issue 17: this, not the whole Broker)."""
+
+    store: MessageStore
+    topics: TopicManager
+    clients: ClientRegistry
+    settings: Settings
+    trace_hooks: TraceHooks  # replaced when broker-side trace starts: read at each use
+
+    @property
+    def is_master(self) -> bool: ...
+
+    def writer_lease_held(self) -> bool: ...
+
+    def on_transaction_committed(self, msg: StoredMessage) -> None: ...
+
+    def on_transaction_resolved(self, topic: str, committed: bool, latency_s: float) -> None: ...
+
+
 class TransactionService:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: TransactionHost) -> None:
         self.broker = broker
         self.store = broker.store
         self.pending: dict[str, Half] = {}

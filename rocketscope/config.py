@@ -128,6 +128,10 @@ class Settings:
     def get(self, name: str, default: Any = None) -> Any:
         return self._values.get(name, default)
 
+    def key(self, name: str) -> Key | None:
+        """The definition of key ``name`` (its type and parser), or None when it is not one of these keys."""
+        return self._keys.get(name)
+
     def set(self, name: str, value: Any) -> None:
         self._values[name] = value
 

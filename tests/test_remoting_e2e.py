@@ -170,6 +170,42 @@ def test_a_malformed_send_writes_nothing(cluster: LocalCluster) -> None:
     assert sum(max_offsets(cluster, name)) == sum(before) + 2
 
 
+
+def test_a_half_message_waits_for_its_commit_and_a_delayed_one_for_its_time(cluster: LocalCluster) -> None:
+    """Raw SEND_MESSAGE_V2 frames: a half message (TRAN_MSG) reaches its topic only when END_TRANSACTION
+    commits it, a message with TIMER_DELAY_MS only at its time (ground truth: the topic's max offset and
+    the clock; the send path carries both as the broker's SendKind, broker/sends.py)."""
+    name = topic(cluster, "HalfDelayT", queues=1)
+    before = max_offsets(cluster, name, 1)[0]
+    header = {"a": "g", "b": name, "c": "TBW102", "d": "1", "e": "0", "f": "0", "g": str(int(time.time() * 1000)),
+              "h": "0", "m": "false"}
+    with RemotingClient(broker_addr(cluster)) as b:
+        half = b.invoke(RequestCode.SEND_MESSAGE_V2, {**header, "i": properties_to_string(
+            {"UNIQ_KEY": "HALF1", "TRAN_MSG": "true", "PGROUP": "g"})}, b"half")
+        assert half.code == 0 and half.fields.get("transactionId"), (half.code, half.remark)
+        due = time.time() + 5
+        delayed = b.invoke(RequestCode.SEND_MESSAGE_V2, {**header, "i": properties_to_string(
+            {"UNIQ_KEY": "LATER1", "TIMER_DELAY_MS": "5000"})}, b"later")
+        assert delayed.code == 0, (delayed.code, delayed.remark)
+        assert max_offsets(cluster, name, 1)[0] == before  # neither is in the topic yet
+        end = b.invoke(RequestCode.END_TRANSACTION, {
+            "producerGroup": "g", "commitOrRollback": "8", "transactionId": half.fields["transactionId"],
+            "msgId": "HALF1", "fromTransactionCheck": "false", "tranStateTableOffset": "0",
+            "commitLogOffset": "0"})
+        assert end.code == 0, (end.code, end.remark)
+    wait_until(lambda: max_offsets(cluster, name, 1)[0] >= before + 1, timeout=10, what="the committed half")
+    assert max_offsets(cluster, name, 1)[0] == before + 1 or time.time() >= due
+    wait_until(lambda: max_offsets(cluster, name, 1)[0] == before + 2, timeout=30, what="the delayed message")
+    assert time.time() >= due - 1.0  # the timer delivers in its slot (timerPrecisionMs, 1 s by default)
+    with RemotingClient(broker_addr(cluster)) as b:
+        resp = b.invoke(RequestCode.PULL_MESSAGE, {"consumerGroup": "HalfDelayG", "topic": name, "queueId": "0",
+                                                   "queueOffset": str(before), "maxMsgNums": "8", "sysFlag": "4",
+                                                   "commitOffset": "0", "suspendTimeoutMillis": "0",
+                                                   "subscription": "*", "subVersion": "0", "expressionType": "TAG"})
+    assert resp.code == 0, (resp.code, resp.remark)
+    assert [m.body for m in decode_messages(resp.body)] == [b"half", b"later"]
+
+
 frames = st.one_of(
     st.binary(min_size=1, max_size=64).map(lambda b: struct.pack(">i", len(b)) + b),
     st.tuples(st.integers(0, 40), st.binary(max_size=64)).map(

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketscope.broker.store import record
-from rocketscope.broker.store.message_store import MessageStore, PutStatus, StoreConfig
+from rocketscope.broker.store.message_store import MessageStore, PutStatus, StoreConfig, StoreHooks
 from rocketscope.broker.store.record import RecordError, StoredMessage
 from rocketscope.broker.store.retention import RetentionPolicy
 
@@ -505,9 +505,8 @@ def test_replica_dispatches_up_to_the_confirm_offset_and_in_log_order_once_promo
         layout = [(m.physical_offset, m.size) for m in master.commit_log.iter_messages(0, master.commit_log.max_offset)]
         confirm = layout[9][0] + layout[9][1]  # the end of the 10th message
         raw = b"".join(master.commit_log.read_raw(p, 4096) for p in range(0, master.commit_log.max_offset, 4096))
-        replica = MessageStore(small_config(tmp_path / "replica"))
+        replica = MessageStore(small_config(tmp_path / "replica"), StoreHooks(confirm_offset=0))  # controller mode
         await replica.start()
-        replica._confirm = 0  # what the broker sets in controller mode
         for pos in range(0, len(raw), 700):
             replica.append_replicated(pos, raw[pos:pos + 700])
         assert replica.max_offset("T", 0) == 0  # nothing confirmed yet: nothing visible

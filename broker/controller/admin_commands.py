@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import click
@@ -38,9 +38,9 @@ def _channel_factory() -> Callable[..., grpc.aio.Channel]:
     return make
 
 
-def _run(fn: Callable[[], Awaitable[Any]], as_json: bool) -> None:
+def _run(fn: Callable[[], Coroutine[Any, Any, Any]], as_json: bool) -> None:
     try:
-        data = asyncio.run(fn())
+        data: Any = asyncio.run(fn())
     except ControllerUnavailable as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

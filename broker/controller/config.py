@@ -122,8 +122,8 @@ def check_raft_keys(s: Settings) -> None:
 
 
 def load_controller_config(raw: Mapping[str, str]) -> Settings:
-    from rocketscope.broker.broker_config import TELEMETRY_KEYS
     from rocketscope.broker.security.config import TLS_KEYS
+    from rocketscope.broker.telemetry_keys import TELEMETRY_KEYS
 
     settings = load_settings([*CONTROLLER_KEYS, *TLS_KEYS], raw, extra_known=TELEMETRY_KEYS, what="controller")
     check_raft_keys(settings)

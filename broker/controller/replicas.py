@@ -34,7 +34,7 @@ import random
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -49,13 +49,53 @@ from .epoch import EpochEntry, EpochFile, find_consistent_point
 from .state import NO_MASTER, Code
 
 if TYPE_CHECKING:
-    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.ha.event_log import HaEventLog
+    from rocketscope.broker.ha.master import ReplicationMaster
+    from rocketscope.broker.ha.slave import ReplicationSlave
+    from rocketscope.broker.namesrv_client import NamesrvClient
+    from rocketscope.broker.security import SecurityConfig
+    from rocketscope.broker.store.message_store import MessageStore
+    from rocketscope.config import Settings
 
 log = logging.getLogger(__name__)
 
 
+class SlaveReadCount(Protocol):
+    relayed: int  # pulls served through a slave (broker/slave_read.py), for the status page
+
+
+class ReplicasHost(Protocol):
+    """What controller mode uses of its broker (issue 17: this, not the whole Broker)."""
+
+    store: MessageStore
+    settings: Settings
+    security: SecurityConfig
+    namesrv: NamesrvClient
+    ha_events: HaEventLog
+    replication_master: ReplicationMaster
+    replication_slave: ReplicationSlave
+    cluster: str
+    broker_name: str
+    grpc_addr: str
+    internal_addr: str
+    ha_addr: str
+
+    @property
+    def slave_reader(self) -> SlaveReadCount: ...
+
+    @property
+    def is_master(self) -> bool: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    def set_broker_id(self, broker_id: int) -> None: ...
+
+    async def change_role(self, role: str, broker_id: int) -> None: ...
+
+
 class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ReplicasHost) -> None:
         self.broker = broker
         s = broker.settings
         root = Path(s.storePathRootDir).expanduser()
@@ -169,7 +209,7 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
             self._save_identity(resp.broker_id, check)
             self.my_id = resp.broker_id
             log.info("controller mode: this broker is %s#%d", b.broker_name, self.my_id)
-        b._broker_id = self.my_id
+        b.set_broker_id(self.my_id)
         resp = await self.client.call("RegisterBroker", cpb.RegisterBrokerRequest(
             cluster_name=b.cluster, broker_name=b.broker_name, broker_id=self.my_id, address=b.internal_addr,
             ha_address=b.ha_addr, grpc_address=b.grpc_addr))
@@ -268,7 +308,7 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
                       self.epochs.last_epoch)
             return
         was_master = b.is_master
-        if b.replication_slave._tasks:
+        if b.replication_slave.running:
             await b.replication_slave.stop()
         self.master_epoch, self.master_id = info.master_epoch, self.my_id
         self.master_addr, self.master_ha_addr, self.master_grpc_addr = b.internal_addr, b.ha_addr, b.grpc_addr
@@ -306,7 +346,7 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
             await b.change_role("SLAVE", self.my_id)  # starts replication (truncating first)
         else:
             await b.replication_slave.stop()
-            b._broker_id = self.my_id
+            b.set_broker_id(self.my_id)
             b.replication_slave.start()
             b.namesrv.register_now()
         log.info("controller mode: %s#%d is SLAVE of #%d (%s), epoch %d", b.broker_name, self.my_id,
@@ -473,7 +513,7 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
             return
         members = [m for m in self.sync_state_set if m != self.my_id]
         if not members:
-            if store._confirm is not None:
+            if store.confirm_bound is not None:
                 store.set_confirm_offset(None)
             return
         slaves = b.replication_master.slaves
@@ -483,8 +523,8 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
             new = current  # a member without a connection keeps the old value (RocketMQ #6662)
         else:
             new = max(current, min(min(a for a in acks if a is not None), store.commit_log.max_offset))
-        if store._confirm is None or new != store._confirm:
-            old = store._confirm
+        if store.confirm_bound is None or new != store.confirm_bound:
+            old = store.confirm_bound
             store.set_confirm_offset(new)
             if old is None or new > old:
                 b.ha_events.emit(ev.COMMIT_ADVANCED, epoch=self.master_epoch, offset=new)

@@ -17,8 +17,10 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 from rocketscope.broker.ha import events as ev
 from rocketscope.broker.protocol import dledger_pb2
@@ -35,16 +37,13 @@ from rocketscope.broker.raft import (
     Role,
 )
 from rocketscope.broker.raft.aio import AsyncioClock, ThreadSyncer
-from rocketscope.broker.raft.driver import DrivenMember, RaftDriver
+from rocketscope.broker.raft.driver import Clock, DrivenMember, RaftDriver, ReadyObserver, Syncer, Transport
 from rocketscope.broker.store.message_store import MessageStore, PutResult, PutStatus
 from rocketscope.broker.store.record import RecordError, StoredMessage
-from rocketscope.config import ConfigError
+from rocketscope.config import ConfigError, Settings
 
 from .log_store import DLedgerLog
 from .transport import PeerLink, from_pb
-
-if TYPE_CHECKING:
-    from rocketscope.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +68,7 @@ class EntryPlan:
     accepted: list[StoredMessage]  # the messages in the entries, in log order
     entry_of: list[int]  # per accepted message, its entry's position in ``datas``
     cursor: int  # the log end once the entries are written
+    queue_next_before: dict[tuple[str, int], int] = field(default_factory=dict)  # queue offsets before planning
 
 
 def plan_entries(store: MessageStore, messages: list[StoredMessage], cursor: int, max_bytes: int) -> EntryPlan:
@@ -103,31 +103,126 @@ def plan_entries(store: MessageStore, messages: list[StoredMessage], cursor: int
     return plan
 
 
+class EventSink(Protocol):
+    """Where the member's Raft events go (the broker's ``HaEventLog``, broker/ha/event_log.py)."""
+
+    def emit(self, type_: str, **fields: Any) -> Any: ...
+
+
+class DLedgerMetrics(Protocol):
+    """The member's metric hooks (``BrokerMetrics``, broker/metrics.py)."""
+
+    def on_dledger_commit(self, latency_ms: float) -> None: ...
+
+    def on_dledger_proposed(self, first: int, count: int, started: float) -> None: ...
+
+    def on_dledger_replica_ack(self, peer: str, index: int) -> None: ...
+
+    def on_dledger_election(self, result: str) -> None: ...
+
+
+class NoMetrics:
+    """Metric hooks that record nothing (the simulator, tests)."""
+
+    def on_dledger_commit(self, latency_ms: float) -> None:
+        pass
+
+    def on_dledger_proposed(self, first: int, count: int, started: float) -> None:
+        pass
+
+    def on_dledger_replica_ack(self, peer: str, index: int) -> None:
+        pass
+
+    def on_dledger_election(self, result: str) -> None:
+        pass
+
+
+class NoEvents:
+    """An event sink that drops everything (the simulator, tests)."""
+
+    def emit(self, type_: str, **fields: Any) -> None:
+        return None
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class DLedgerConfig:
+    """The member's configuration: the Raft core's plus what DLedger adds (from RocketMQ's dLeger* keys)."""
+
+    group: str
+    peers: dict[str, str]  # id -> Raft peer address (dLegerPeers)
+    raft: RaftConfig
+    tick_s: float  # one Raft tick in the clock's seconds
+    max_wait_ack_s: float  # how long a proposal waits for its commit (maxWaitAckTimeMs)
+
+    @property
+    def self_id(self) -> str:
+        return self.raft.node_id
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> DLedgerConfig:
+        peers = parse_peers(s.dLegerPeers)
+        self_id = s.dLegerSelfId
+        if self_id not in peers:
+            raise ConfigError(f"config key dLegerSelfId has bad value {self_id!r}: not one of dLegerPeers "
+                              f"({', '.join(peers)})")
+        raft = RaftConfig(node_id=self_id, peers=tuple(peers), heartbeat_ticks=s.dLegerHeartbeatTicks,
+                          election_ticks_min=s.dLegerElectionTicksMin, election_ticks_max=s.dLegerElectionTicksMax,
+                          preferred_leader=s.preferredLeaderId or None)
+        return cls(group=s.dLegerGroup or s.brokerName, peers=peers, raft=raft, tick_s=s.dLegerTickMillis / 1000,
+                   max_wait_ack_s=s.maxWaitAckTimeMs / 1000)
+
+
 class DLedgerNode(DrivenMember):
-    def __init__(self, broker: Broker) -> None:
-        s = broker.settings
-        self.broker = broker
-        self.group = s.dLegerGroup or s.brokerName
-        self.self_id = s.dLegerSelfId
-        self.peers = parse_peers(s.dLegerPeers)
-        if self.self_id not in self.peers:
-            raise ConfigError(f"config key dLegerSelfId has bad value {self.self_id!r}: not one of dLegerPeers "
-                             f"({', '.join(self.peers)})")
-        ids = list(self.peers)
-        self.self_index = ids.index(self.self_id)
-        self.tick_s = s.dLegerTickMillis / 1000
-        self.config = RaftConfig(node_id=self.self_id, peers=tuple(ids), heartbeat_ticks=s.dLegerHeartbeatTicks,
-                                 election_ticks_min=s.dLegerElectionTicksMin,
-                                 election_ticks_max=s.dLegerElectionTicksMax,
-                                 preferred_leader=s.preferredLeaderId or None)
+    """One DLedger member over a ``MessageStore``, given only what it uses (issue 17: no Broker handle).
+
+    ``events`` receives the HA events, ``on_role_change`` is called after every role or leader
+    change the driver publishes, ``metrics`` returns the current metric hooks (a getter: the
+    broker replaces its metrics object when telemetry starts), ``addresses`` are this broker's
+    (gRPC, internal) addresses sent to peers, ``channel`` builds outbound peer channels (TLS).
+    ``clock``, ``syncer`` and ``transport`` default to asyncio, a worker-thread fsync and gRPC
+    peer links; the simulator (tests/sim/dledger.py) passes its own, plus ``rng_seed`` and a
+    Ready ``observer``, and so runs this class itself.
+    """
+
+    def __init__(self, config: DLedgerConfig, store: MessageStore, events: EventSink, *,
+                 on_role_change: Callable[[], None] = _nothing,
+                 metrics: Callable[[], DLedgerMetrics] = NoMetrics,
+                 addresses: tuple[str, str] = ("", ""),
+                 channel: Callable[..., Any] | None = None,
+                 clock: Clock | None = None, syncer: Syncer | None = None, transport: Transport | None = None,
+                 rng_seed: int | None = None, observer: ReadyObserver | None = None) -> None:
+        self.store = store
+        self.events = events
+        self.on_role_change = on_role_change
+        self.metrics = metrics
+        self.grpc_addr, self.internal_addr = addresses
+        self.channel = channel
+        self.group = config.group
+        self.self_id = config.self_id
+        self.peers = config.peers
+        self.self_index = list(self.peers).index(self.self_id)
+        self.tick_s = config.tick_s
+        self.max_wait_ack_s = config.max_wait_ack_s
+        self.config = config.raft
+        self.clock: Clock = clock if clock is not None else AsyncioClock()
+        self.thread_syncer: ThreadSyncer | None = None  # the default fsync runner, drained by ``stop``
+        if syncer is None:
+            syncer = self.thread_syncer = ThreadSyncer(f"dledger {self.group}/{self.self_id}")
+        self.syncer: Syncer = syncer
+        self.transport: Transport = transport if transport is not None else self
+        self.rng_seed = rng_seed
+        self.observer = observer
         self.log: DLedgerLog | None = None
         self.driver: RaftDriver | None = None
-        self.syncer = ThreadSyncer(f"dledger {self.group}/{self.self_id}")
         self.links: dict[str, PeerLink] = {}
         self.peer_addrs: dict[str, tuple[str, str]] = {}  # id -> (grpc addr, admin addr)
         self._cursor: int | None = None
         self.append_latencies: list[float] = []
-        self._heard: dict[str, float] = {}  # peer id -> monotonic time of its last batch
+        self._heard: dict[str, float] = {}  # peer id -> clock time of its last batch
 
     # the driver's view, for status pages, metrics and retention
     @property
@@ -139,7 +234,7 @@ class DLedgerNode(DrivenMember):
         return 0 if self.is_leader else self.self_index + 1
 
     def lease_valid(self) -> bool:
-        """Leader with a majority heard within the shortest election timeout, by the wall clock.
+        """Leader with a majority heard within the shortest election timeout, by the clock.
 
         The Raft core counts ticks, and a paused process (SIGSTOP) loses no ticks: resumed,
         it still believes it leads until the first message from its peers deposes it.  Side
@@ -149,7 +244,7 @@ class DLedgerNode(DrivenMember):
         if not self.is_leader:
             return False
         window = self.config.election_ticks_min * self.tick_s
-        now = time.monotonic()
+        now = self.clock.now()
         heard = sum(1 for pid in self.peers if pid != self.self_id and now - self._heard.get(pid, -1e9) <= window)
         return heard + 1 >= self.config.quorum
 
@@ -157,7 +252,7 @@ class DLedgerNode(DrivenMember):
         if self.leader_id is None:
             return None
         if self.leader_id == self.self_id:
-            return self.broker.grpc_addr
+            return self.grpc_addr
         return self.peer_addrs.get(self.leader_id, ("", ""))[0] or None
 
     def leader_admin_addr(self) -> str | None:
@@ -166,37 +261,41 @@ class DLedgerNode(DrivenMember):
         return self.peer_addrs.get(self.leader_id, ("", ""))[1] or None
 
     # -------------------------------------------------------------- lifecycle
-    def open(self) -> None:
-        """After the store recovered: load the Raft log and expose its committed prefix."""
-        store = self.broker.store
-        self.log = DLedgerLog(store, store.root / "dledger")
+    def open(self, directory: Path | None = None) -> None:
+        """After the store recovered: load the Raft log (``<store root>/dledger``) and expose its committed prefix."""
+        store = self.store
+        self.log = DLedgerLog(store, directory or store.root / "dledger", now=self.clock.now)
         hs = self.log.hard_state
-        node = RaftNode(self.config, self.log, hs, rng_seed=random.randrange(2**63), applied=hs.commit)
-        self.driver = RaftDriver(node, self.log, self, AsyncioClock(), self.syncer, self.tick_s,
+        seed = self.rng_seed if self.rng_seed is not None else random.randrange(2**63)
+        node = RaftNode(self.config, self.log, hs, rng_seed=seed, applied=hs.commit)
+        self.driver = RaftDriver(node, self.log, self.transport, self.clock, self.syncer, self.tick_s,
                                  apply=self._apply, on_append=self._on_append, on_term=self._on_term,
-                                 on_role=self._on_role, on_event=self._emit)
+                                 on_role=self._on_role, on_event=self._emit, observer=self.observer)
         store.set_confirm_offset(self.log.end_offset(hs.commit))
         log.info("dledger %s/%s: log has %d entries, commit %d, term %d; peers %s", self.group, self.self_id,
                  self.log.last_index(), hs.commit, hs.term, self.peers)
 
     def header(self) -> dledger_pb2.RaftBatch:
-        b = self.broker
-        return dledger_pb2.RaftBatch(group=self.group, sender=self.self_id, sender_grpc_addr=b.grpc_addr,
-                                     sender_admin_addr=b.internal_addr)
+        return dledger_pb2.RaftBatch(group=self.group, sender=self.self_id, sender_grpc_addr=self.grpc_addr,
+                                     sender_admin_addr=self.internal_addr)
 
     def start(self) -> None:
-        for pid, addr in self.peers.items():
-            if pid != self.self_id:
-                link = PeerLink(pid, addr, self.header, channel=self.broker.security.client_tls.channel)
-                self.links[pid] = link
-                link.start()
+        """Start the driver, and the gRPC peer links when this member is its own transport."""
+        if self.transport is self:
+            for pid, addr in self.peers.items():
+                if pid != self.self_id:
+                    link = (PeerLink(pid, addr, self.header, channel=self.channel) if self.channel is not None
+                            else PeerLink(pid, addr, self.header))
+                    self.links[pid] = link
+                    link.start()
         assert self.driver is not None
         self.driver.start()
 
     async def stop(self) -> None:
         if self.driver is not None:
             self.driver.stop("the broker is shutting down")
-        await self.syncer.drain()
+        if self.thread_syncer is not None:
+            await self.thread_syncer.drain()
         for link in self.links.values():
             await link.stop()
         if self.log:
@@ -205,7 +304,7 @@ class DLedgerNode(DrivenMember):
 
     # ------------------------------------------------------------------ input
     def on_batch(self, batch: dledger_pb2.RaftBatch) -> None:
-        self._heard[batch.sender] = time.monotonic()
+        self._heard[batch.sender] = self.clock.now()
         if batch.sender_grpc_addr:
             self.peer_addrs[batch.sender] = (batch.sender_grpc_addr, batch.sender_admin_addr)
         driver = self.driver
@@ -223,6 +322,37 @@ class DLedgerNode(DrivenMember):
             link.send(m)
 
     # -------------------------------------------------------------- proposals
+    def plan(self, messages: list[StoredMessage]) -> EntryPlan:
+        """Encode ``messages`` as entries at this leader's log end (``plan_entries``); raises ``NotLeader``."""
+        if not self.is_leader:
+            raise NotLeader(f"{self.self_id} is not the leader of {self.group} "
+                            f"(leader: {self.leader_id or 'none yet'})", self.leader_id)
+        store = self.store
+        saved = dict(store.queue_next)
+        cursor = self._cursor if self._cursor is not None else store.commit_log.max_offset
+        plan = plan_entries(store, messages, cursor, self.config.max_append_bytes)
+        plan.queue_next_before = saved
+        return plan
+
+    def submit(self, plan: EntryPlan, answer: Callable[[int, bool], None]) -> int:
+        """Hand a plan's entries to the driver; returns the first index.
+
+        ``answer(pos, ok)`` is called once per entry of ``plan.datas``, later.  Raises
+        ``ProposalDropped`` and puts the store's queue offsets back as they were before ``plan``.
+        The simulator (tests/sim/dledger.py) proposes through ``plan`` and ``submit`` too.
+        """
+        driver, store = self.driver, self.store
+        assert driver is not None
+        try:
+            first = driver.propose(plan.datas, answer)
+        except ProposalDropped:
+            store.queue_next.clear()
+            store.queue_next.update(plan.queue_next_before)
+            raise
+        self._cursor = plan.cursor
+        store.add_pending(plan.accepted)
+        return first
+
     async def propose(self, messages: list[StoredMessage]) -> list[PutResult]:
         """Replicate one group of messages (one ``put_messages`` call) as few Raft entries as possible.
 
@@ -236,21 +366,17 @@ class DLedgerNode(DrivenMember):
         its own records back from the commit log; they become visible once committed, like every
         other record.
         """
-        driver, store = self.driver, self.broker.store
-        assert driver is not None
         if not self.is_leader:
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=f"{self.self_id} is not the leader of "
                               f"{self.group} (leader: {self.leader_id or 'none yet'})") for _ in messages]
-        saved = dict(store.queue_next)
-        cursor = self._cursor if self._cursor is not None else store.commit_log.max_offset
-        plan = plan_entries(store, messages, cursor, self.config.max_append_bytes)
+        plan = self.plan(messages)
         results, datas = plan.results, plan.datas
         if not datas:
             return results
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[bool]] = [loop.create_future() for _ in datas]
         started = time.perf_counter()
-        metrics = self.broker.metrics
+        metrics = self.metrics()
 
         def answer(pos: int, ok: bool) -> None:
             fut = futures[pos]
@@ -264,17 +390,12 @@ class DLedgerNode(DrivenMember):
                 metrics.on_dledger_commit(ms)
 
         try:
-            first = driver.propose(datas, answer)
+            first = self.submit(plan, answer)
         except ProposalDropped as exc:
-            store.queue_next.clear()
-            store.queue_next.update(saved)
             reason = "not the leader" if isinstance(exc, NotLeader) else str(exc)
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=reason) if r.message else r for r in results]
-        self._cursor = plan.cursor
-        store.add_pending(plan.accepted)
         metrics.on_dledger_proposed(first, len(datas), started)
-        timeout = self.broker.settings.maxWaitAckTimeMs / 1000
-        await asyncio.wait(futures, timeout=timeout)
+        await asyncio.wait(futures, timeout=self.max_wait_ack_s)
         committed = [f.done() and not f.cancelled() and f.result() for f in futures]
         if all(committed):
             return results
@@ -289,38 +410,38 @@ class DLedgerNode(DrivenMember):
     def _on_append(self, entries: list[Entry], truncated: tuple[int, int] | None) -> None:
         if truncated is not None and truncated[1] > truncated[0]:
             self._cursor = None
-            self.broker.ha_events.emit(ev.TRUNCATION, term=self.term, from_offset=truncated[0],
+            self.events.emit(ev.TRUNCATION, term=self.term, from_offset=truncated[0],
                                        to_offset=truncated[1])
 
     def _on_term(self, old: int, new: int) -> None:
-        self.broker.store.drop_pending()  # only a new term's leader can replace this node's proposals
+        self.store.drop_pending()  # only a new term's leader can replace this node's proposals
 
     def _apply(self, entries: list[Entry]) -> None:
         assert self.log is not None
-        self.broker.store.set_confirm_offset(self.log.end_offset(entries[-1].index))
+        self.store.set_confirm_offset(self.log.end_offset(entries[-1].index))
 
     def _on_role(self, role: Role, leader: str | None, was_leader: bool) -> None:
         if role == Role.LEADER and not was_leader:
-            store = self.broker.store
+            store = self.store
             self._cursor = store.commit_log.max_offset
             store.rebuild_queue_offsets()
             log.info("dledger %s/%s: leader of term %d", self.group, self.self_id, self.term)
-            self.broker.on_dledger_role_change()
+            self.on_role_change()
         elif was_leader and role != Role.LEADER:
             self._cursor = None
-            self.broker.store.drop_pending()
+            self.store.drop_pending()
             log.info("dledger %s/%s: no longer leader (now %s, leader %s)", self.group, self.self_id, role, leader)
-            self.broker.on_dledger_role_change()
+            self.on_role_change()
         elif role != Role.LEADER:
-            self.broker.on_dledger_role_change()
+            self.on_role_change()
 
     def _emit(self, e: RaftEvent) -> None:
         lg = self.log
         assert lg is not None
         kind = e.kind
-        ha = self.broker.ha_events
+        ha = self.events
         if kind == EventKind.REPLICA_ACK:
-            self.broker.metrics.on_dledger_replica_ack(e.peer, e.index)
+            self.metrics().on_dledger_replica_ack(e.peer, e.index)
             ha.emit(ev.REPLICA_ACK, term=self.term, replica=e.peer, offset=lg.end_offset(e.index))
         elif kind == EventKind.COMMIT_ADVANCED:
             ha.emit(ev.COMMIT_ADVANCED, term=self.term, offset=lg.end_offset(e.index))
@@ -329,10 +450,10 @@ class DLedgerNode(DrivenMember):
         elif kind == EventKind.ELECTION_STARTED and not e.pre_vote:
             ha.emit(ev.ELECTION_STARTED, term=e.term)
         elif kind == EventKind.ELECTION_WON:
-            self.broker.metrics.on_dledger_election("won")
+            self.metrics().on_dledger_election("won")
             ha.emit(ev.ELECTION_WON, term=e.term)
         elif kind == EventKind.ELECTION_LOST and not e.pre_vote:
-            self.broker.metrics.on_dledger_election("lost")
+            self.metrics().on_dledger_election("lost")
             ha.emit(ev.ELECTION_LOST, term=e.term)
         elif kind == EventKind.LEADER_ELECTED:
             ha.emit(ev.LEADER_ELECTED, term=e.term, leader=e.leader)

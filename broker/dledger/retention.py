@@ -35,7 +35,10 @@ import grpc
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
 
 if TYPE_CHECKING:
-    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.security.config import SecurityConfig
+    from rocketscope.broker.store.message_store import MessageStore
+
+    from .node import DLedgerNode
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +52,13 @@ def floor_index_of(status: dict[str, Any], members: int) -> int:
 
 
 class DLedgerRetention:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """Given what it uses (issue 17): the DLedger member (its Raft progress and log), the store whose
+    retention it bounds, and the security settings for asking the leader."""
+
+    def __init__(self, member: DLedgerNode, store: MessageStore, security: SecurityConfig) -> None:
+        self.member = member
+        self.store = store
+        self.security = security
         self._learned = 0  # follower: the floor index the leader reported
         self._learned_at = 0.0
         self._refresh: asyncio.Task[None] | None = None
@@ -58,13 +66,13 @@ class DLedgerRetention:
 
     def install(self) -> None:
         """Hook into the store's retention policy (after the DLedger node exists)."""
-        policy = self.broker.store.config.retention
+        policy = self.store.config.retention
         policy.floor = self.floor
         policy.on_deleted = self.on_deleted
 
     # ------------------------------------------------------------------ floor
     def floor_index(self) -> int:
-        d = self.broker.dledger
+        d: DLedgerNode | None = self.member
         if d is None or d.node is None or d.log is None:
             return 0
         if d.is_leader:
@@ -74,22 +82,22 @@ class DLedgerRetention:
                 return 0
             return min([d.commit_index, *(progress[p][0] for p in others)])
         self._schedule_refresh()
-        interval = self.broker.store.config.retention.interval_s
+        interval = self.store.config.retention.interval_s
         if time.monotonic() - self._learned_at > 3 * interval + 5:
             return 0
         return min(self._learned, d.commit_index)
 
     def floor(self) -> int:
         """Commit-log offset below which every member has applied (0: delete nothing)."""
-        d = self.broker.dledger
+        d: DLedgerNode | None = self.member
         index = self.floor_index()
         if d is None or d.log is None or index <= d.log.base:
             return 0 if d is None or d.log is None else d.log.base_end
         index = min(index, d.log.last_index())
-        return min(d.log.end_offset(index), self.broker.store.dispatched)
+        return min(d.log.end_offset(index), self.store.dispatched)
 
     def on_deleted(self, min_offset: int) -> None:
-        d = self.broker.dledger
+        d: DLedgerNode | None = self.member
         if d is None or d.log is None:
             return
         d.log.compact_below(min_offset, min(self.floor_index(), d.commit_index))
@@ -106,11 +114,11 @@ class DLedgerRetention:
         self._refresh = loop.create_task(self._fetch(), name="dledger-retention-floor")
 
     async def _fetch(self) -> None:
-        d = self.broker.dledger
+        d: DLedgerNode | None = self.member
         addr = d.leader_admin_addr() if d is not None else None
         if d is None or not addr:
             return
-        sec = self.broker.security
+        sec = self.security
         try:
             async with sec.client_tls.channel(addr) as channel:
                 resp = await admin_pb2_grpc.BrokerAdminStub(channel).HaStatus(

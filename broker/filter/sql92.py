@@ -264,13 +264,13 @@ class Const(Expr):
     constant = True
 
     def __init__(self, value: Any) -> None:
-        super().__init__(lambda _p, v=value: v, boolean=value is None or value.__class__ is bool)
+        super().__init__(lambda _p: value, boolean=value is None or value.__class__ is bool)
         self.value = value
 
 
 class Prop(Expr):
     def __init__(self, name: str) -> None:
-        super().__init__(lambda p, n=name: p.get(n))
+        super().__init__(lambda p: p.get(name))
         self.prop = name
 
 

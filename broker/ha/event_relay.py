@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -34,7 +34,13 @@ from .events import (
 )
 
 if TYPE_CHECKING:
-    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.controller.replicas import ReplicasManager
+    from rocketscope.broker.dledger.node import DLedgerNode
+    from rocketscope.broker.security import SecurityConfig
+    from rocketscope.broker.store.message_store import MessageStore
+
+    from .event_log import HaEventLog
+    from .slave import ReplicationSlave
 
 log = logging.getLogger(__name__)
 SPOOL_NAME = "ha_events.spool"
@@ -42,7 +48,34 @@ CHANGE_TYPES = sorted(EVENT_TYPES - {REPLICA_ACK, COMMIT_ADVANCED})
 CHANGES_PER_TYPE = 1000  # older change events read back per type (the index lookup's bound)
 
 
-def writer_admin_addr(broker: Broker) -> str:
+class ThrottleCounter(Protocol):
+    def on_ha_event_throttled(self, event_type: str, n: int) -> None: ...
+
+
+class RelayHost(Protocol):
+    """What the event relay uses of its broker (issue 17: this, not the whole Broker); read-only views."""
+
+    @property
+    def ha_events(self) -> HaEventLog: ...
+    @property
+    def store(self) -> MessageStore: ...
+    @property
+    def security(self) -> SecurityConfig: ...
+    @property
+    def dledger(self) -> DLedgerNode | None: ...
+    @property
+    def replicas(self) -> ReplicasManager | None: ...
+    @property
+    def replication_slave(self) -> ReplicationSlave: ...
+    @property
+    def metrics(self) -> ThrottleCounter: ...
+    @property
+    def internal_addr(self) -> str: ...
+    @property
+    def node_id(self) -> str: ...
+
+
+def writer_admin_addr(broker: RelayHost) -> str:
     """The admin address of the node that appends to this group's log, '' if unknown or this node."""
     if broker.dledger is not None:
         return broker.dledger.leader_admin_addr() or ""
@@ -50,10 +83,10 @@ def writer_admin_addr(broker: Broker) -> str:
         addr = broker.replicas.master_addr
         return "" if addr == broker.internal_addr else addr
     slave = broker.replication_slave
-    return slave.master_admin_addr or slave._master_addresses()[1]
+    return slave.master_admin_addr or slave.master_addresses()[1]
 
 
-def install(broker: Broker) -> None:
+def install(broker: RelayHost) -> None:
     """Give ``broker.ha_events`` its forward path, spool, term/epoch context and throttle counter."""
     events = broker.ha_events
 
@@ -108,7 +141,7 @@ def decode_forwarded(texts: list[str]) -> list[HaEvent]:
     return out
 
 
-def read_events(broker: Broker, limit: int) -> list[HaEvent]:
+def read_events(broker: RelayHost, limit: int) -> list[HaEvent]:
     """Events of this group from the topic (newest ``limit`` + older changes) and undelivered local ones."""
     store = broker.store
     found: dict[str, HaEvent] = {}

@@ -17,7 +17,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
@@ -28,8 +28,11 @@ from rocketscope.broker.store.record import BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAG
 from .events import REPLICA_ACK, ROLE_CHANGE
 
 if TYPE_CHECKING:
-    from rocketscope.broker.broker import Broker
     from rocketscope.broker.store.commitlog import CommitLog
+    from rocketscope.broker.store.message_store import MessageStore
+    from rocketscope.config import Settings
+
+    from .event_log import HaEventLog
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 256 * 1024
@@ -83,8 +86,29 @@ class SlaveState:
         return f"{self.address}#{self.broker_id}"
 
 
+class MasterHost(Protocol):
+    """What the HA master uses of its broker (issue 17: this, not the whole Broker)."""
+
+    store: MessageStore
+    settings: Settings
+    ha_events: HaEventLog
+    broker_name: str
+
+    @property
+    def is_master(self) -> bool: ...
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def role(self) -> str: ...
+
+
 class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MasterHost) -> None:
         self.broker = broker
         self.slaves: dict[int, SlaveState] = {}
         self._wakeups: set[asyncio.Event] = set()  # one per slave stream: a shared event would lose wake-ups

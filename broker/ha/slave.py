@@ -15,21 +15,45 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2, ha_pb2_grpc
 
 if TYPE_CHECKING:
-    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.groups import GroupManager
+    from rocketscope.broker.namesrv_client import NamesrvClient
+    from rocketscope.broker.offsets import OffsetManager
+    from rocketscope.broker.security import SecurityConfig
+    from rocketscope.broker.store.message_store import MessageStore
+    from rocketscope.broker.topics import TopicManager
+    from rocketscope.config import Settings
 
 log = logging.getLogger(__name__)
 METADATA_SYNC_S = 3.0
 
 
+class SlaveHost(Protocol):
+    """What the HA slave uses of its broker (issue 17: this, not the whole Broker)."""
+
+    store: MessageStore
+    settings: Settings
+    security: SecurityConfig
+    namesrv: NamesrvClient
+    topics: TopicManager
+    groups: GroupManager
+    offsets: OffsetManager
+    cluster: str
+    broker_name: str
+    grpc_addr: str
+
+    @property
+    def broker_id(self) -> int: ...
+
+
 class ReplicationSlave:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: SlaveHost) -> None:
         self.broker = broker
         self.master_ha_addr = ""
         self.master_admin_addr = ""
@@ -43,6 +67,11 @@ class ReplicationSlave:
         # controller mode: dispatch only up to the master's confirm offset (consumers of a replica,
         # slave reads or after a promotion, see only what the SyncStateSet acknowledged)
         self.follow_confirm = False
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped since."""
+        return bool(self._tasks)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -58,7 +87,7 @@ class ReplicationSlave:
         self._tasks = []
         self.connected = False
 
-    def _master_addresses(self) -> tuple[str, str]:
+    def master_addresses(self) -> tuple[str, str]:
         if self.address_override is not None:
             return self.address_override()
         s = self.broker.settings
@@ -74,7 +103,7 @@ class ReplicationSlave:
     async def _replicate(self) -> None:
         failures = 0
         while True:
-            ha_addr, admin_addr = self._master_addresses()
+            ha_addr, admin_addr = self.master_addresses()
             if not ha_addr:
                 await asyncio.sleep(0.5)
                 continue

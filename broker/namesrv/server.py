@@ -38,8 +38,8 @@ NAMESRV_KEYS += REMOTING_KEYS
 
 
 def load_namesrv_config(raw: Mapping[str, str]) -> Settings:
-    from rocketscope.broker.broker_config import TELEMETRY_KEYS
     from rocketscope.broker.controller.config import EMBEDDED_KEYS, check_raft_keys
+    from rocketscope.broker.telemetry_keys import TELEMETRY_KEYS
 
     settings = load_settings([*NAMESRV_KEYS, *TLS_KEYS, *EMBEDDED_KEYS], raw, extra_known=TELEMETRY_KEYS,
                              what="name server")

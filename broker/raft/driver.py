@@ -46,7 +46,10 @@ class DurableLog(Storage, Protocol):
     durable before ``sync`` returns.
     """
 
-    hard_state: HardState
+    @property
+    def hard_state(self) -> HardState:
+        """The last saved hard state (read-only here: the driver writes it through ``save_hard_state``)."""
+        ...
 
     def append(self, entries: list[Entry]) -> Any: ...
 

@@ -27,7 +27,7 @@ class EntryKind(IntEnum):
 class Entry(NamedTuple):
     """One log entry.  ``index`` starts at 1; ``term`` is the leader's term when it was created."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the Raft name on purpose; NamedTuple fields shadow tuple.index
     term: int
     kind: EntryKind
     data: bytes

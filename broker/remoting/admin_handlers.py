@@ -7,14 +7,15 @@ answer into what mqadmin parses: a KVTable for GET_BROKER_RUNTIME_INFO, fastjson
 
 from __future__ import annotations
 
-import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..admin_service import BrokerAdminService
 from ..protocol import admin_pb2, common_pb2
+from .admin_ops_handlers import admin_ops_handlers
 from .codec import Header, RemotingCommand, ResponseCode, json_body
 from .server import Connection, Handler
+from .stats_body import consume_stats_json
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -27,19 +28,6 @@ GET_CONSUME_STATS = 208
 QUERY_TOPIC_CONSUME_BY_WHO = 300
 GET_TOPIC_CONFIG = 351
 BROKER_VERSION_DESC = "V5_3_3"  # what mqadmin clusterList prints as the broker's version
-
-
-def consume_stats_json(broker_name: str, rows: list[Any], tps: float = 0.0) -> bytes:
-    """ConsumeStats in fastjson's form: ``{"consumeTps":..,"offsetTable":{{mq}:{offsets},..}}``."""
-    entries = []
-    for r in rows:
-        mq = json.dumps({"brokerName": broker_name, "queueId": r.queue_id, "topic": r.topic}, separators=(",", ":"),
-                        sort_keys=True)
-        off = json.dumps({"brokerOffset": r.broker_offset, "consumerOffset": r.consumer_offset,
-                          "lastTimestamp": r.last_timestamp, "pullOffset": r.consumer_offset},
-                         separators=(",", ":"), sort_keys=True)
-        entries.append(f"{mq}:{off}")
-    return ('{"consumeTps":' + repr(float(tps)) + ',"offsetTable":{' + ",".join(entries) + "}}").encode()
 
 
 def admin_handlers(broker: Broker, front: RemotingBroker) -> dict[int, Handler]:
@@ -115,8 +103,6 @@ def admin_handlers(broker: Broker, front: RemotingBroker) -> dict[int, Handler]:
                                           "subString": s.sub_string, "subVersion": s.sub_version,
                                           "tagsSet": sorted(s.tags or []), "topic": t} for t, s in subs.items()}}
         return cmd.response(body=json_body(body))
-
-    from .admin_ops_handlers import admin_ops_handlers
 
     return admin_ops_handlers(broker, front, svc) | {
         UPDATE_AND_CREATE_TOPIC: update_topic, GET_BROKER_RUNTIME_INFO: runtime_info,

@@ -17,6 +17,7 @@ from ..admin_ops import BAD_ARGUMENT, TOPIC_NOT_EXIST
 from ..protocol import admin_pb2, common_pb2
 from .codec import Header, RemotingCommand, ResponseCode
 from .server import Connection, Handler
+from .stats_body import consume_stats_json
 
 if TYPE_CHECKING:
     from ..admin_service import BrokerAdminService
@@ -136,7 +137,6 @@ def admin_ops_handlers(broker: Broker, front: RemotingBroker, svc: BrokerAdminSe
 
     async def broker_consume_stats(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """ConsumeStatsList: ``{"brokerAddr":..,"consumeStatsList":[{group:[ConsumeStats per topic]}],..}``."""
-        from .admin_handlers import consume_stats_json
 
         is_order = Header(cmd).bool("isOrder")
         offsets = await svc.ConsumerOffsets(common_pb2.Empty(), None)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from rocketscope.names import RETRY_PREFIX, TRANS_HALF_TOPIC
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
+from ..sends import PLAIN, SendKind
 from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
 from ..topics import topic_name_problem
@@ -48,6 +49,7 @@ from .codec import (
 from .compression import SYSFLAG_COMPRESSED, inflate
 from .config import parse_delay_levels
 from .server import Connection, Handler, RemotingServer
+from .tags import parse_tags
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -138,15 +140,6 @@ class RemoteClient:
     last_seen: float = field(default_factory=time.monotonic)
 
 
-def parse_tags(sub_string: str) -> set[str] | None:
-    """``*`` or empty -> every tag; ``a || b`` -> {a, b}."""
-    text = (sub_string or "").strip()
-    if text in ("", "*"):
-        return None
-    return {t.strip() for t in text.split("||") if t.strip()} or None
-
-
-_PLAIN = pb.Message()  # the "original" of a normal message (no delay, not a transaction), shared: never written
 
 
 @dataclass
@@ -156,7 +149,7 @@ class _PreparedSend:
     cfg: Any
     queue_id: int
     stored: list[StoredMessage]
-    originals: list[pb.Message]
+    kinds: list[SendKind]
 
 
 class TransactionCheckOutbox:
@@ -228,7 +221,7 @@ class RemotingBroker:
             R.LOCK_BATCH_MQ: self.lock_batch, R.UNLOCK_BATCH_MQ: self.unlock_batch,
             R.QUERY_MESSAGE: self.query_message, R.VIEW_MESSAGE_BY_ID: self.view_message,
             R.END_TRANSACTION: self.end_transaction,
-            CHECK_CLIENT_CONFIG: client_config_handler(self.b),
+            CHECK_CLIENT_CONFIG: client_config_handler(self.b.settings),
         }
 
     def _record(self, code: int, response_code: int, seconds: float) -> None:
@@ -253,7 +246,7 @@ class RemotingBroker:
                            store_host=self.store_addr, reconsume_times=m.reconsume_times,
                            prepared_tx_offset=m.prepared_tx_offset)
 
-    def _topic(self, name: str, *, read: bool = False) -> Any:
+    def topic_config(self, name: str, *, read: bool = False) -> Any:
         problem = topic_name_problem(name)
         if problem:
             raise HeaderError(f"topic[{name[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
@@ -264,13 +257,13 @@ class RemotingBroker:
             raise HeaderError(f"the topic[{name}] pulling message is forbidden", RC.NO_PERMISSION)
         return cfg
 
-    def _queue_id(self, cfg: Any, queue_id: int) -> int:
+    def check_queue_id(self, cfg: Any, queue_id: int) -> int:
         if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
             raise HeaderError(f"queueId[{queue_id}] is illegal, topic:[{cfg.name}] topicConfig.readQueueNums:"
                               f"[{cfg.read_queue_nums}]", RC.INVALID_PARAMETER)
         return queue_id
 
-    def _group(self, name: str) -> None:
+    def check_group(self, name: str) -> None:
         problem = group_name_problem(name)
         if problem:
             raise HeaderError(f"consumer group {name[:200]!r} is not valid: {problem}", RC.INVALID_PARAMETER)
@@ -279,7 +272,7 @@ class RemotingBroker:
                 raise HeaderError(f"subscription group [{name}] does not exist", RC.SUBSCRIPTION_GROUP_NOT_EXIST)
             self.b.groups.create_if_absent(name)
 
-    def _client_id(self, conn: Connection) -> str:
+    def client_id(self, conn: Connection) -> str:
         return conn.client_id
 
     def _deliver_ms(self, props: dict[str, str], now_ms: int) -> int | None:
@@ -298,9 +291,9 @@ class RemotingBroker:
     # --------------------------------------------------------------- send
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         prepared = await self._prepare_send(cmd, conn)
-        cid = self._client_id(conn)
+        cid = self.client_id(conn)
         started = time.perf_counter()
-        results = await self.b.put_messages(prepared.stored, prepared.originals, cid)
+        results = await self.b.put_messages(prepared.stored, prepared.kinds, cid)
         return self._answer_send(cmd, prepared, results, cid, int((time.perf_counter() - started) * 1000))
 
     async def send_group(self, cmds: list[RemotingCommand], conn: Connection) -> list[RemotingCommand | None]:
@@ -319,11 +312,11 @@ class RemotingBroker:
                 out[i] = cmd.response(exc.code, str(exc))
         if not ready:
             return out
-        cid = self._client_id(conn)
+        cid = self.client_id(conn)
         stored = [m for _, p in ready for m in p.stored]
-        originals = [o for _, p in ready for o in p.originals]
+        kinds = [k for _, p in ready for k in p.kinds]
         started = time.perf_counter()
-        results = await self.b.put_messages(stored, originals, cid)
+        results = await self.b.put_messages(stored, kinds, cid)
         cost_ms = int((time.perf_counter() - started) * 1000)
         pos = 0
         for i, p in ready:
@@ -352,7 +345,7 @@ class RemotingBroker:
                 raise HeaderError("batch request does not support retry group", RC.MESSAGE_ILLEGAL)
             if topic_name_problem(topic):
                 raise HeaderError(f"topic[{topic[:200]}] is not valid", RC.INVALID_PARAMETER)
-            self._group(topic[len(RETRY_PREFIX):])
+            self.check_group(topic[len(RETRY_PREFIX):])
             cfg = b.topics.create_if_absent(topic, 1, system=True)
         else:
             problem = topic_name_problem(topic)
@@ -382,7 +375,7 @@ class RemotingBroker:
         body_flag = sys_flag
         now_ms = int(time.time() * 1000)
         stored: list[StoredMessage] = []
-        originals: list[pb.Message] = []
+        kinds: list[SendKind] = []
         for i, e in enumerate(entries):
             body = e.body
             if body_flag & SYSFLAG_COMPRESSED and not batch:
@@ -393,10 +386,8 @@ class RemotingBroker:
             props = dict(e.properties)
             if not props.get("UNIQ_KEY"):
                 props["UNIQ_KEY"] = uuid.uuid4().hex.upper()
-            orig = _PLAIN  # read-only in put_messages; a message of its own only when it is delayed or a half
             deliver_ms = self._deliver_ms(props, now_ms)
             if deliver_ms is not None:
-                orig = pb.Message()
                 if batch:
                     raise HeaderError(f"batch message {i} asks for a delay; batches cannot be delayed",
                                       RC.MESSAGE_ILLEGAL)
@@ -408,18 +399,15 @@ class RemotingBroker:
                                       f"({b.settings.timerMaxDelaySec} s)", RC.MESSAGE_ILLEGAL)
                 for name in TIMER_PROPERTIES:
                     props.pop(name, None)
-                orig.system_properties.delivery_timestamp.FromMilliseconds(deliver_ms)
-            if props.get("TRAN_MSG") == "true" or (sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_PREPARED:
-                if batch:
-                    raise HeaderError("batch messages cannot be transactional", RC.MESSAGE_ILLEGAL)
-                if orig is _PLAIN:
-                    orig = pb.Message()
-                orig.system_properties.message_type = pb.TRANSACTION
+            half = props.get("TRAN_MSG") == "true" or \
+                (sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_PREPARED
+            if half and batch:
+                raise HeaderError("batch messages cannot be transactional", RC.MESSAGE_ILLEGAL)
             stored.append(StoredMessage(topic=cfg.name, queue_id=queue_id, body=body, properties=props,
                                         flag=e.flag if batch else flag, born_timestamp=born, born_host=conn.peer,
                                         reconsume_times=reconsume))
-            originals.append(orig)
-        return _PreparedSend(cfg, queue_id, stored, originals)
+            kinds.append(SendKind(half, deliver_ms) if half or deliver_ms is not None else PLAIN)
+        return _PreparedSend(cfg, queue_id, stored, kinds)
 
     def _answer_send(self, cmd: RemotingCommand, prepared: _PreparedSend, results: list[Any], cid: str,
                      cost_ms: int) -> RemotingCommand:
@@ -501,9 +489,9 @@ class RemotingBroker:
         sys_flag = h.int("sysFlag")
         commit_offset = h.int("commitOffset", default=-1)
         suspend_ms = h.int("suspendTimeoutMillis", default=0)
-        self._group(group)
-        cfg = self._topic(topic, read=True)
-        self._queue_id(cfg, queue_id)
+        self.check_group(group)
+        cfg = self.topic_config(topic, read=True)
+        self.check_queue_id(cfg, queue_id)
         sub = self._subscription(h, group, topic, sys_flag)
         try:  # RocketMQ's PullMessageProcessor: SQL92 needs enablePropertyFilter; a bad expression does not parse
             sub_filter = compile_filter(sub.expression_type, sub.sub_string, self.b.settings.enablePropertyFilter)
@@ -591,9 +579,9 @@ class RemotingBroker:
         h = Header(cmd)
         group, topic = h.str("consumerGroup"), h.str("topic")
         queue_id, offset = h.int("queueId"), h.int("commitOffset")
-        self._group(group)
-        cfg = self._topic(topic)
-        self._queue_id(cfg, queue_id)
+        self.check_group(group)
+        cfg = self.topic_config(topic)
+        self.check_queue_id(cfg, queue_id)
         if offset < 0:
             raise HeaderError(f"commitOffset {offset} is negative", RC.INVALID_PARAMETER)
         self._commit(group, topic, queue_id, offset)
@@ -635,10 +623,14 @@ class RemotingBroker:
         for client in self.consumers.get(group, {}).values():
             client.conn.notify(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
 
+    def _on_watched_close(self, conn: Connection) -> None:
+        self._watched.discard(conn.id)
+        self._forget_connection(conn)
+
     def _watch(self, conn: Connection) -> None:
         if conn.id not in self._watched:
             self._watched.add(conn.id)
-            conn.on_close.append(lambda c: (self._watched.discard(c.id), self._forget_connection(c)))
+            conn.on_close.append(self._on_watched_close)
 
     async def heart_beat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         data = parse_json_body(cmd.body, "HeartbeatData")
@@ -665,7 +657,7 @@ class RemotingBroker:
             if not group or group_name_problem(group):
                 continue
             try:
-                self._group(group)
+                self.check_group(group)
             except HeaderError:
                 continue  # RocketMQ skips a group it does not know
             rtopic = retry_topic(group)
@@ -719,7 +711,7 @@ class RemotingBroker:
         h = Header(cmd)
         offset, group = h.int("offset"), h.str("group")
         delay_level = h.int("delayLevel", default=0)
-        self._group(group)
+        self.check_group(group)
         b = self.b
         msg = b.store.read_physical(offset) if offset >= 0 else None
         if msg is None:
@@ -740,10 +732,8 @@ class RemotingBroker:
         if origin_id:
             copy.properties.setdefault("ORIGIN_MESSAGE_ID", origin_id)
         copy.properties.pop("DELAY", None)
-        orig = pb.Message()
-        orig.system_properties.delivery_timestamp.FromMilliseconds(
-            int(time.time() * 1000) + self.delay_levels_ms[min(level, len(self.delay_levels_ms)) - 1])
-        (res,) = await b.put_messages([copy], [orig])
+        deliver_at = int(time.time() * 1000) + self.delay_levels_ms[min(level, len(self.delay_levels_ms)) - 1]
+        (res,) = await b.put_messages([copy], [SendKind(deliver_at_ms=deliver_at)])
         if res.message is None:
             return cmd.response(PUT_CODES.get(res.status, RC.SYSTEM_ERROR), res.reason or res.status.value)
         return cmd.response()
@@ -832,10 +822,11 @@ def bind_broker_port(broker: Broker, server: Any, host: str, port: int, tls: Any
     if not s.enableRemoting:
         return bind_listener(server, "listenPort", host, port, tls)
     broker.remoting = RemotingBroker(broker)  # type: ignore[attr-defined]
-    if getattr(broker, "acl_guard", None) is not None:  # aclEnable: the same accounts as gRPC (docs/SECURITY.md)
+    guard = broker.acl_guard
+    if guard is not None:  # aclEnable: the same accounts as gRPC (docs/SECURITY.md)
         from ..security.remoting_acl import RemotingAcl
 
-        broker.remoting.server.gate = RemotingAcl(broker.acl_guard).gate  # type: ignore[attr-defined]
+        broker.remoting.server.gate = RemotingAcl(guard).gate  # type: ignore[attr-defined]
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         # remoting is a client front door: TLS it terminates follows tls.server.need.client.auth, not the

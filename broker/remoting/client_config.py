@@ -16,14 +16,17 @@ from ..filter import TAG, FilterRefused, compile_filter
 from .codec import RemotingCommand, ResponseCode, parse_json_body
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from rocketscope.config import Settings
+
     from .server import Connection
 
 log = logging.getLogger(__name__)
 CHECK_CLIENT_CONFIG = 46  # RocketMQ's RequestCode.CHECK_CLIENT_CONFIG
 
 
-def client_config_handler(broker: Broker) -> Any:
+def client_config_handler(settings: Settings) -> Any:
+    """The handler reads only ``enablePropertyFilter`` (hot-reloadable: read at each request)."""
+
     async def check_client_config(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         data = parse_json_body(cmd.body, "CheckClientRequestBody") if cmd.body else {}
         sub = data.get("subscriptionData") if isinstance(data, dict) else None
@@ -32,7 +35,7 @@ def client_config_handler(broker: Broker) -> Any:
         kind = str(sub.get("expressionType") or TAG).upper()
         if kind == TAG:
             return cmd.response()
-        if not broker.settings.enablePropertyFilter:
+        if not settings.enablePropertyFilter:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"The broker does not support consumer to filter message by {kind}")
         try:

@@ -10,6 +10,7 @@ are here too, because both directions must agree byte for byte with Apache's cli
 
 from __future__ import annotations
 
+import builtins
 import json
 import socket
 import struct
@@ -352,7 +353,7 @@ class Header:
             raise HeaderError(f"the custom field <{names[0]}> is null: {self.code_name} needs it")
         return default
 
-    def int(self, *names: str, default: int | None = None) -> int:
+    def int(self, *names: builtins.str, default: int | None = None) -> int:  # str: the method above
         raw = self.str(*names, default="" if default is not None else None)
         if raw == "" and default is not None:
             return default
@@ -361,7 +362,7 @@ class Header:
         except ValueError:
             raise HeaderError(f"the custom field <{names[0]}> is not a number: {raw[:64]!r}") from None
 
-    def bool(self, *names: str, default: bool = False) -> bool:
+    def bool(self, *names: builtins.str, default: bool = False) -> bool:
         raw = self.str(*names, default="")
         return default if raw == "" else raw.lower() == "true"
 

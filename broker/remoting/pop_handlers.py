@@ -43,6 +43,7 @@ from .codec import (
     json_body,
     parse_json_body,
 )
+from .tags import parse_tags
 
 if TYPE_CHECKING:
     from .broker_handlers import RemotingBroker
@@ -87,8 +88,8 @@ class RemotingPop:
                               ResponseCode.INVALID_PARAMETER)
         assignments: list[dict[str, Any]] = []
         if not topic.startswith(RETRY_PREFIX):
-            self.front._group(group)
-            cfg = self.front._topic(topic, read=True)
+            self.front.check_group(group)
+            cfg = self.front.topic_config(topic, read=True)
             name = self.b.settings.brokerName
             assignments = [{"messageQueue": {"brokerName": name, "queueId": q, "topic": topic}, "mode": "POP"}
                            for q in range(cfg.read_queue_nums)]
@@ -144,7 +145,6 @@ class RemotingPop:
         return key, handle
 
     async def pop(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        from .broker_handlers import parse_tags
 
         h = Header(cmd)
         group, topic = h.str("consumerGroup"), h.str("topic")
@@ -160,9 +160,9 @@ class RemotingPop:
         if exp_type.upper() != "TAG":
             raise HeaderError(f"expType {exp_type} is not served over remoting (TAG only)",
                               ResponseCode.SUBSCRIPTION_PARSE_FAILED)
-        self.front._group(group)
-        cfg = self.front._topic(topic, read=True)
-        queue_ids = list(range(cfg.read_queue_nums)) if queue_id < 0 else [self.front._queue_id(cfg, queue_id)]
+        self.front.check_group(group)
+        cfg = self.front.topic_config(topic, read=True)
+        queue_ids = list(range(cfg.read_queue_nums)) if queue_id < 0 else [self.front.check_queue_id(cfg, queue_id)]
         deliveries = await self.b.pop.receive(group, topic, queue_ids, count, invisible,
                                               parse_tags(h.str("exp", default="*") or "*"),
                                               min(max(poll_ms, 0), MAX_POLL_MS) / 1000)
@@ -203,11 +203,11 @@ class RemotingPop:
     async def ack(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = Header(cmd)
         group = h.str("consumerGroup")
-        self.front._group(group)
+        self.front.check_group(group)
         key, handle = self._lookup(h, group)
         await self.b.pop.until_ready(ACK_WAIT_S)
         try:
-            self.b.ack(group, handle, "", self.front._client_id(conn))
+            self.b.ack(group, handle, "", self.front.client_id(conn))
         except PopError as exc:
             raise HeaderError(f"extraInfo: {exc}", ResponseCode.INVALID_PARAMETER) from None
         self.receipts.pop(key, None)
@@ -228,7 +228,7 @@ class RemotingPop:
         await self.b.pop.until_ready(ACK_WAIT_S)
         code, remark, applied = ResponseCode.SUCCESS, None, 0
         for i, (group, topic, queue_id, pop_time, invisible, offsets) in enumerate(parsed):
-            self.front._group(group)
+            self.front.check_group(group)
             for offset in offsets:
                 key = (group, topic, queue_id, offset, pop_time)
                 handle = self._held(key, broker, invisible)
@@ -238,7 +238,7 @@ class RemotingPop:
                         "has expired: redelivered since, or it was already acknowledged")
                     continue
                 try:
-                    self.b.ack(group, handle, "", self.front._client_id(conn))
+                    self.b.ack(group, handle, "", self.front.client_id(conn))
                 except PopError as exc:
                     code, remark = ResponseCode.INVALID_PARAMETER, f"acks[{i}] offset {offset}: {exc}"
                     continue
@@ -283,7 +283,7 @@ class RemotingPop:
         invisible = h.int("invisibleTime")
         if invisible <= 0:
             raise HeaderError(f"invisibleTime {invisible} must be positive", ResponseCode.INVALID_PARAMETER)
-        self.front._group(group)
+        self.front.check_group(group)
         key, handle = self._lookup(h, group)
         await self.b.pop.until_ready(ACK_WAIT_S)
         try:

@@ -122,7 +122,7 @@ class Connection:
         finally:
             self._pending.pop(opaque, None)
 
-    def _on_response(self, cmd: RemotingCommand) -> None:
+    def on_response(self, cmd: RemotingCommand) -> None:
         fut = self._pending.get(cmd.opaque)
         if fut is not None and not fut.done():
             fut.set_result(cmd)
@@ -249,7 +249,7 @@ class RemotingServer:
             cmd = decode(bytes(buf[pos + 4:pos + 4 + length]))
             pos += 4 + length
             if cmd.is_response:
-                conn._on_response(cmd)
+                conn.on_response(cmd)
                 continue
             if len(inflight) >= MAX_INFLIGHT_PER_CONNECTION:
                 if not cmd.is_oneway:

@@ -31,12 +31,14 @@ import logging
 import socket
 import ssl
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..security.listener import _PEERS, TLS_RECORD_HANDSHAKE, _peer_string, _pipe
 from ..security.tls import TlsMode
 from ..security.tls_context import ReloadingSslContext
-from .server import RemotingServer
+
+if TYPE_CHECKING:  # server.py builds SniffingListener: a runtime import would be a circle
+    from .server import RemotingServer
 
 log = logging.getLogger(__name__)
 _MAX_RECORD = 16384 + 2048  # a TLS record's plaintext limit plus the largest expansion TLS allows

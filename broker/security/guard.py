@@ -133,8 +133,8 @@ class AclGuard:
         return True
 
     # -------------------------------------------------------------- deciding
-    def _deny(self, code: int, kind: str, reason: str, method: str, host: str, account: str = "",
-              resource_type: str = "account", action: str = "AUTH") -> Decision:
+    def deny(self, code: int, kind: str, reason: str, method: str, host: str, account: str = "",
+             resource_type: str = "account", action: str = "AUTH") -> Decision:
         self.denied += 1
         if self.denied_counter is not None:
             try:
@@ -151,12 +151,12 @@ class AclGuard:
         host = peer_host(real_peer(peer))
         acl = self.acl
         if not acl.address_allowed(host):
-            return None, self._deny(FORBIDDEN, "ip", f"address {host} is not in globalWhiteRemoteAddresses",
-                                    method, host, resource_type="address", action="ANY"), host
+            return None, self.deny(FORBIDDEN, "ip", f"address {host} is not in globalWhiteRemoteAddresses",
+                                   method, host, resource_type="address", action="ANY"), host
         header = sig.metadata_get(metadata, sig.AUTH_HEADER)
         if not header:
-            return None, self._deny(UNAUTHORIZED, "account", "no credentials: the broker has aclEnable=true; "
-                                    "configure an access key and secret key", method, host), host
+            return None, self.deny(UNAUTHORIZED, "account", "no credentials: the broker has aclEnable=true; "
+                                   "configure an access key and secret key", method, host), host
         date = sig.metadata_get(metadata, sig.DATE_HEADER) or ""
         hit = self._verified.get((header, date))
         if hit is not None and hit[0] is acl and (self.max_skew_s <= 0 or sig.skew_of(hit[2]) <= self.max_skew_s):
@@ -165,26 +165,26 @@ class AclGuard:
             try:
                 auth = sig.parse_authorization(header)
             except sig.SignatureError as exc:
-                return None, self._deny(UNAUTHORIZED, exc.kind, exc.message, method, host), host
+                return None, self.deny(UNAUTHORIZED, exc.kind, exc.message, method, host), host
             found = acl.accounts.get(auth.access_key)
             if found is None:
-                return None, self._deny(UNAUTHORIZED, "account", f"unknown access key {auth.access_key!r}", method,
-                                        host, auth.access_key), host
+                return None, self.deny(UNAUTHORIZED, "account", f"unknown access key {auth.access_key!r}", method,
+                                       host, auth.access_key), host
             try:
                 if not date:
                     raise sig.SignatureError("signature", f"metadata {sig.DATE_HEADER} is missing")
                 sig.verify(auth, date, found.secret_key)
                 epoch = sig.check_fresh(date, self.max_skew_s)
             except sig.SignatureError as exc:
-                return None, self._deny(UNAUTHORIZED, exc.kind, exc.message, method, host, auth.access_key), host
+                return None, self.deny(UNAUTHORIZED, exc.kind, exc.message, method, host, auth.access_key), host
             account = found
             if len(self._verified) >= 4096:
                 self._verified.clear()
             self._verified[(header, date)] = (acl, account, epoch)
         if not account.address_allowed(host):
-            return None, self._deny(FORBIDDEN, "ip", f"access key {account.access_key!r} may not be used from "
-                                    f"{host} (whiteRemoteAddress)", method, host, account.access_key,
-                                    resource_type="address", action="ANY"), host
+            return None, self.deny(FORBIDDEN, "ip", f"access key {account.access_key!r} may not be used from "
+                                   f"{host} (whiteRemoteAddress)", method, host, account.access_key,
+                                   resource_type="address", action="ANY"), host
         return account, ALLOW, host
 
     def owned(self, account: Account, need: Need) -> Perm:
@@ -198,16 +198,16 @@ class AclGuard:
     def check(self, method: str, account: Account, req: Requirement, host: str) -> Decision:
         """Permission check of an authenticated account."""
         if req.admin and not account.admin:
-            return self._deny(FORBIDDEN, "permission", f"{split_method(method)[1] or method} is admin-only and "
-                              f"access key {account.access_key!r} is not an admin", method, host,
-                              account.access_key, "admin", "ADMIN")
+            return self.deny(FORBIDDEN, "permission", f"{split_method(method)[1] or method} is admin-only and "
+                             f"access key {account.access_key!r} is not an admin", method, host,
+                             account.access_key, "admin", "ADMIN")
         for need in req.needs:
             owned = self.owned(account, need)
             if not permits(need.perm, owned):
-                return self._deny(FORBIDDEN, "permission",
-                                  f"access key {account.access_key!r} has {owned.label()} on {need.kind} "
-                                  f"{need.name}, {need.perm.label()} is needed", method, host,
-                                  account.access_key, need.kind, need.perm.label())
+                return self.deny(FORBIDDEN, "permission",
+                                 f"access key {account.access_key!r} has {owned.label()} on {need.kind} "
+                                 f"{need.name}, {need.perm.label()} is needed", method, host,
+                                 account.access_key, need.kind, need.perm.label())
         allowed = self._allowed.get(account.access_key)
         if allowed is None:
             allowed = self._allowed[account.access_key] = Decision(True, account=account.access_key)

@@ -157,23 +157,23 @@ class RemotingAcl:
         host = peer.rpartition(":")[0].strip("[]") or peer
         acl = g.acl
         if not acl.address_allowed(host):
-            return g._deny(FORBIDDEN, "ip", f"address {host} is not in globalWhiteRemoteAddresses", method, host,
-                           resource_type="address", action="ANY")
+            return g.deny(FORBIDDEN, "ip", f"address {host} is not in globalWhiteRemoteAddresses", method, host,
+                          resource_type="address", action="ANY")
         fields = cmd.fields
         access_key = fields.get(ACCESS_KEY, "")
         given = fields.get(SIGNATURE, "")
         if not access_key or not given:
-            return g._deny(UNAUTHORIZED, "account", "no credentials: the broker has aclEnable=true; configure an "
-                           "access key and secret key (ext fields AccessKey and Signature are missing)", method, host)
+            return g.deny(UNAUTHORIZED, "account", "no credentials: the broker has aclEnable=true; configure an "
+                          "access key and secret key (ext fields AccessKey and Signature are missing)", method, host)
         account = acl.accounts.get(access_key)
         if account is None:
-            return g._deny(UNAUTHORIZED, "account", f"unknown access key {access_key!r}", method, host, access_key)
+            return g.deny(UNAUTHORIZED, "account", f"unknown access key {access_key!r}", method, host, access_key)
         if not hmac.compare_digest(sign(fields, cmd.body, account.secret_key, cmd.version), given.strip()):
-            return g._deny(UNAUTHORIZED, "signature", f"signature does not match for access key {access_key!r} "
-                           "(wrong secret key?)", method, host, access_key)
+            return g.deny(UNAUTHORIZED, "signature", f"signature does not match for access key {access_key!r} "
+                          "(wrong secret key?)", method, host, access_key)
         if not account.address_allowed(host):
-            return g._deny(FORBIDDEN, "ip", f"access key {access_key!r} may not be used from {host} "
-                           "(whiteRemoteAddress)", method, host, access_key, resource_type="address", action="ANY")
+            return g.deny(FORBIDDEN, "ip", f"access key {access_key!r} may not be used from {host} "
+                          "(whiteRemoteAddress)", method, host, access_key, resource_type="address", action="ANY")
         return g.check(method, account, requirement(cmd.code, fields, cmd.body), host)
 
     def gate(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:

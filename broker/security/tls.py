@@ -144,7 +144,7 @@ class TlsServerConfig:
         trust = load_certificates("tls.server.trustCertPath", self.trust_cert_path) if self.trust_cert_path else None
         return cert, key, trust
 
-    def _stamp(self) -> tuple[tuple[int, int], ...]:
+    def files_stamp(self) -> tuple[tuple[int, int], ...]:
         out = []
         for p in (self.cert_path, self.key_path, self.trust_cert_path):
             try:
@@ -160,7 +160,7 @@ class TlsServerConfig:
         if self.need_client_auth is ClientAuth.OPTIONAL:
             log.info("need.client.auth=optional: gRPC ports do not request client certificates (see SECURITY.md)")
         lock = threading.Lock()
-        state = {"stamp": self._stamp()}
+        state = {"stamp": self.files_stamp()}
 
         def configuration() -> grpc.ServerCertificateConfiguration:
             cert, key, trust = self._material()
@@ -168,7 +168,7 @@ class TlsServerConfig:
 
         def fetch() -> grpc.ServerCertificateConfiguration | None:
             # runs on a gRPC core thread at each handshake: a stat of three files, a reload when they changed
-            stamp = self._stamp()
+            stamp = self.files_stamp()
             with lock:
                 if stamp == state["stamp"]:
                     return None

@@ -24,11 +24,11 @@ class ReloadingSslContext:
     def __init__(self, tls: TlsServerConfig) -> None:
         self.tls = tls
         self._lock = threading.Lock()
-        self._stamp = tls._stamp()
+        self._stamp = tls.files_stamp()
         self._ctx = tls.ssl_server_context()
 
     def get(self) -> ssl.SSLContext:
-        stamp = self.tls._stamp()
+        stamp = self.tls.files_stamp()
         with self._lock:
             if stamp == self._stamp:
                 return self._ctx

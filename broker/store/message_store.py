@@ -17,6 +17,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,8 +99,28 @@ DispatchListener = Callable[[StoredMessage], None]
 ReplicationWaiter = Callable[[int], Awaitable[PutStatus]]
 
 
+@dataclass
+class StoreHooks:
+    """What the layers above plug into the store, given to its constructor (the broker builds it per HA mode).
+
+    ``confirm_offset``: the initial confirm offset (None: confirm follows the written end; 0 in
+    DLedger and controller mode, where nothing is visible until replication says so);
+    ``replication_waiter(end)``: a put waits for its replicas (Master/Slave, controller mode);
+    ``on_append()``: records were appended (the HA master wakes its streams);
+    ``on_data(end)``: a non-system record now ends at ``end`` (HA events);
+    ``replicated_writer(messages)``: DLedger mode, puts become Raft proposals.
+    """
+
+    confirm_offset: int | None = None
+    replication_waiter: ReplicationWaiter | None = None
+    on_append: Callable[[], None] | None = None
+    on_data: Callable[[int], None] | None = None
+    replicated_writer: Callable[[list[StoredMessage]], Awaitable[list[PutResult]]] | None = None
+
+
 class MessageStore:
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, hooks: StoreHooks | None = None) -> None:
+        hooks = hooks or StoreHooks()
         self.config = config
         self.root = Path(config.root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -109,13 +130,13 @@ class MessageStore:
         self.queue_next: dict[tuple[str, int], int] = {}
         self.dispatched = 0
         self._pending: deque[StoredMessage] = deque()
-        self._confirm: int | None = None  # None: confirm follows the written end
+        self._confirm: int | None = hooks.confirm_offset  # None: confirm follows the written end
         self.dispatch_listeners: list[DispatchListener] = []
-        self.replication_waiter: ReplicationWaiter | None = None
-        self.on_append: Callable[[], None] | None = None
-        self.on_data: Callable[[int], None] | None = None  # a non-system record now ends at this offset
+        self.replication_waiter = hooks.replication_waiter
+        self.on_append = hooks.on_append
+        self.on_data = hooks.on_data  # a non-system record now ends at this offset
         # DLedger mode: puts become Raft proposals; the log is written by the Raft layer
-        self.replicated_writer: Callable[[list[StoredMessage]], Awaitable[list[PutResult]]] | None = None
+        self.replicated_writer = hooks.replicated_writer
         self.flush = FlushService(self.commit_log.log.sync, lambda: self.commit_log.log.synced_offset,
                                   config.flush_interval_s)
         self._tasks: list[asyncio.Task[None]] = []
@@ -493,6 +514,11 @@ class MessageStore:
     def confirm_offset(self) -> int:
         return self.commit_log.max_offset if self._confirm is None else self._confirm
 
+    @property
+    def confirm_bound(self) -> int | None:
+        """The confirm offset set by replication, or None while confirm follows the written end."""
+        return self._confirm
+
     def advance_confirm_offset(self, offset: int) -> None:
         """Move the visibility bound forward to ``offset`` (capped at the log end), never back."""
         offset = min(offset, self.commit_log.max_offset)
@@ -581,7 +607,7 @@ class MessageStore:
 
     # ------------------------------------------------------------------- reads
     def get(self, topic: str, queue_id: int, offset: int, max_count: int,
-            tags: set[str] | None = None, max_bytes: int = 8 * 1024 * 1024) -> GetResult:
+            tags: AbstractSet[str] | None = None, max_bytes: int = 8 * 1024 * 1024) -> GetResult:
         """Up to ``max_count`` messages from ``offset`` on; ``tags`` None means every tag."""
         cq = self.cqs.get((topic, queue_id))
         if cq is None:

@@ -124,7 +124,7 @@ class SegmentedLog:
         start = self.segments[-1].limit if self.segments else 0
         self._new_segment(start)
 
-    def append(self, data: bytes) -> int:
+    def append(self, data: bytes | bytearray | memoryview) -> int:
         """Append ``data`` (which must fit the current segment); return its offset."""
         if not self.segments:
             self._new_segment(0)

@@ -1,10 +1,11 @@
 """The DLedger family: DLedger's real log files under the simulator, on a simulated disk.
 
-Each node is the production Raft driver (broker/raft/driver.py) over a real ``MessageStore``
-and ``DLedgerLog`` (broker/dledger/log_store.py) in a temporary directory, with the same
-simulated clock, network, fsync runner and checker as the in-memory family (tests/sim/node.py).
-A proposal is a real commit-log record planned at the leader's cursor, as DLedger's member
-plans it (``plan_entries``, broker/dledger/node.py).  A crash closes the files and hands the
+Each node is DLedger's production member (``DLedgerNode``, broker/dledger/node.py: the Raft
+driver of broker/raft/driver.py plus DLedger's cursor, role, apply and pending records) over a
+real ``MessageStore`` and ``DLedgerLog`` (broker/dledger/log_store.py) in a temporary directory,
+given the same simulated clock, network, fsync runner and checker as the in-memory family
+(tests/sim/node.py) through its constructor.  A proposal is a real commit-log record the member
+plans at its cursor and submits (``DLedgerNode.plan``, ``submit``).  A crash closes the files and hands the
 directory to ``SimDisk`` (tests/sim/disk.py), which keeps, loses or tears what each file
 got since its last fsync; the restarted node recovers from what is left with the production
 recovery code (``MessageStore.recover``, ``DLedgerLog``'s loading).
@@ -22,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from rocketscope.broker.dledger.log_store import DLedgerLog
-from rocketscope.broker.dledger.node import plan_entries
-from rocketscope.broker.raft import Entry, NotLeader, RaftConfig, RaftNode, Ready, Role
+from rocketscope.broker.dledger.node import DLedgerConfig, DLedgerNode, NoEvents
+from rocketscope.broker.raft import RaftConfig, RaftNode, Ready
 from rocketscope.broker.raft.driver import RaftDriver, ReadyObserver, Transport
 from rocketscope.broker.store.message_store import MessageStore, PutStatus, StoreConfig
 from rocketscope.broker.store.record import StoredMessage
@@ -41,22 +42,43 @@ def store_config(root: Path) -> StoreConfig:
                        index_num=256, checkpoint_interval_s=3600, store_host="10.0.0.1:10911")
 
 
+class _WriteTracker:
+    """Wraps the scenario's Ready observer: notes what each Ready wrote since the last fsync, for ``check_durable``."""
+
+    __slots__ = ("inner", "node")
+
+    def __init__(self, node: DLedgerSimNode, inner: ReadyObserver | None) -> None:
+        self.node = node
+        self.inner = inner
+
+    def before_write(self, rd: Ready) -> None:
+        if self.inner is not None:
+            self.inner.before_write(rd)
+
+    def written(self, rd: Ready) -> None:
+        if rd.entries:
+            self.node.dirty = True
+            self.node.floor = min(self.node.floor, rd.entries[0].index)
+        if self.inner is not None:
+            self.inner.written(rd)
+
+
 class DLedgerSimNode(DeferredSync):
-    """Same interface as ``SimNode``; the storage is DLedger's files on a ``SimDisk``."""
+    """Same interface as ``SimNode``; the member is ``DLedgerNode``, its storage DLedger's files on a ``SimDisk``."""
 
     def __init__(self, config: RaftConfig, root: Path, rng: random.Random) -> None:
         self.id = config.node_id
-        self.config = config
+        self.config = DLedgerConfig(group="sim", peers={pid: "" for pid in config.peers}, raft=config, tick_s=TICK_S,
+                                    max_wait_ack_s=3.0)
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.rng = rng
         self.disk = SimDisk(self.root, rng)
         self.store: MessageStore | None = None
-        self.log: DLedgerLog | None = None
-        self.driver: RaftDriver | None = None
+        self.member: DLedgerNode | None = None
         self.clock: SimClock | None = None
         self.pending_sync: tuple[Callable[[], None] | None, Callable[[], None]] | None = None
-        self.applied = 0
+        self._applied = 0  # what the member had applied when it crashed
         self.up = False
         self.starts = 0
         self.paused_until = 0
@@ -66,16 +88,27 @@ class DLedgerSimNode(DeferredSync):
         self.floor = 1 << 62  # the lowest index written since the last fsync (may be truncated, legally)
         self.synced_terms: list[int] = []  # terms of entries 1..n when the last fsync completed
         self.synced_data: dict[int, bytes] = {}
-        self._cursor: int | None = None
         self.proposals = 0
 
     @property
+    def driver(self) -> RaftDriver | None:
+        return self.member.driver if self.member is not None else None
+
+    @property
     def raft(self) -> RaftNode | None:
-        return self.driver.node if self.driver is not None else None
+        return self.member.node if self.member is not None else None
+
+    @property
+    def log(self) -> DLedgerLog | None:
+        return self.member.log if self.member is not None else None
 
     @property
     def live(self) -> Any:
         return self.log
+
+    @property
+    def applied(self) -> int:
+        return self.member.commit_index if self.member is not None else self._applied
 
     @property
     def has_unsynced(self) -> bool:
@@ -87,19 +120,15 @@ class DLedgerSimNode(DeferredSync):
         store = MessageStore(store_config(self.root))
         store.set_confirm_offset(0)  # as broker/broker.py does in DLedger mode
         store.recover()
-        lg = DLedgerLog(store, self.root / "dledger", now=lambda: now() * TICK_S)
-        self.check_durable(lg)
-        hs = lg.hard_state
-        store.set_confirm_offset(lg.end_offset(hs.commit))
-        self.store, self.log = store, lg
-        raft = RaftNode(self.config, lg, hs, rng_seed, applied=hs.commit)
-        self.clock = SimClock(now)
+        self.clock = SimClock(now, unit=TICK_S)
         self.pending_sync = None
-        self.applied = hs.commit
-        self._cursor = None
-        self.driver = RaftDriver(raft, lg, transport, self.clock, self._defer_sync, 1.0, apply=self._apply,
-                                 on_append=self._on_append, on_role=self._on_role, observer=observer)
-        self.driver.start()
+        member = DLedgerNode(self.config, store, NoEvents(), clock=self.clock, syncer=self._defer_sync,
+                             transport=transport, rng_seed=rng_seed, observer=_WriteTracker(self, observer))
+        self.store, self.member = store, member
+        member.open()
+        assert member.log is not None
+        self.check_durable(member.log)
+        member.start()
         self.up = True
         self.starts += 1
 
@@ -126,14 +155,16 @@ class DLedgerSimNode(DeferredSync):
                 cq.log.close()
             store.index.close()
             store.commit_log.close()
-        self.store = self.log = None
+        self.store = None
+        if self.member is not None:
+            self._applied = self.member.commit_index
+        self.member = None
 
     def crash(self, lose_unsynced: bool) -> bool:
         self.up = False
         self.paused_until = 0
         if self.driver is not None:
             self.driver.stop("crash")
-        self.driver = None
         self.clock = None
         self.pending_sync = None
         self.written = []
@@ -162,48 +193,14 @@ class DLedgerSimNode(DeferredSync):
         # the bytes of the newest few entries (the ones a crash could tear)
         self.synced_data = {i: lg.entry(i).data for i in range(max(lg.first_index(), last - 3), last + 1)}
 
-    # ------------------------------------------------------------------ driver callbacks (as broker/dledger/node.py)
-    def _apply(self, entries: list[Entry]) -> None:
-        assert self.store is not None and self.log is not None
-        self.store.set_confirm_offset(self.log.end_offset(entries[-1].index))
-        self.applied = entries[-1].index
-
-    def _on_append(self, entries: list[Entry], truncated: tuple[int, int] | None) -> None:
-        self.dirty = True
-        self.floor = min(self.floor, entries[0].index)
-        if truncated is not None and truncated[1] > truncated[0]:
-            self._cursor = None
-
-    def _on_role(self, role: Role, leader: str | None, was_leader: bool) -> None:
-        store = self.store
-        assert store is not None
-        if role == Role.LEADER and not was_leader:
-            self._cursor = store.commit_log.max_offset
-            store.rebuild_queue_offsets()
-        elif was_leader and role != Role.LEADER:
-            self._cursor = None
-            store.drop_pending()
-
     # ------------------------------------------------------------------ clients
     def propose(self, data: bytes, answer: Callable[[int, bool], None]) -> tuple[int, bytes]:
-        """Plan ``data`` as one commit-log record at the leader's cursor and propose it."""
-        driver, store = self.driver, self.store
-        assert driver is not None and store is not None
-        if not driver.is_leader:  # as DLedgerNode.propose: only once the driver has published the role
-            raise NotLeader(f"{self.id} has not taken leadership yet", driver.leader_id)
-        self.proposals += 1
+        """Plan ``data`` as one commit-log record at the member's cursor and submit it (as ``DLedgerNode.propose``)."""
+        member = self.member
+        assert member is not None
         msg = StoredMessage(topic="SimTopic", queue_id=0, body=data, born_timestamp=1_700_000_000_000,
-                            born_host="10.0.0.2:5000", store_timestamp=1_700_000_000_000 + self.proposals)
-        saved = dict(store.queue_next)
-        cursor = self._cursor if self._cursor is not None else store.commit_log.max_offset
-        plan = plan_entries(store, [msg], cursor, self.config.max_append_bytes)
+                            born_host="10.0.0.2:5000", store_timestamp=1_700_000_000_001 + self.proposals)
+        plan = member.plan([msg])  # NotLeader until the driver has published leadership
+        self.proposals += 1
         assert plan.results[0].status is PutStatus.PUT_OK and len(plan.datas) == 1, plan.results
-        try:
-            index = driver.propose(plan.datas, answer)
-        except Exception:
-            store.queue_next.clear()
-            store.queue_next.update(saved)
-            raise
-        self._cursor = plan.cursor
-        store.add_pending(plan.accepted)
-        return index, plan.datas[0]
+        return member.submit(plan, answer), plan.datas[0]

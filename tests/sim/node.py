@@ -32,20 +32,26 @@ class _Timer:
 
 
 class SimClock:
-    """Virtual time (one unit = one tick) read from the scenario; timers fire only when it says so."""
+    """Virtual time read from the scenario in ticks; timers fire only when it says so.
 
-    def __init__(self, now: Callable[[], int]) -> None:
+    ``unit`` is one tick in the clock's seconds: 1.0 for the in-memory family (its driver ticks
+    every 1.0), DLedger's tick for the DLedger family, whose member reads the clock in seconds
+    (its lease, the Raft log's lazy commit writes) as in production.
+    """
+
+    def __init__(self, now: Callable[[], int], unit: float = 1.0) -> None:
         self._now = now
+        self.unit = unit
         self._timers: list[tuple[float, int, _Timer, Callable[[], None]]] = []
         self._seq = 0
         self._soon: list[Callable[[], None]] = []
 
     def now(self) -> float:
-        return float(self._now())
+        return self._now() * self.unit
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> _Timer:
         handle = _Timer()
-        heapq.heappush(self._timers, (self._now() + delay, self._seq, handle, fn))
+        heapq.heappush(self._timers, (self._now() + delay / self.unit, self._seq, handle, fn))
         self._seq += 1
         return handle
 
