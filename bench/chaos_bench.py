@@ -70,16 +70,21 @@ def rocketscope(mode: str, kinds: list[str], count: int, hold: float, seed: int)
                 for _ in range(count)]
     root = Path(tempfile.mkdtemp(prefix=f"chaos-bench-{mode}-"))
     progress(f"{mode}: {len(schedule)} faults ({', '.join(kinds)}; {count} each)")
+    result: dict[str, Any] | None = None
     try:
         result = run(mode, schedule, seed, root, drain_timeout=120.0)
     finally:
-        keep = os.environ.get("CHAOS_BENCH_KEEP")
-        if not keep:
+        # an invalid run keeps its history, verdict and process logs (the evidence of a violation), as
+        # tests/chaos/run.py does; so does CHAOS_BENCH_KEEP=1
+        if result is not None and result["valid"] and not os.environ.get("CHAOS_BENCH_KEEP"):
             shutil.rmtree(root, ignore_errors=True)
+        else:
+            progress(f"{mode}: history, verdict and logs kept in {root}")
     violations = {k: (sum(map(len, v.values())) if isinstance(v, dict) else v)
                   for k, v in result["violations"].items()}
-    return {"per_kind": by_kind(result["faults"]), "violations": violations, "totals": result["totals"],
-            "logs": result["logs_check"]}
+    return {"per_kind": by_kind(result["faults"]), "violations": violations,
+            "violated_keys": result["violations"], "totals": result["totals"], "logs": result["logs_check"],
+            "kept": "" if result["valid"] else str(root)}
 
 
 # ------------------------------------------------------------------ JetStream
