@@ -19,12 +19,14 @@ from collections import Counter
 from collections.abc import Iterator
 
 import cluster
+import grpc
 import pytest
 from cluster import LocalCluster, wait_until
 from rmq import RecordingListener, config, message, producer, push_consumer
 from rocketmq import FilterExpression, SimpleConsumer
 from rocketmq.v5.exception.client_exception import BadRequestException
 
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
 from rocketscope.trace.client_trace import close_client_metrics
 
 pytestmark = pytest.mark.e2e
@@ -42,6 +44,7 @@ class SimpleLoop:
         self.consumer = SimpleConsumer(config(endpoints), SIMPLE, {TOPIC: FilterExpression("*")}, await_duration=2)
         self.seen: Counter[str] = Counter()
         self.ack_failures: list[str] = []
+        self.acks_to_dead_master = 0
         self.receive_errors = 0
         self.last_error = ""
         self.cap = 1 << 30  # receive only while fewer distinct messages than this were seen
@@ -79,6 +82,12 @@ class SimpleLoop:
                     self.consumer.ack(m)
                 except BadRequestException as exc:
                     self.ack_failures.append(str(exc))
+                except Exception as exc:  # what the test tolerates, counted and shown
+                    # tolerated: a message received from the master just before its kill -9 is acked to the
+                    # master (the client acks where it received), which is gone; the slave may hand that
+                    # message out again (bounded by the duplicates assertion of run_outage)
+                    self.acks_to_dead_master += 1
+                    self.last_error = f"ack: {type(exc).__name__}: {exc}"
 
     def ids(self) -> set[str]:
         with self.lock:
@@ -88,6 +97,12 @@ class SimpleLoop:
 def ids_of(listener: RecordingListener) -> Counter[str]:
     with listener.lock:
         return Counter(m.message_id for m in listener.messages)
+
+
+def slave_has_topic(admin_addr: str) -> bool:
+    with grpc.insecure_channel(admin_addr) as ch:
+        topics = admin_pb2_grpc.BrokerAdminStub(ch).GetTopicConfigs(common_pb2.Empty(), timeout=5)
+    return any(t.topic_name == TOPIC for t in topics.topics)
 
 
 def send(endpoints: str, n: int, tag: str) -> list[str]:
@@ -104,6 +119,9 @@ def ms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         slave = c.start_broker("slave", brokerName="broker-r", brokerRole="SLAVE", brokerId=1, slaveReadEnable="true")
         c.admin("updateTopic", "-b", master.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
         wait_until(lambda: ha_status(c, slave.admin_addr)["connected"], what="slave replicating")
+        # the slave serves only topics it has the config of, copied from the master every 3 s
+        # (broker/ha/slave.py METADATA_SYNC_S): a master killed before that leaves it nothing to serve
+        wait_until(lambda: slave_has_topic(slave.admin_addr), what="the topic's config on the slave")
         yield c
     except BaseException:
         print(c.logs())
@@ -165,7 +183,8 @@ def run_outage(c: LocalCluster, master_back: bool) -> None:
                 wait_until(lambda: set(before) <= simple.ids() and set(before) <= set(ids_of(listener)),
                            timeout=90, what="every message sent before the kill received from the slave")
             except AssertionError:
-                print(f"simple {len(simple.ids())}/{len(before)} (errors {simple.receive_errors}, last "
+                print(f"simple {len(simple.ids())}/{len(before)} (errors {simple.receive_errors}, acks to the "
+                      f"dead master {simple.acks_to_dead_master}, last "
                       f"{simple.last_error[:300]}), push {len(ids_of(listener))}/{len(before)}")
                 raise
             failover_s = time.monotonic() - killed
@@ -178,7 +197,7 @@ def run_outage(c: LocalCluster, master_back: bool) -> None:
             print(f"failover: {received_on_master} received on the master, all {len(before)} {failover_s:.1f} s "
                   f"after kill -9; duplicates simple "
                   f"{dup_simple}, push {dup_push}; failed receives while the route named the dead master "
-                  f"{simple.receive_errors}")
+                  f"{simple.receive_errors}, acks that could only go to the dead master {simple.acks_to_dead_master}")
             # only what the master had acknowledged after the slave's last offset sync (or had in flight) comes
             # twice: never more than what each consumer had received before the kill
             assert dup_simple <= len(before) and dup_push <= len(before)
