@@ -82,6 +82,18 @@ def component(module: str) -> str | None:
     return "top" if module != "rocketscope" else "common"
 
 
+def from_import_targets(node: ast.ImportFrom, package: str) -> set[str]:
+    """The module a ``from … import …`` names (relative ones resolved against ``package``), and each
+    imported name under it (``from pkg import module`` imports a module)."""
+    if node.level:
+        base = package.split(".")
+        base = base[:len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    return {target} | {f"{target}.{a.name}" for a in node.names}
+
+
 def imports(path: Path, module: str) -> set[str]:
     out: set[str] = set()
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
@@ -89,14 +101,7 @@ def imports(path: Path, module: str) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            out.add(target)
-            out |= {f"{target}.{a.name}" for a in node.names}  # `from pkg import module`
+            out |= from_import_targets(node, package)
     return {m for m in out if m.startswith("rocketscope")}
 
 
@@ -174,14 +179,7 @@ def imported_names(tree: ast.Module, package: str, type_only_too: bool) -> set[s
             elif isinstance(node, ast.Import):
                 out.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[:len(base) - (node.level - 1)]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                out.add(target)
-                out.update(f"{target}.{a.name}" for a in node.names)
+                out.update(from_import_targets(node, package))
             else:  # functions, classes, try/with/for/match bodies, except handlers
                 for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                     inner = getattr(node, field, None)
