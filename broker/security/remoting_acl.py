@@ -68,12 +68,30 @@ def _send(f: dict[str, str], topic_key: str, group_key: str) -> Requirement:
     return Requirement(needs=_need("topic", topic, Perm.PUB))
 
 
+_BAD_JSON = object()
+
+
+def _json_body(body: bytes) -> Any:
+    """The parsed JSON body, or ``_BAD_JSON`` (the handler answers the bad body)."""
+    try:
+        return json.loads(body or b"{}")
+    except ValueError:
+        return _BAD_JSON
+
+
+def _sub(group: str | None, topic: str | None) -> tuple[Need, ...]:
+    """SUB on a consumer group and the topic it reads; a retry topic needs the group only."""
+    needs = _need("group", group, Perm.SUB)
+    if not str(topic or "").startswith(RETRY_PREFIX):
+        needs += _need("topic", topic, Perm.SUB)
+    return needs
+
+
 def _heartbeat(body: bytes) -> Requirement:
     """Every consumer group of the heartbeat and every topic it subscribes: SUB."""
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        return ANY_ACCOUNT  # the handler answers the bad body
+    data = _json_body(body)
+    if data is _BAD_JSON:
+        return ANY_ACCOUNT
     needs: list[Need] = []
     for cd in (data.get("consumerDataSet") or []) if isinstance(data, dict) else []:
         if not isinstance(cd, dict):
@@ -87,31 +105,21 @@ def _heartbeat(body: bytes) -> Requirement:
 
 def _assignment(body: bytes) -> Requirement:
     """QUERY_ASSIGNMENT: SUB on the group and the topic its body names (the retry topic: the group only)."""
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        return ANY_ACCOUNT  # the handler answers the bad body
-    if not isinstance(data, dict):
+    data = _json_body(body)
+    if data is _BAD_JSON or not isinstance(data, dict):
         return ANY_ACCOUNT
-    topic = str(data.get("topic") or "")
-    needs = _need("group", data.get("consumerGroup"), Perm.SUB)
-    if not topic.startswith(RETRY_PREFIX):
-        needs += _need("topic", topic, Perm.SUB)
-    return Requirement(needs=needs)
+    return Requirement(needs=_sub(data.get("consumerGroup"), str(data.get("topic") or "")))
 
 
 def _batch_ack(body: bytes) -> Requirement:
     """BATCH_ACK_MESSAGE: SUB on every group and topic its acks name (as an ACK_MESSAGE of each)."""
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        return ANY_ACCOUNT  # the handler answers the bad body
+    data = _json_body(body)
+    if data is _BAD_JSON:
+        return ANY_ACCOUNT
     needs: list[Need] = []
     for ack in (data.get("acks") or []) if isinstance(data, dict) else []:
         if isinstance(ack, dict):
-            needs += _need("group", str(ack.get("c") or ""), Perm.SUB)
-            if not str(ack.get("t") or "").startswith(RETRY_PREFIX):
-                needs += _need("topic", str(ack.get("t") or ""), Perm.SUB)
+            needs += _sub(str(ack.get("c") or ""), str(ack.get("t") or ""))
     return Requirement(needs=tuple(dict.fromkeys(needs)))
 
 
