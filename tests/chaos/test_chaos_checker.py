@@ -203,3 +203,14 @@ def test_without_a_store_reading_missing_messages_stay_lost_and_the_reason_says_
     v = check(h.events, [], h.t + 1, groups=GROUPS, store={"error": "Unreachable: no broker answered"})
     assert v["violations"]["lost"] == {"A": ["n-0"], "B": ["n-0"]}
     assert not v["classified"] and "store not read" in v["reason"]
+
+
+def test_delay_lateness_counts_each_groups_first_delivery_not_a_redelivery_after_a_skipped_ack() -> None:
+    h = H()
+    for i, late in enumerate((0.2, 0.4, 0.6)):
+        h.send(f"d-{i}", kind="delay", due=1000.0 + i)
+        for g in GROUPS:
+            h.deliver(g, f"d-{i}", wall=1000.0 + i + late)
+    h.deliver("A", "d-2", wall=1060.0)  # redelivered 60 s later after an ack that did not come in time
+    t = verdict(h)["totals"]
+    assert (t["delay_late_p50_s"], t["delay_max_late_s"]) == (0.4, 0.6)
