@@ -102,9 +102,10 @@ BROKER_KEYS: list[Key] = [
     Key("consumerOffsetReplicateInterval", int, 100, "ms between records of changed consumer offsets in the "
         "replicated log (DLedger and controller mode), so a new leader or master redelivers little; 0: off, "
         "replicas then copy offsets every few seconds (RocketScope; broker/offset_log.py)", check=non_negative),
-    Key("popStateReplicate", bool, True, "DLedger and controller mode: hand-outs and acks go through the replicated "
-        "log (RMQ_SYS_POP_STATE) and an ack is answered once replicated, so a new leader or master never hands out "
-        "an acknowledged message again; false: that state stays in the writer's memory (RocketScope; "
+    Key("popStateReplicate", bool, True, "hand-outs and acks go through the log (RMQ_SYS_POP_STATE), replicated in "
+        "DLedger, controller and Master/Slave mode, and an ack is answered once written (replicated), so neither a "
+        "restart nor a new leader or master hands out an acknowledged message again; false: that state stays in "
+        "the writer's memory and a restart forgets the acks above each committed offset (RocketScope; "
         "broker/pop_log.py)"),
     Key("popStateSnapshotInterval", int, 1000, "ms between snapshots of the replicated POP state (a restarted "
         "node replays the log from the last one; RocketScope; broker/pop_log.py)", check=positive),

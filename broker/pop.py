@@ -166,7 +166,7 @@ class PopService:
         # must not hand out after a demotion: its POP state is the old writer's, blind to the new
         # writer's hand-outs and acks (a message acked there went out again as attempt 1, docs/CHAOS.md)
         self.hands_out: Callable[[], bool] = lambda: True
-        # DLedger and controller mode: every state change goes through the replicated log (broker/pop_log.py)
+        # every state change goes through the log, replicated where the mode replicates (broker/pop_log.py)
         self.journal: PopJournal | None = None
         store.dispatch_listeners.append(self._on_dispatch)
 

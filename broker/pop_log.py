@@ -34,6 +34,14 @@ client may see the message again (at-least-once, which the client expects).  Han
 are replicated without waiting: one lost with the old writer is handed out again at once.
 What a failover can still redeliver: the messages in flight whose hand-out was not yet
 committed, and those whose invisible time ran out meanwhile.
+
+**Every mode keeps the journal**, not only the replicated ones: a standalone broker or a
+Master/Slave master that restarts (SIGTERM or kill -9) rebuilds its acks and hand-outs from it,
+as RocketMQ rebuilds from its revive topic.  Without it the acks above a queue's committed
+offset lived in memory, and a restart handed every such acknowledged message out again
+(tests/test_pop_restart.py; 86 in one Master/Slave restart of bench/chaos_bench.py).  In
+Master/Slave mode the records reach the slave through HA like any message, so a promoted slave
+serves from them too; a slave handing out under slaveReadEnable keeps its changes local.
 """
 
 from __future__ import annotations
@@ -115,7 +123,7 @@ def apply_ops(states: States, ops: list[list[Any]]) -> int:
 
 
 class PopStateLog:
-    """The POP engine's journal in DLedger and controller mode (see the module docstring)."""
+    """The POP engine's journal, in every mode (see the module docstring)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -204,7 +212,18 @@ class PopStateLog:
                  len(self.shadow), sum(len(st.inflight) for st in self.shadow.values()))
         return True
 
+    def _master_slave(self) -> bool:
+        """Master/Slave (or standalone): no Raft log and no controller, replication by the HA stream."""
+        return self.broker.dledger is None and self.broker.replicas is None
+
+    def _slave_acting(self) -> bool:
+        """A Master/Slave slave handing out under slaveReadEnable: its changes stay local (no journal to
+        write; broker/slave_read.py hands its progress back to the master), so its acks need no wait."""
+        return self._master_slave() and not self.broker.is_master
+
     def op(self, kind: str, group: str, topic: str, queue_id: int, offset: int, committed: int, *extra: int) -> None:
+        if self._slave_acting():
+            return
         self._ops.append([kind, group, topic, queue_id, offset, committed, *extra])
         self._appended += 1
         self._dirty = True
@@ -213,7 +232,7 @@ class PopStateLog:
     async def durable(self, timeout_s: float) -> bool:
         """True once every op so far is committed; False when that did not happen within ``timeout_s``."""
         target = self._appended
-        if self._durable >= target:
+        if self._durable >= target or self._slave_acting():
             return True
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append((target, fut))
@@ -290,7 +309,10 @@ class PopStateLog:
 
     async def _put(self, msg: StoredMessage, ops: int) -> bool:
         try:
-            (res,) = await self.store.put([msg])
+            # Master/Slave: a record counts once on the master's disk (it reaches the slave with the HA
+            # stream), as RocketMQ's ack records there; waiting for the slave would hold every ack for
+            # slaveTimeout while no slave is connected
+            (res,) = await self.store.put([msg], wait_replicas=not self._master_slave())
         except Exception:
             log.exception("writing POP state to the replicated log failed")
             return False

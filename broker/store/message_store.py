@@ -341,8 +341,12 @@ class MessageStore:
             key = (msg.topic, msg.queue_id)
             self.queue_next[key] = max(self.queue_next.get(key, 0), msg.queue_offset + 1)
 
-    async def put(self, messages: Iterable[StoredMessage]) -> list[PutResult]:
+    async def put(self, messages: Iterable[StoredMessage], wait_replicas: bool = True) -> list[PutResult]:
         """Append a batch, make it visible once confirmed, and wait for flush and replication.
+
+        ``wait_replicas=False`` skips the Master/Slave or controller-mode replication wait (never
+        DLedger's, whose writes are Raft proposals): for internal records that count once on this
+        node's disk and reach the slaves with the stream (the Master/Slave POP journal).
 
         Every message of one call shares one commit-log write, one wait for the fsync that
         covers them (SYNC_FLUSH) and one wait for replication: a caller holding several
@@ -365,14 +369,15 @@ class MessageStore:
                 self._put_scheduled = True
                 loop.call_soon(self._append_group)
             grouped, flushed = await fut
-            if flushed and self.replication_waiter is None:
+            if flushed and (self.replication_waiter is None or not wait_replicas):
                 return grouped
-            return await self._finish_put(grouped, flushed)
+            return await self._finish_put(grouped, flushed, wait_replicas)
         results = self.append_batch(messages)
         self.dispatch_confirmed()
-        return await self._finish_put(results, None)
+        return await self._finish_put(results, None, wait_replicas)
 
-    async def _finish_put(self, results: list[PutResult], flushed: bool | None) -> list[PutResult]:
+    async def _finish_put(self, results: list[PutResult], flushed: bool | None,
+                          wait_replicas: bool = True) -> list[PutResult]:
         """Wait for flush (unless ``flushed`` says how that went) and replication; set the statuses."""
         end = 0
         for r in results:
@@ -385,7 +390,7 @@ class MessageStore:
             flushed = await self.flush.wait_synced(end, self.config.sync_flush_timeout_s)
         if flushed is False and self.commit_log.log.synced_offset < end:
             status = PutStatus.FLUSH_DISK_TIMEOUT
-        if self.replication_waiter is not None:
+        if self.replication_waiter is not None and wait_replicas:
             repl = await self.replication_waiter(end)
             if repl is not PutStatus.PUT_OK:
                 status = repl
