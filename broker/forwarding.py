@@ -285,6 +285,37 @@ class LeaderForwarder:
             if not task.done():
                 task.cancel()
 
+    async def ask_route(self, addr: str, request: Any, context: grpc.aio.ServicerContext) -> Any | None:
+        """QueryRoute answered by the writer at ``addr`` (it knows which producers lost their Telemetry stream,
+        broker/stream_revival.py), within ``ROUTE_ASK_S``; None when it does not answer OK or this call was
+        itself forwarded."""
+        if FORWARDED_HEADER in request_metadata(context):
+            return None
+        deadline = min(self.deadline(context), time.monotonic() + ROUTE_ASK_S)
+        try:
+            resp = await self.call_unary(addr, SERVICE + "QueryRoute", request, svc.QueryRouteResponse, context,
+                                         deadline)
+        except (WriterMoved, grpc.aio.AioRpcError):  # ChannelClosed is a WriterMoved
+            return None
+        return resp if resp.status.code == pb.OK else None
+
+    def master_of_slave(self, route: Any) -> str | None:
+        """Master/Slave mode: this slave's master's client address as ``route`` lists it; None on a master,
+        in DLedger or controller mode (their members ask the writer through ``wrap``), or with no master listed.
+
+        A client whose access point list names both brokers stays on the slave's channel after a master
+        restart, so its route reads reach the slave, which cannot know whether the producer has a Telemetry
+        stream at the master: the chaos harness saw a kill -9 of the master leave eight open transactions
+        never checked back (tx_unchecked). The slave asks the master first, as DLedger members ask the leader."""
+        b = self.broker
+        if b.is_master or b.dledger is not None or getattr(b, "replicas", None) is not None:
+            return None
+        for bd in route.broker_datas:
+            if bd.broker_name == b.broker_name:
+                addr = bd.grpc_addrs.get(0)
+                return addr if addr and addr != b.grpc_addr else None
+        return None
+
     def metadata(self, context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
         md = [(k, v) for k, v in (context.invocation_metadata() or ())
               if not k.startswith((":", "grpc-")) and isinstance(v, str)]
@@ -322,14 +353,8 @@ def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any],
             """The writer answers when it can (it knows which clients lost their Telemetry stream), else this member."""
             fwd = broker.forwarder
             addr = fwd.writer_now()
-            if addr and FORWARDED_HEADER not in request_metadata(context):
-                deadline = min(fwd.deadline(context), time.monotonic() + ROUTE_ASK_S)
-                try:
-                    resp = await fwd.call_unary(addr, path, request, resp_type, context, deadline)
-                    if resp.status.code == pb.OK:
-                        return resp
-                except (WriterMoved, grpc.aio.AioRpcError):
-                    pass
+            if addr and (resp := await fwd.ask_route(addr, request, context)) is not None:
+                return resp
             return await handler(request, context)
         return route
 

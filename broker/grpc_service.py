@@ -214,6 +214,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         route = await self.broker.route_for(request.topic.name)
         if route is None:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"topic.name: topic {request.topic.name} does not exist")
+        fwd = self.broker.forwarder
+        if (master := fwd.master_of_slave(route)) and (resp := await fwd.ask_route(master, request, context)):
+            return resp  # type: ignore[no-any-return]
         queues = message_queues(request.topic.name, route, request.topic.resource_namespace,
                                 acting_master=self.broker.settings.slaveReadEnable)
         # a producer that lost its Telemetry stream gets endpoints that make it open one (broker/forwarding.py)

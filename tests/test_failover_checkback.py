@@ -209,3 +209,35 @@ def test_producer_of_a_restarted_single_broker_is_checked_back(cluster: LocalClu
     finally:
         p.shutdown()
     print(f"single broker killed and restarted with 3 open transactions: checked back {took:.1f} s later")
+
+
+@pytest.mark.long  # waits for the official client's route refresh, every 30 s
+@pytest.mark.timeout(300)
+def test_producer_reading_routes_at_the_slave_is_checked_back_after_the_masters_restart(cluster: LocalCluster) -> None:
+    """Master/Slave: the producer's access point is the slave (an application that lists both brokers stays on
+    the slave's channel once the master died), so its route reads reach the slave, which cannot know that the
+    producer's Telemetry stream died with the master.  Before the slave asked its master for routes
+    (broker/forwarding.py ``master_of_slave``), the open transactions were never checked back after a kill -9
+    of the master (the chaos harness: eight ``tx_unchecked`` in five kills); now within about one route refresh
+    (30 s) plus stream_revival's grace."""
+    c = cluster
+    kw: dict[str, Any] = {"brokerName": "broker-ms-ck", "transactionTimeOut": 2000, "transactionCheckInterval": 1000}
+    master = c.start_broker("ms-ck-master", brokerRole="SYNC_MASTER", **kw)
+    slave = c.start_broker("ms-ck-slave", brokerRole="SLAVE", brokerId=1, **kw)
+    c.admin("updateTopic", "-b", master.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
+    wait_until(lambda: route_ready([master, slave]), timeout=120, what="the topic's route at the name server")
+    checker = PhasedChecker()
+    p = Producer(config(slave.endpoint), (TOPIC,), checker)
+    p.startup()
+    started = time.monotonic()
+    try:
+        ids = send_open_transactions(p, "ms")
+        wait_until(lambda: time.monotonic() - started > 12, timeout=60, what="the client's first route refresh")
+        master.proc.kill9()
+        killed = time.monotonic()
+        c.start_broker(master.name)
+        took = checker.commit_and_wait(ids, killed, timeout=120,
+                                       what="every open transaction checked back after the master's restart")
+    finally:
+        p.shutdown()
+    print(f"master killed and restarted, producer's routes read at the slave: checked back {took:.1f} s later")
