@@ -147,6 +147,8 @@ class PopService:
         self.broker_name = broker_name
         self.clock = clock
         self.states: dict[tuple[str, str, int], QueueState] = {}
+        # (group, topic) popped with order=true over remoting (Apache's ordered POP): FIFO by queue, see pop()
+        self.ordered: set[tuple[str, str]] = set()
         # (group, topic, queue) -> offset an admin reset moved it to, taken by the next remoting pull of that queue:
         # Apache 5.3.3's server-side reset (useServerSideResetOffset), see broker/admin_ops.py ResetOffset
         self.client_resets: dict[tuple[str, str, int], int] = {}
@@ -271,21 +273,29 @@ class PopService:
         return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg), request_id(seq))
 
     def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
-            tags: MessageFilter) -> list[Delivery]:
+            tags: MessageFilter, order: bool = False) -> list[Delivery]:
         """Hand out up to ``batch`` visible messages: due retries of ``topic`` first, then new ones.
 
         Like RocketMQ's POP with queue id -1 (what its proxy asks for), every readable queue
         of the topic on this broker is served, starting from a rotating position so queues
         are drained fairly; the queue a client named only chose this broker.
+
+        ``order`` (a remoting POP_MESSAGE with order=true, Apache's ordered POP): the queue is the
+        unit of order, as for Apache's orderly producers, which choose a queue per business key and
+        set no message group: a queue with a hand-out in flight gives nothing until it is acked or
+        its invisible time ends (then the same messages come again, in place), and the group's
+        redeliveries of ``topic`` stay in place from then on (``fifo``).
         """
         if not self.serving():
             return []  # a new writer: what its predecessors handed out and acked is not all known yet
-        fifo = self.is_fifo(group)
+        if order:
+            self.ordered.add((group, topic))
+        fifo = order or self.fifo(group, topic)
         out = [] if fifo else self._pop_retries(group, topic, batch, invisible_ms, tags)
         if not queue_ids:
             return out
         start = next(self._rotation) % len(queue_ids)
-        pop_queue = self._pop_fifo_queue if fifo else self._pop_queue
+        pop_queue = self._pop_ordered_queue if order else self._pop_fifo_queue if fifo else self._pop_queue
         for queue_id in queue_ids[start:] + queue_ids[:start]:
             if len(out) >= batch:
                 break
@@ -296,8 +306,32 @@ class PopService:
         cfg = self.groups.get(group)
         return bool(cfg and cfg.consume_message_orderly)
 
+    def fifo(self, group: str, topic: str) -> bool:
+        """Redeliveries in place: an orderly group (gRPC FIFO), or a topic the group popped with order=true."""
+        return self.is_fifo(group) or (group, topic) in self.ordered
+
+    def _pop_ordered_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+                           tags: MessageFilter) -> list[Delivery]:
+        """Ordered POP: nothing while the queue has a hand-out in flight (Apache's ConsumerOrderInfoManager
+        blocks the queue so), else the next messages from the committed offset, as one message group."""
+        if self.state(group, topic, queue_id).inflight:
+            return []
+        return self._pop_fifo_queue(group, topic, queue_id, batch, invisible_ms, tags, whole_queue=True)
+
+    def rest(self, group: str, topic: str, queue_ids: list[int], order: bool, blocked: set[int]) -> int:
+        """Messages of ``queue_ids`` not handed out yet (a remoting pop answer's ``restNum``); an ordered
+        queue in ``blocked`` (a hand-out was in flight before the pop) counts nothing, as on Apache."""
+        rest = 0
+        for q in queue_ids:
+            if order and q in blocked:
+                continue
+            st = self.state(group, topic, q)
+            pos = (max(st.inflight) + 1 if st.inflight else st.committed) if order else st.next_pop
+            rest += max(0, self.store.max_offset(topic, q) - max(pos, self.store.min_offset(topic, q)))
+        return rest
+
     def _pop_fifo_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                        tags: MessageFilter) -> list[Delivery]:
+                        tags: MessageFilter, whole_queue: bool = False) -> list[Delivery]:
         """FIFO: one run of each message group's messages in flight at a time, in queue order.
 
         The scan starts at the committed offset; a message group with a message in flight
@@ -329,7 +363,7 @@ class PopService:
                 off = msg.queue_offset
                 if off in st.acked:
                     continue
-                key = msg.properties.get(SHARDING_KEY) or f"#{off}"
+                key = "" if whole_queue else msg.properties.get(SHARDING_KEY) or f"#{off}"
                 if off in st.inflight or key in blocked:
                     blocked.add(key)  # in flight from an earlier receive: the rest of its group waits
                     continue
@@ -404,12 +438,12 @@ class PopService:
         return out
 
     async def receive(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
-                      tags: MessageFilter, poll_s: float) -> list[Delivery]:
+                      tags: MessageFilter, poll_s: float, order: bool = False) -> list[Delivery]:
         """``pop`` with long polling: wait up to ``poll_s`` for a message to arrive."""
         deadline = time.monotonic() + max(poll_s, 0.0)
         began_as_writer = self.hands_out()
         while True:
-            out = self.pop(group, topic, queue_ids, batch, invisible_ms, tags)
+            out = self.pop(group, topic, queue_ids, batch, invisible_ms, tags, order)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
@@ -498,7 +532,7 @@ class PopService:
         handed_ms = st.inflight[handle.offset].handed_ms
         if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
-        if self.is_fifo(group):
+        if self.fifo(group, handle.topic):
             self._wake_topic(handle.topic)  # the message group's next message is now visible
         return handle, handed_ms
 
@@ -567,7 +601,7 @@ class PopService:
             cfg = self.groups.get(group)
             max_times = cfg.retry_max_times if cfg else 16
             redelivered = msg.reconsume_times + st.attempts.get(offset, 0)
-            if self.is_fifo(group) and not topic.startswith(RETRY_PREFIX) and redelivered < max_times:
+            if self.fifo(group, topic) and not topic.startswith(RETRY_PREFIX) and redelivered < max_times:
                 gone = st.inflight.pop(offset, None)  # redeliver in place, keeping the group's order
                 if gone is not None:
                     st.expired[offset] = gone.seq
