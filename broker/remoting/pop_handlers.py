@@ -1,7 +1,10 @@
 """POP over remoting: POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME (200053),
-BATCH_ACK_MESSAGE (200151) and QUERY_ASSIGNMENT (400), with which Apache's push consumer
-(``setClientRebalance(false)``) asks the broker for its queues and whether to pull or pop them: here
-every readable queue, in POP mode.
+BATCH_ACK_MESSAGE (200151), QUERY_ASSIGNMENT (400), with which Apache's push consumer
+(``setClientRebalance(false)``) asks the broker for its queues and whether to pull or pop them, and
+SET_MESSAGE_REQUEST_MODE (401, ``mqadmin setConsumeMode``), which chooses that per topic@group
+(broker/request_modes.py; the shares: broker/remoting/assignment.py).  POP_MESSAGE with ``order=true``
+is Apache's ordered POP (broker/pop.py ``_pop_ordered_queue``): its answer carries ``orderCountInfo`` and
+reviveQid 999 and no POP_CK, which Apache's client then builds itself (docs/REMOTING.md).
 
 RocketMQ 5's remoting POP consumers (and its proxy) pop from the broker, acknowledge each
 message with the ``extraInfo`` string the pop answer gave it (the ``POP_CK`` property), and
