@@ -636,8 +636,8 @@ class Broker:
         if not isinstance(self.trace_hooks, NoTrace):
             self.trace_hooks.on_acked(
                 group, lambda: self.store.message_at(receipt.topic, receipt.queue_id, receipt.offset),
-                request_id=request_id(receipt.seq), cost_ms=self.pop.now_ms() - handed_ms, client_id=client_id,
-                client_traced=traced)
+                request_id=request_id(receipt.seq), cost_ms=self.pop.now_ms() - handed_ms if handed_ms else 0,
+                client_id=client_id, client_traced=traced)
 
     def change_invisible(self, group: str, handle: str, invisible_ms: int, message_id: str) -> str:
         return self.pop.change_invisible(group, handle, invisible_ms)

@@ -28,7 +28,7 @@ from .errors import BrokerError, ErrorKind
 from .filter import MessageFilter, accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
-from .receipt import ReceiptHandle, ReceiptHandleError
+from .receipt import SLAVE_ORIGIN, ReceiptHandle, ReceiptHandleError
 from .store.message_store import MessageStore, PutStatus
 from .store.record import StoredMessage
 from .topics import TopicManager
@@ -168,6 +168,8 @@ class PopService:
         # must not hand out after a demotion: its POP state is the old writer's, blind to the new
         # writer's hand-outs and acks (a message acked there went out again as attempt 1, docs/CHAOS.md)
         self.hands_out: Callable[[], bool] = lambda: True
+        # receipt origin this node writes into its handles: SLAVE_ORIGIN while a slave acts for its master
+        self.issuer = ""
         # every state change goes through the log, replicated where the mode replicates (broker/pop_log.py)
         self.journal: PopJournal | None = None
         store.dispatch_listeners.append(self._on_dispatch)
@@ -268,7 +270,7 @@ class PopService:
         heapq.heappush(self._deadlines, (deadline, seq, group, topic, queue_id, msg.queue_offset))
         if self.journal is not None:
             self.journal.op("h", group, topic, queue_id, msg.queue_offset, st.committed, seq, deadline)
-        handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline)
+        handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline, self.issuer)
         attempt = msg.reconsume_times + 1 + st.attempts.get(msg.queue_offset, 0)
         return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg), request_id(seq))
 
@@ -390,6 +392,8 @@ class PopService:
         got = self.store.get(topic, queue_id, st.next_pop, batch)
         moved = False
         for msg in got.messages:
+            if msg.queue_offset in st.acked:
+                continue  # acknowledged before this node handed it out (a hand-out of its acting slave)
             if tags is not None and not accepts(tags, msg):
                 moved |= self._mark_acked(group, topic, queue_id, st, msg.queue_offset)
                 continue
@@ -484,11 +488,23 @@ class PopService:
         return True
 
     def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Set a group's committed offset (UpdateOffset, admin reset); in-flight hand-outs are dropped."""
-        self.states[(group, topic, queue_id)] = QueueState(offset, offset)
-        self.offsets.commit(group, topic, queue_id, offset)
+        """Set a group's committed offset (UpdateOffset, admin reset); in-flight hand-outs are dropped.
+
+        A reset forward keeps the acks already taken above the new offset: an acting slave's hand-back
+        (broker/slave_read.py) can reach the master after acks of the slave's hand-outs were forwarded
+        there, and must not make those messages come again.  A reset backward drops them (re-consume)."""
+        old = self.states.get((group, topic, queue_id))
+        st = QueueState(offset, offset)
+        if old is not None and offset >= old.committed:
+            st.acked = {o for o in old.acked if o >= offset}
+            while st.committed in st.acked:
+                st.acked.discard(st.committed)
+                st.committed += 1
+            st.next_pop = st.committed
+        self.states[(group, topic, queue_id)] = st
+        self.offsets.commit(group, topic, queue_id, st.committed)
         if self.journal is not None:
-            self.journal.op("c", group, topic, queue_id, offset, offset)
+            self.journal.op("c", group, topic, queue_id, st.committed, st.committed)
 
     def _on_dispatch(self, msg: StoredMessage) -> None:
         if msg.topic.startswith(RETRY_PREFIX):
@@ -528,13 +544,43 @@ class PopService:
 
     def ack(self, group: str, handle_text: str) -> tuple[ReceiptHandle, int]:
         """Acknowledge one hand-out; return its handle and when it was handed out (ms)."""
-        handle, st = self._resolve(group, handle_text)
+        try:
+            handle, st = self._resolve(group, handle_text)
+        except PopError:
+            slave = self._slave_receipt(handle_text)
+            if slave is None:
+                raise
+            self._ack_slave_hand_out(group, slave)
+            return slave, 0
         handed_ms = st.inflight[handle.offset].handed_ms
         if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
         if self.fifo(group, handle.topic):
             self._wake_topic(handle.topic)  # the message group's next message is now visible
         return handle, handed_ms
+
+    def _slave_receipt(self, handle_text: str) -> ReceiptHandle | None:
+        """A receipt its acting slave issued (slaveReadEnable), when this node is the writer again: the slave
+        forwards the acks of such receipts here once the master is back, and a client whose route moved to
+        the master acks them here directly (broker/slave_read.py)."""
+        try:
+            handle = ReceiptHandle.decode(handle_text)
+        except ReceiptHandleError:
+            return None
+        if handle.origin != SLAVE_ORIGIN or handle.broker != self.broker_name or self.issuer or not self.serving():
+            return None
+        return handle
+
+    def _ack_slave_hand_out(self, group: str, handle: ReceiptHandle) -> None:
+        """The slave's hand-out of ``handle.offset`` was consumed: that offset is acknowledged here, whether this
+        node handed it out since (its own hand-out is then a duplicate whose ack will be refused) or not."""
+        st = self.state(group, handle.topic, handle.queue_id)
+        if handle.offset < st.committed or handle.offset in st.acked:
+            return
+        if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
+            self._commit(group, handle.topic, handle.queue_id, st)
+        log.info("ack of %s offset %d queue %d for %s: handed out by the acting slave, applied here", handle.topic,
+                 handle.offset, handle.queue_id, group)
 
     def change_invisible(self, group: str, handle_text: str, invisible_ms: int) -> str:
         handle, st = self._resolve(group, handle_text)
@@ -545,7 +591,8 @@ class PopService:
         if self.journal is not None:
             self.journal.op("h", group, handle.topic, handle.queue_id, handle.offset, st.committed, seq, deadline)
         self._revive_wake.set()
-        return ReceiptHandle(self.broker_name, handle.topic, handle.queue_id, handle.offset, seq, deadline).encode()
+        return ReceiptHandle(self.broker_name, handle.topic, handle.queue_id, handle.offset, seq, deadline,
+                             self.issuer).encode()
 
     async def forward_to_dlq(self, group: str, handle_text: str) -> StoredMessage:
         handle, st = self._resolve(group, handle_text)
