@@ -49,6 +49,7 @@ from .pop import Delivery, PopService, request_id
 from .pop_log import PopStateLog
 from .pull import PullService
 from .remoting.broker_handlers import bind_broker_port
+from .request_modes import RequestModes
 from .security import AclGuard, AclInterceptor, FileWatcher, SecurityConfig, bind_listener
 from .sends import SendKind
 from .slave_read import SlaveReader
@@ -107,6 +108,8 @@ class Broker:
         self.store = MessageStore(store_config(s, self.grpc_addr), self._store_hooks(s))
         self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
         self.groups = GroupManager(root / "config" / "subscriptionGroup.json")
+        # mqadmin setConsumeMode's table (remoting QUERY_ASSIGNMENT answers it; a slave copies it from its master)
+        self.request_modes = RequestModes(root / "config" / "messageRequestMode.json")
         self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
         self.clients = ClientRegistry()
         self.pop = PopService(self.store, self.offsets, self.groups, self.topics, self.broker_name)

@@ -78,12 +78,28 @@ class RequestModes:
 
     def set(self, m: RequestMode) -> None:
         self.modes[(m.topic, m.group)] = m
+        self._save()
+        log.info("consume mode of %s@%s set to %s (popShareQueueNum %d)", m.topic, m.group, m.mode,
+                 m.pop_share_queue_num)
+
+    def all(self) -> list[RequestMode]:
+        return [self.modes[k] for k in sorted(self.modes)]
+
+    def replace(self, modes: list[RequestMode]) -> bool:
+        """Make the table ``modes`` (a slave copying its master's); True when that changed it."""
+        new = {(m.topic, m.group): m for m in modes}
+        if new == self.modes:
+            return False
+        self.modes = new
+        self._save()
+        log.info("consume modes copied from the master: %d topic@group entries", len(new))
+        return True
+
+    def _save(self) -> None:
         table: dict[str, dict[str, Any]] = {}
         for (topic, group), mode in sorted(self.modes.items()):
             table.setdefault(topic, {})[group] = mode.body()
         save_json(self.path, {"messageRequestModeMap": table})
-        log.info("consume mode of %s@%s set to %s (popShareQueueNum %d)", m.topic, m.group, m.mode,
-                 m.pop_share_queue_num)
 
     def pops(self, group: str) -> bool:
         """Whether some topic of ``group`` is in POP mode here."""

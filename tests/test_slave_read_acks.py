@@ -10,10 +10,12 @@ the message. Ground truth: 6 messages sent, all 6 received from the acting slave
 slave while acting, 2 at the slave after the master's return, 2 at the master); none of them comes
 from the master again, and the 2 sent after its return do. Raw gRPC requests stand for the clients,
 so which node each ack reaches is chosen, not left to a route refresh (30 s in the official clients).
+Before the kill, the consume mode set on the master (SET_MESSAGE_REQUEST_MODE) is seen copied to the slave.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -103,10 +105,32 @@ def ack(endpoint: str, handles: list[str]) -> Any:
         return svc_grpc.MessagingServiceStub(ch).AckMessage(req, metadata=MD, timeout=10)
 
 
+def assignment(addr: str, group: str) -> list[tuple[int, str]] | None:
+    """QUERY_ASSIGNMENT of TOPIC for ``group`` at ``addr``, after a heartbeat of one consumer there."""
+    with RemotingClient(addr) as b:
+        beat = {"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
+            "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": []}]}
+        assert b.invoke(RequestCode.HEART_BEAT, {}, json.dumps(beat).encode()).code == ResponseCode.SUCCESS
+        ask = {"topic": TOPIC, "consumerGroup": group, "clientId": "c1", "strategyName": "AVG",
+               "messageModel": "CLUSTERING"}
+        got = json.loads(b.invoke(RequestCode.QUERY_ASSIGNMENT, {}, json.dumps(ask).encode()).body)
+    found = got.get("messageQueueAssignments")
+    return None if found is None else sorted((a["messageQueue"]["queueId"], a["mode"]) for a in found)
+
+
 def test_acks_of_the_acting_slaves_hand_outs_reach_the_returned_master(ms: LocalCluster) -> None:
     master, slave = ms.brokers["master"], ms.brokers["slave"]
     sent = [f"s-{i}" for i in range(6)]
     send(master.admin_addr, sent)
+    # mqadmin setConsumeMode on the master reaches the slave with its metadata copy (Apache's SlaveSynchronize
+    # copies messageRequestMode too), so an acting slave assigns as its master did
+    assert assignment(slave.admin_addr, GROUP) == [(0, "PULL")]  # the default
+    with RemotingClient(master.admin_addr) as b:
+        mode = {"topic": TOPIC, "consumerGroup": GROUP, "mode": "POP", "popShareQueueNum": 0}
+        assert b.invoke(401, {}, json.dumps(mode).encode()).code == ResponseCode.SUCCESS
+    wait_until(lambda: assignment(slave.admin_addr, GROUP) == [(-1, "POP")], timeout=20,
+               what="the slave answering the master's consume mode")
     master.proc.kill9()
     wait_until(lambda: ha_status(slave.admin_addr)["slaveReadActing"], timeout=30, what="the slave acting")
     got = receive(slave.endpoint, 6, 300, within_s=20)  # invisible long after the test: only acks end them
@@ -125,5 +149,6 @@ def test_acks_of_the_acting_slaves_hand_outs_reach_the_returned_master(ms: Local
 
     after = ["after-0", "after-1"]
     send(master.admin_addr, after)
-    again = receive(master.endpoint, 8, 10, within_s=6)  # what the master hands out: only the new messages
+    # what the master hands out (from its committed offset up, so an unacknowledged old message would come first)
+    again = receive(master.endpoint, len(after), 10, within_s=10)
     assert sorted(b for b, _ in again) == after, again

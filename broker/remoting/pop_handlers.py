@@ -31,7 +31,6 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocketscope.names import RETRY_PREFIX
@@ -39,7 +38,7 @@ from rocketscope.names import RETRY_PREFIX
 from ..namesrv_client import NamesrvUnavailable
 from ..pop import Delivery, PopError
 from ..receipt import ReceiptHandle
-from ..request_modes import POP, PULL, ModeError, RequestMode, RequestModes
+from ..request_modes import POP, PULL, ModeError, RequestMode
 from ..topics import PERM_READ
 from . import assignment
 from .codec import (
@@ -98,8 +97,7 @@ class RemotingPop:
         self.front = front
         self.b = front.b
         self.receipts: dict[Key, tuple[str, int]] = {}  # -> (receipt handle, deadline ms)
-        root = Path(self.b.settings.storePathRootDir).expanduser()
-        self.modes = RequestModes(root / "config" / "messageRequestMode.json")
+        self.modes = self.b.request_modes
 
     def handlers(self) -> dict[int, Handler]:
         return {POP_MESSAGE: self.pop, ACK_MESSAGE: self.ack, CHANGE_MESSAGE_INVISIBLETIME: self.change,
