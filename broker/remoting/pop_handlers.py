@@ -112,9 +112,10 @@ class RemotingPop:
         name server (every broker's), shared among the group's consumers that sent a heartbeat here by
         the client's strategy (``AVG``, ``AVG_BY_CIRCLE``) unless ``serverLoadBalancerEnable`` is off.
         No route, no consumer or an unknown strategy: no ``messageQueueAssignments`` (the client keeps
-        what it had).  One deviation: the retry topic of a group that pops here gets no queue, because
-        RocketScope's POP takes its redeliveries from ``%RETRY%<group>`` itself (broker/pop.py), which a
-        pull of that topic would consume a second time (docs/COMPATIBILITY.md R16)."""
+        what it had).  One deviation: the retry topic of a group that pops here (a topic set to POP, or POP
+        the default) gets no queue, because RocketScope's POP takes its redeliveries from
+        ``%RETRY%<group>`` itself (broker/pop.py), which a pull of that topic would consume a second time
+        (docs/COMPATIBILITY.md R16)."""
         body = parse_json_body(cmd.body, "QueryAssignmentRequestBody")
         topic = body.get("topic") if isinstance(body, dict) else None
         group = body.get("consumerGroup") if isinstance(body, dict) else None
@@ -130,7 +131,7 @@ class RemotingPop:
         mode, share = (chosen.mode, chosen.pop_share_queue_num) if chosen else (
             (PULL, 0) if topic.startswith(RETRY_PREFIX) else (s.defaultMessageRequestMode.upper(),
                                                               s.defaultPopShareQueueNum))
-        if topic.startswith(RETRY_PREFIX) and self.modes.pops(group):
+        if topic.startswith(RETRY_PREFIX) and (self.modes.pops(group) or s.defaultMessageRequestMode.upper() == POP):
             return cmd.response(body=json_body({"messageQueueAssignments": []}))
         queues = await self._subscribe_queues(topic)
         if queues is None:
