@@ -491,11 +491,12 @@ class PopService:
         """Set a group's committed offset (UpdateOffset, admin reset); in-flight hand-outs are dropped.
 
         A reset forward keeps the acks already taken above the new offset: an acting slave's hand-back
-        (broker/slave_read.py) can reach the master after acks of the slave's hand-outs were forwarded
-        there, and must not make those messages come again.  A reset backward drops them (re-consume)."""
+        (broker/slave_read.py, Master/Slave mode: no journal) can reach the master after acks of the
+        slave's hand-outs were forwarded there, and must not make those messages come again.  A reset
+        backward drops them (re-consume)."""
         old = self.states.get((group, topic, queue_id))
         st = QueueState(offset, offset)
-        if old is not None and offset >= old.committed:
+        if old is not None and offset >= old.committed and self.journal is None:  # the journal's "c" keeps none
             st.acked = {o for o in old.acked if o >= offset}
             while st.committed in st.acked:
                 st.acked.discard(st.committed)
