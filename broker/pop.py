@@ -491,21 +491,21 @@ class PopService:
         """Set a group's committed offset (UpdateOffset, admin reset); in-flight hand-outs are dropped.
 
         A reset forward keeps the acks already taken above the new offset: an acting slave's hand-back
-        (broker/slave_read.py, Master/Slave mode: no journal) can reach the master after acks of the
-        slave's hand-outs were forwarded there, and must not make those messages come again.  A reset
-        backward drops them (re-consume)."""
+        (broker/slave_read.py) can reach the master after acks of the slave's hand-outs were forwarded
+        there, and must not make those messages come again.  A reset backward drops them (re-consume).
+        The journal records the reset and then each kept ack, so a replay rebuilds the same state."""
         old = self.states.get((group, topic, queue_id))
+        kept = sorted(o for o in old.acked if o >= offset) if old is not None and offset >= old.committed else []
         st = QueueState(offset, offset)
-        if old is not None and offset >= old.committed and self.journal is None:  # the journal's "c" keeps none
-            st.acked = {o for o in old.acked if o >= offset}
-            while st.committed in st.acked:
-                st.acked.discard(st.committed)
-                st.committed += 1
-            st.next_pop = st.committed
+        if self.journal is not None:
+            self.journal.op("c", group, topic, queue_id, offset, offset)
+        for o in kept:
+            st.mark_acked(o)
+            if self.journal is not None:
+                self.journal.op("a", group, topic, queue_id, o, offset)
+        st.next_pop = max(st.next_pop, st.committed)
         self.states[(group, topic, queue_id)] = st
         self.offsets.commit(group, topic, queue_id, st.committed)
-        if self.journal is not None:
-            self.journal.op("c", group, topic, queue_id, st.committed, st.committed)
 
     def _on_dispatch(self, msg: StoredMessage) -> None:
         if msg.topic.startswith(RETRY_PREFIX):
