@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX
@@ -28,6 +29,7 @@ from .errors import BrokerError, ErrorKind
 from .filter import MessageFilter, accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
+from .persistence import load_json, save_json
 from .receipt import SLAVE_ORIGIN, ReceiptHandle, ReceiptHandleError
 from .store.message_store import MessageStore, PutStatus
 from .store.record import StoredMessage
@@ -147,8 +149,14 @@ class PopService:
         self.broker_name = broker_name
         self.clock = clock
         self.states: dict[tuple[str, str, int], QueueState] = {}
-        # (group, topic) popped with order=true over remoting (Apache's ordered POP): FIFO by queue, see pop()
+        # (group, topic) popped with order=true over remoting (Apache's ordered POP): FIFO by queue, see pop();
+        # kept in <store>/config/popOrdered.json so that a restarted broker redelivers their hand-outs in place
+        root = getattr(store, "root", None)
+        self._ordered_path = Path(root) / "config" / "popOrdered.json" if root is not None else None
         self.ordered: set[tuple[str, str]] = set()
+        if self._ordered_path is not None:
+            marks = load_json(self._ordered_path, [])
+            self.ordered = {(str(m[0]), str(m[1])) for m in marks if isinstance(m, list) and len(m) == 2}
         # (group, topic, queue) -> offset an admin reset moved it to, taken by the next remoting pull of that queue:
         # Apache 5.3.3's server-side reset (useServerSideResetOffset), see broker/admin_ops.py ResetOffset
         self.client_resets: dict[tuple[str, str, int], int] = {}
@@ -290,8 +298,11 @@ class PopService:
         """
         if not self.serving():
             return []  # a new writer: what its predecessors handed out and acked is not all known yet
-        if order:
+        if order and (group, topic) not in self.ordered:
             self.ordered.add((group, topic))
+            if self._ordered_path is not None:
+                save_json(self._ordered_path, sorted(self.ordered))
+            log.info("group %s pops %s in order (remoting order=true): its redeliveries stay in place", group, topic)
         fifo = order or self.fifo(group, topic)
         out = [] if fifo else self._pop_retries(group, topic, batch, invisible_ms, tags)
         if not queue_ids:
