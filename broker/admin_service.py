@@ -129,6 +129,14 @@ class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
                             which_broker_when_consume_slowly=g.which_broker_when_consume_slowly)
         return resp
 
+    async def GetMessageRequestModes(self, request: common_pb2.Empty, context: grpc.aio.ServicerContext
+                                     ) -> admin_pb2.MessageRequestModesResponse:
+        """mqadmin setConsumeMode's table, for a slave's metadata copy (broker/ha/slave.py)."""
+        resp = admin_pb2.MessageRequestModesResponse(status=ok())
+        for m in self.broker.request_modes.all():
+            resp.modes.add(topic=m.topic, group=m.group, mode=m.mode, pop_share_queue_num=m.pop_share_queue_num)
+        return resp
+
     async def QueryMessage(self, request: admin_pb2.QueryMessageRequest, context: grpc.aio.ServicerContext
                            ) -> admin_pb2.QueryMessageResponse:
         store = self.broker.store

@@ -49,6 +49,7 @@ from .pop import Delivery, PopService, request_id
 from .pop_log import PopStateLog
 from .pull import PullService
 from .remoting.broker_handlers import bind_broker_port
+from .request_modes import RequestModes
 from .security import AclGuard, AclInterceptor, FileWatcher, SecurityConfig, bind_listener
 from .sends import SendKind
 from .slave_read import SlaveReader
@@ -107,6 +108,8 @@ class Broker:
         self.store = MessageStore(store_config(s, self.grpc_addr), self._store_hooks(s))
         self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
         self.groups = GroupManager(root / "config" / "subscriptionGroup.json")
+        # mqadmin setConsumeMode's table (remoting QUERY_ASSIGNMENT answers it; a slave copies it from its master)
+        self.request_modes = RequestModes(root / "config" / "messageRequestMode.json")
         self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
         self.clients = ClientRegistry()
         self.pop = PopService(self.store, self.offsets, self.groups, self.topics, self.broker_name)
@@ -636,8 +639,8 @@ class Broker:
         if not isinstance(self.trace_hooks, NoTrace):
             self.trace_hooks.on_acked(
                 group, lambda: self.store.message_at(receipt.topic, receipt.queue_id, receipt.offset),
-                request_id=request_id(receipt.seq), cost_ms=self.pop.now_ms() - handed_ms, client_id=client_id,
-                client_traced=traced)
+                request_id=request_id(receipt.seq), cost_ms=self.pop.now_ms() - handed_ms if handed_ms else 0,
+                client_id=client_id, client_traced=traced)
 
     def change_invisible(self, group: str, handle: str, invisible_ms: int, message_id: str) -> str:
         return self.pop.change_invisible(group, handle, invisible_ms)

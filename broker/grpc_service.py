@@ -499,6 +499,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         check_topic(request.topic.name)
         if not request.entries:
             raise RequestError(Code.BAD_REQUEST, "entries is empty")
+        acting = self.broker.slave_reader.acting
+        if acting.forwards_acks():  # slaveReadEnable: acks of this slave's hand-outs belong to the master now
+            forwarded = await acting.forward_ack(request, context)
+            if forwarded is not None:
+                return forwarded
         resp = svc.AckMessageResponse()
         codes = set()
         # a new writer first learns what its predecessors handed out (broker/pop_log.py); bounded wait

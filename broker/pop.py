@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX
@@ -28,7 +29,8 @@ from .errors import BrokerError, ErrorKind
 from .filter import MessageFilter, accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
-from .receipt import ReceiptHandle, ReceiptHandleError
+from .persistence import load_json, save_json
+from .receipt import SLAVE_ORIGIN, ReceiptHandle, ReceiptHandleError
 from .store.message_store import MessageStore, PutStatus
 from .store.record import StoredMessage
 from .topics import TopicManager
@@ -147,6 +149,14 @@ class PopService:
         self.broker_name = broker_name
         self.clock = clock
         self.states: dict[tuple[str, str, int], QueueState] = {}
+        # (group, topic) popped with order=true over remoting (Apache's ordered POP): FIFO by queue, see pop();
+        # kept in <store>/config/popOrdered.json so that a restarted broker redelivers their hand-outs in place
+        root = getattr(store, "root", None)
+        self._ordered_path = Path(root) / "config" / "popOrdered.json" if root is not None else None
+        self.ordered: set[tuple[str, str]] = set()
+        if self._ordered_path is not None:
+            marks = load_json(self._ordered_path, [])
+            self.ordered = {(str(m[0]), str(m[1])) for m in marks if isinstance(m, list) and len(m) == 2}
         # (group, topic, queue) -> offset an admin reset moved it to, taken by the next remoting pull of that queue:
         # Apache 5.3.3's server-side reset (useServerSideResetOffset), see broker/admin_ops.py ResetOffset
         self.client_resets: dict[tuple[str, str, int], int] = {}
@@ -166,6 +176,8 @@ class PopService:
         # must not hand out after a demotion: its POP state is the old writer's, blind to the new
         # writer's hand-outs and acks (a message acked there went out again as attempt 1, docs/CHAOS.md)
         self.hands_out: Callable[[], bool] = lambda: True
+        # receipt origin this node writes into its handles: SLAVE_ORIGIN while a slave acts for its master
+        self.issuer = ""
         # every state change goes through the log, replicated where the mode replicates (broker/pop_log.py)
         self.journal: PopJournal | None = None
         store.dispatch_listeners.append(self._on_dispatch)
@@ -266,26 +278,37 @@ class PopService:
         heapq.heappush(self._deadlines, (deadline, seq, group, topic, queue_id, msg.queue_offset))
         if self.journal is not None:
             self.journal.op("h", group, topic, queue_id, msg.queue_offset, st.committed, seq, deadline)
-        handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline)
+        handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline, self.issuer)
         attempt = msg.reconsume_times + 1 + st.attempts.get(msg.queue_offset, 0)
         return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg), request_id(seq))
 
     def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
-            tags: MessageFilter) -> list[Delivery]:
+            tags: MessageFilter, order: bool = False) -> list[Delivery]:
         """Hand out up to ``batch`` visible messages: due retries of ``topic`` first, then new ones.
 
         Like RocketMQ's POP with queue id -1 (what its proxy asks for), every readable queue
         of the topic on this broker is served, starting from a rotating position so queues
         are drained fairly; the queue a client named only chose this broker.
+
+        ``order`` (a remoting POP_MESSAGE with order=true, Apache's ordered POP): the queue is the
+        unit of order, as for Apache's orderly producers, which choose a queue per business key and
+        set no message group: a queue with a hand-out in flight gives nothing until it is acked or
+        its invisible time ends (then the same messages come again, in place), and the group's
+        redeliveries of ``topic`` stay in place from then on (``fifo``).
         """
         if not self.serving():
             return []  # a new writer: what its predecessors handed out and acked is not all known yet
-        fifo = self.is_fifo(group)
+        if order and (group, topic) not in self.ordered:
+            self.ordered.add((group, topic))
+            if self._ordered_path is not None:
+                save_json(self._ordered_path, sorted(self.ordered))
+            log.info("group %s pops %s in order (remoting order=true): its redeliveries stay in place", group, topic)
+        fifo = order or self.fifo(group, topic)
         out = [] if fifo else self._pop_retries(group, topic, batch, invisible_ms, tags)
         if not queue_ids:
             return out
         start = next(self._rotation) % len(queue_ids)
-        pop_queue = self._pop_fifo_queue if fifo else self._pop_queue
+        pop_queue = self._pop_ordered_queue if order else self._pop_fifo_queue if fifo else self._pop_queue
         for queue_id in queue_ids[start:] + queue_ids[:start]:
             if len(out) >= batch:
                 break
@@ -296,8 +319,32 @@ class PopService:
         cfg = self.groups.get(group)
         return bool(cfg and cfg.consume_message_orderly)
 
+    def fifo(self, group: str, topic: str) -> bool:
+        """Redeliveries in place: an orderly group (gRPC FIFO), or a topic the group popped with order=true."""
+        return self.is_fifo(group) or (group, topic) in self.ordered
+
+    def _pop_ordered_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+                           tags: MessageFilter) -> list[Delivery]:
+        """Ordered POP: nothing while the queue has a hand-out in flight (Apache's ConsumerOrderInfoManager
+        blocks the queue so), else the next messages from the committed offset, as one message group."""
+        if self.state(group, topic, queue_id).inflight:
+            return []
+        return self._pop_fifo_queue(group, topic, queue_id, batch, invisible_ms, tags, whole_queue=True)
+
+    def rest(self, group: str, topic: str, queue_ids: list[int], order: bool, blocked: set[int]) -> int:
+        """Messages of ``queue_ids`` not handed out yet (a remoting pop answer's ``restNum``); an ordered
+        queue in ``blocked`` (a hand-out was in flight before the pop) counts nothing, as on Apache."""
+        rest = 0
+        for q in queue_ids:
+            if order and q in blocked:
+                continue
+            st = self.state(group, topic, q)
+            pos = (max(st.inflight) + 1 if st.inflight else st.committed) if order else st.next_pop
+            rest += max(0, self.store.max_offset(topic, q) - max(pos, self.store.min_offset(topic, q)))
+        return rest
+
     def _pop_fifo_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                        tags: MessageFilter) -> list[Delivery]:
+                        tags: MessageFilter, whole_queue: bool = False) -> list[Delivery]:
         """FIFO: one run of each message group's messages in flight at a time, in queue order.
 
         The scan starts at the committed offset; a message group with a message in flight
@@ -329,7 +376,7 @@ class PopService:
                 off = msg.queue_offset
                 if off in st.acked:
                     continue
-                key = msg.properties.get(SHARDING_KEY) or f"#{off}"
+                key = "" if whole_queue else msg.properties.get(SHARDING_KEY) or f"#{off}"
                 if off in st.inflight or key in blocked:
                     blocked.add(key)  # in flight from an earlier receive: the rest of its group waits
                     continue
@@ -356,6 +403,8 @@ class PopService:
         got = self.store.get(topic, queue_id, st.next_pop, batch)
         moved = False
         for msg in got.messages:
+            if msg.queue_offset in st.acked:
+                continue  # acknowledged before this node handed it out (a hand-out of its acting slave)
             if tags is not None and not accepts(tags, msg):
                 moved |= self._mark_acked(group, topic, queue_id, st, msg.queue_offset)
                 continue
@@ -404,12 +453,12 @@ class PopService:
         return out
 
     async def receive(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
-                      tags: MessageFilter, poll_s: float) -> list[Delivery]:
+                      tags: MessageFilter, poll_s: float, order: bool = False) -> list[Delivery]:
         """``pop`` with long polling: wait up to ``poll_s`` for a message to arrive."""
         deadline = time.monotonic() + max(poll_s, 0.0)
         began_as_writer = self.hands_out()
         while True:
-            out = self.pop(group, topic, queue_ids, batch, invisible_ms, tags)
+            out = self.pop(group, topic, queue_ids, batch, invisible_ms, tags, order)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
@@ -450,11 +499,24 @@ class PopService:
         return True
 
     def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Set a group's committed offset (UpdateOffset, admin reset); in-flight hand-outs are dropped."""
-        self.states[(group, topic, queue_id)] = QueueState(offset, offset)
-        self.offsets.commit(group, topic, queue_id, offset)
+        """Set a group's committed offset (UpdateOffset, admin reset); in-flight hand-outs are dropped.
+
+        A reset forward keeps the acks already taken above the new offset: an acting slave's hand-back
+        (broker/slave_read.py) can reach the master after acks of the slave's hand-outs were forwarded
+        there, and must not make those messages come again.  A reset backward drops them (re-consume).
+        The journal records the reset and then each kept ack, so a replay rebuilds the same state."""
+        old = self.states.get((group, topic, queue_id))
+        kept = sorted(o for o in old.acked if o >= offset) if old is not None and offset >= old.committed else []
+        st = QueueState(offset, offset)
         if self.journal is not None:
             self.journal.op("c", group, topic, queue_id, offset, offset)
+        for o in kept:
+            st.mark_acked(o)
+            if self.journal is not None:
+                self.journal.op("a", group, topic, queue_id, o, offset)
+        st.next_pop = max(st.next_pop, st.committed)
+        self.states[(group, topic, queue_id)] = st
+        self.offsets.commit(group, topic, queue_id, st.committed)
 
     def _on_dispatch(self, msg: StoredMessage) -> None:
         if msg.topic.startswith(RETRY_PREFIX):
@@ -494,13 +556,43 @@ class PopService:
 
     def ack(self, group: str, handle_text: str) -> tuple[ReceiptHandle, int]:
         """Acknowledge one hand-out; return its handle and when it was handed out (ms)."""
-        handle, st = self._resolve(group, handle_text)
+        try:
+            handle, st = self._resolve(group, handle_text)
+        except PopError:
+            slave = self._slave_receipt(handle_text)
+            if slave is None:
+                raise
+            self._ack_slave_hand_out(group, slave)
+            return slave, 0
         handed_ms = st.inflight[handle.offset].handed_ms
         if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
-        if self.is_fifo(group):
+        if self.fifo(group, handle.topic):
             self._wake_topic(handle.topic)  # the message group's next message is now visible
         return handle, handed_ms
+
+    def _slave_receipt(self, handle_text: str) -> ReceiptHandle | None:
+        """A receipt its acting slave issued (slaveReadEnable), when this node is the writer again: the slave
+        forwards the acks of such receipts here once the master is back, and a client whose route moved to
+        the master acks them here directly (broker/slave_read.py)."""
+        try:
+            handle = ReceiptHandle.decode(handle_text)
+        except ReceiptHandleError:
+            return None
+        if handle.origin != SLAVE_ORIGIN or handle.broker != self.broker_name or self.issuer or not self.serving():
+            return None
+        return handle
+
+    def _ack_slave_hand_out(self, group: str, handle: ReceiptHandle) -> None:
+        """The slave's hand-out of ``handle.offset`` was consumed: that offset is acknowledged here, whether this
+        node handed it out since (its own hand-out is then a duplicate whose ack will be refused) or not."""
+        st = self.state(group, handle.topic, handle.queue_id)
+        if handle.offset < st.committed or handle.offset in st.acked:
+            return
+        if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
+            self._commit(group, handle.topic, handle.queue_id, st)
+        log.info("ack of %s offset %d queue %d for %s: handed out by the acting slave, applied here", handle.topic,
+                 handle.offset, handle.queue_id, group)
 
     def change_invisible(self, group: str, handle_text: str, invisible_ms: int) -> str:
         handle, st = self._resolve(group, handle_text)
@@ -511,7 +603,8 @@ class PopService:
         if self.journal is not None:
             self.journal.op("h", group, handle.topic, handle.queue_id, handle.offset, st.committed, seq, deadline)
         self._revive_wake.set()
-        return ReceiptHandle(self.broker_name, handle.topic, handle.queue_id, handle.offset, seq, deadline).encode()
+        return ReceiptHandle(self.broker_name, handle.topic, handle.queue_id, handle.offset, seq, deadline,
+                             self.issuer).encode()
 
     async def forward_to_dlq(self, group: str, handle_text: str) -> StoredMessage:
         handle, st = self._resolve(group, handle_text)
@@ -567,7 +660,7 @@ class PopService:
             cfg = self.groups.get(group)
             max_times = cfg.retry_max_times if cfg else 16
             redelivered = msg.reconsume_times + st.attempts.get(offset, 0)
-            if self.is_fifo(group) and not topic.startswith(RETRY_PREFIX) and redelivered < max_times:
+            if self.fifo(group, topic) and not topic.startswith(RETRY_PREFIX) and redelivered < max_times:
                 gone = st.inflight.pop(offset, None)  # redeliver in place, keeping the group's order
                 if gone is not None:
                     st.expired[offset] = gone.seq

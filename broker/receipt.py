@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 VERSION = "r1"
 SEP = " "
+SLAVE_ORIGIN = "slave"
 
 
 class ReceiptHandleError(ValueError):
@@ -26,17 +27,22 @@ class ReceiptHandle:
     offset: int
     seq: int
     deadline_ms: int
+    # who issued it when not the broker set's writer: SLAVE_ORIGIN for a slave acting for its master
+    # (slaveReadEnable, broker/slave_read.py), whose hand-outs the master does not know by sequence
+    origin: str = ""
 
     def encode(self) -> str:
-        return SEP.join((VERSION, self.broker, self.topic, str(self.queue_id), str(self.offset), str(self.seq),
-                         str(self.deadline_ms)))
+        fields = (VERSION, self.broker, self.topic, str(self.queue_id), str(self.offset), str(self.seq),
+                  str(self.deadline_ms))
+        return SEP.join((*fields, self.origin) if self.origin else fields)
 
     @classmethod
     def decode(cls, text: str) -> ReceiptHandle:
         parts = text.split(SEP) if text else []
-        if len(parts) != 7 or parts[0] != VERSION:
+        if len(parts) not in (7, 8) or parts[0] != VERSION:
             raise ReceiptHandleError("receipt_handle is not one this broker issued")
         try:
-            return cls(parts[1], parts[2], int(parts[3]), int(parts[4]), int(parts[5]), int(parts[6]))
+            return cls(parts[1], parts[2], int(parts[3]), int(parts[4]), int(parts[5]), int(parts[6]),
+                       parts[7] if len(parts) == 8 else "")
         except ValueError as exc:
             raise ReceiptHandleError(f"receipt_handle has a malformed number: {exc}") from exc

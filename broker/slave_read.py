@@ -46,6 +46,7 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 
+from .receipt import SLAVE_ORIGIN
 from .request_metadata import request_metadata
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 SLAVE_READ_HEADER = "x-rocketscope-slave-read"  # marks a pull relayed by the master: serve it locally
 SUGGEST_HEADER = "x-rocketscope-suggest-broker"
 PULL_PATH = "/apache.rocketmq.v2.MessagingService/PullMessage"
+ACK_PATH = "/apache.rocketmq.v2.MessagingService/AckMessage"
 
 
 def physical_memory_bytes() -> int:
@@ -130,6 +132,7 @@ class SlaveActing:
         self.acting_since = 0.0
         self.back_since = 0.0  # when the link came back after acting; 0: nothing to hand back
         self.handed_back = 0  # queue offsets set on the master
+        self.forwarded_acks = 0  # acks of its hand-outs passed on to the master after acting
         self.periods = 0
         self._checked = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -163,7 +166,8 @@ class SlaveActing:
 
     def status(self) -> dict[str, Any]:
         return {"slaveReadActing": self.acting, "slaveReadPeriods": self.periods,
-                "slaveReadHandedBack": self.handed_back, "slaveReadHandingBack": self.back_since > 0}
+                "slaveReadHandedBack": self.handed_back, "slaveReadHandingBack": self.back_since > 0,
+                "slaveReadForwardedAcks": self.forwarded_acks}
 
     async def _watch(self) -> None:
         while True:
@@ -184,6 +188,7 @@ class SlaveActing:
             self.acting, self.acting_since = True, now
             self.periods += 1
             b.pop.states.clear()  # start from the offsets last synced from the master, not an older period's
+            b.pop.issuer = SLAVE_ORIGIN  # its receipts say so: the master takes their acks once back
             log.info("slaveReadEnable: master of %s unreachable; this slave serves ReceiveMessage from its copy "
                      "(consumer offsets as last synced)", b.broker_name)
             return
@@ -195,6 +200,7 @@ class SlaveActing:
         registered = await self.master_admin_addr(registered_only=True) if down else "link"
         if self.acting and registered:
             self.acting, self.back_since = False, now
+            b.pop.issuer = ""
             log.info("slaveReadEnable: master of %s is back after %.1f s; handing consumer progress back to it",
                      b.broker_name, now - self.acting_since)
         elif self.back_since and down and not registered:
@@ -212,9 +218,8 @@ class SlaveActing:
                 log.info("slaveReadEnable: hand-back to the master of %s finished (%d queue offsets set)",
                          b.broker_name, self.handed_back)
 
-    async def master_admin_addr(self, registered_only: bool = False) -> str:
-        """The returned master's admin address, from the name servers' cluster view: this slave's
-        registration result names it only at its next periodic registration (registerNameServerPeriod)."""
+    async def _master_registration(self) -> Any:
+        """The master's registration at the first name server that lists one (None: none does)."""
         b = self.broker
         for stub in b.namesrv.stubs.values():
             try:
@@ -224,8 +229,44 @@ class SlaveActing:
             for live in info.brokers:
                 r = live.registration
                 if r.broker_name == b.broker_name and r.broker_id == 0 and r.broker_addr:
-                    return str(r.broker_addr)
-        return "" if registered_only else b.replication_slave.master_admin_addr
+                    return r
+        return None
+
+    async def master_admin_addr(self, registered_only: bool = False) -> str:
+        """The returned master's admin address, from the name servers' cluster view: this slave's
+        registration result names it only at its next periodic registration (registerNameServerPeriod)."""
+        r = await self._master_registration()
+        if r is not None:
+            return str(r.broker_addr)
+        return "" if registered_only else self.broker.replication_slave.master_admin_addr
+
+    def forwards_acks(self) -> bool:
+        """A slave with slaveReadEnable that is not acting for its master: an ack reaching it is the ack of a
+        hand-out it made while acting (the official clients ack where they received) and goes to the master,
+        which takes such receipts (broker/pop.py ``_slave_receipt``); kept here, it would be handed back only
+        within HAND_BACK_S, and an ack of it reaching the master would be refused: redelivered."""
+        return self.enabled and not self.broker.is_master and not self.acting
+
+    async def forward_ack(self, request: svc.AckMessageRequest,
+                          context: grpc.aio.ServicerContext) -> svc.AckMessageResponse | None:
+        """The master's answer to ``request`` (the client's metadata passed on); None when no master is registered."""
+        r = await self._master_registration()
+        if r is None or not r.grpc_addr:
+            return None
+        b = self.broker
+        metadata = [(k, v) for k, v in (context.invocation_metadata() or ())
+                    if not k.startswith((":", "grpc-")) and isinstance(v, str)]
+        call = b.forwarder.channel(r.grpc_addr).unary_unary(
+            ACK_PATH, request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=svc.AckMessageResponse.FromString)
+        remaining = context.time_remaining()
+        resp: svc.AckMessageResponse = await call(request, metadata=metadata,
+                                                  timeout=5.0 if remaining is None else max(0.1, remaining - 0.05))
+        self.forwarded_acks += len(request.entries)
+        log.info("slaveReadEnable: %d ack(s) of %s/%s forwarded to the master %s (%d so far): %s",
+                 len(request.entries), request.group.name, request.topic.name, r.grpc_addr, self.forwarded_acks,
+                 resp.status.code)
+        return resp
 
     async def hand_back(self) -> int:
         """Set on the master every queue offset this slave advanced beyond the master's; the number set."""

@@ -95,12 +95,16 @@ PUSH_SOURCE = Path(__file__).resolve().parent.parent / "peers" / "java" / "src" 
 
 
 def test_apache_push_consumer_in_pop_mode(cluster: LocalCluster) -> None:
-    """DefaultMQPushConsumer with setClientRebalance(false): QUERY_ASSIGNMENT answers POP, so it pops, acks,
+    """DefaultMQPushConsumer with setClientRebalance(false) and the topic@group set to POP (SET_MESSAGE_REQUEST_MODE):
+    QUERY_ASSIGNMENT answers POP, so it pops, acks,
     and a RECONSUME_LATER becomes a CHANGE_MESSAGE_INVISIBLETIME after which the message comes back."""
     topic, group, n = "JavaPushPopT", "JavaPushPopG", 4
     cluster.admin("updateTopic", "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
     node = cluster.brokers["broker-a"]
     send_numbered(node.admin_addr, topic, "jpush", n)
+    with RemotingClient(node.admin_addr) as b:  # what mqadmin setConsumeMode sends; without it the consumer pulls
+        mode = {"topic": topic, "consumerGroup": group, "mode": "POP", "popShareQueueNum": 0}
+        assert b.invoke(401, {}, json.dumps(mode).encode()).code == ResponseCode.SUCCESS
     events = run_tool(cluster, PUSH_SOURCE, "RemotingPopConsumerTool", cluster.namesrv_addr, topic, group, str(n),
                       "90", "jpush-1", timeout=240)
     assert {e["body"] for e in events} == {f"jpush-{i}" for i in range(n)}

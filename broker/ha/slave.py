@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rocketscope.broker.groups import GroupManager
     from rocketscope.broker.namesrv_client import NamesrvClient
     from rocketscope.broker.offsets import OffsetManager
+    from rocketscope.broker.request_modes import RequestModes
     from rocketscope.broker.security import SecurityConfig
     from rocketscope.broker.store.message_store import MessageStore
     from rocketscope.broker.topics import TopicManager
@@ -44,6 +45,7 @@ class SlaveHost(Protocol):
     topics: TopicManager
     groups: GroupManager
     offsets: OffsetManager
+    request_modes: RequestModes
     cluster: str
     broker_name: str
     grpc_addr: str
@@ -175,6 +177,7 @@ class ReplicationSlave:
 
     async def sync_metadata_once(self, admin_addr: str) -> None:
         from rocketscope.broker.groups import GroupConfig
+        from rocketscope.broker.request_modes import RequestMode
         from rocketscope.broker.topics import TopicConfig
 
         b = self.broker
@@ -197,6 +200,9 @@ class ReplicationSlave:
                     b.groups.update(GroupConfig(g.group_name, g.consume_enable, g.consume_message_orderly,
                                                 g.retry_max_times, g.retry_queue_nums, g.consume_broadcast_enable,
                                                 g.which_broker_when_consume_slowly))
+            modes = await stub.GetMessageRequestModes(common_pb2.Empty(), timeout=5,
+                                                      metadata=b.security.inner_metadata())
+            b.request_modes.replace([RequestMode(m.topic, m.group, m.mode, m.pop_share_queue_num) for m in modes.modes])
             offsets = await stub.ConsumerOffsets(common_pb2.Empty(), timeout=5, metadata=b.security.inner_metadata())
             for o in offsets.offsets:
                 b.offsets.commit(o.group, o.topic, o.queue_id, o.offset)

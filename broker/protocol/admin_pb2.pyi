@@ -397,6 +397,26 @@ class BrokerPermResponse(_message.Message):
     topic_count: int
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., topic_count: _Optional[int] = ...) -> None: ...
 
+class MessageRequestMode(_message.Message):
+    __slots__ = ("topic", "group", "mode", "pop_share_queue_num")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    POP_SHARE_QUEUE_NUM_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    mode: str
+    pop_share_queue_num: int
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., mode: _Optional[str] = ..., pop_share_queue_num: _Optional[int] = ...) -> None: ...
+
+class MessageRequestModesResponse(_message.Message):
+    __slots__ = ("status", "modes")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MODES_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    modes: _containers.RepeatedCompositeFieldContainer[MessageRequestMode]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., modes: _Optional[_Iterable[_Union[MessageRequestMode, _Mapping]]] = ...) -> None: ...
+
 class AddBrokerRequest(_message.Message):
     __slots__ = ("config_path",)
     CONFIG_PATH_FIELD_NUMBER: _ClassVar[int]

@@ -140,6 +140,11 @@ class BrokerAdminStub:
                 request_serializer=admin__pb2.TopicStatsRequest.SerializeToString,
                 response_deserializer=admin__pb2.TopicStatsResponse.FromString,
                 _registered_method=True)
+        self.GetMessageRequestModes = channel.unary_unary(
+                '/rocketscope.internal.BrokerAdmin/GetMessageRequestModes',
+                request_serializer=common__pb2.Empty.SerializeToString,
+                response_deserializer=admin__pb2.MessageRequestModesResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -271,6 +276,12 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMessageRequestModes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -378,6 +389,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.TopicStats,
                     request_deserializer=admin__pb2.TopicStatsRequest.FromString,
                     response_serializer=admin__pb2.TopicStatsResponse.SerializeToString,
+            ),
+            'GetMessageRequestModes': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessageRequestModes,
+                    request_deserializer=common__pb2.Empty.FromString,
+                    response_serializer=admin__pb2.MessageRequestModesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -947,6 +963,33 @@ class BrokerAdmin:
             '/rocketscope.internal.BrokerAdmin/TopicStats',
             admin__pb2.TopicStatsRequest.SerializeToString,
             admin__pb2.TopicStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessageRequestModes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketscope.internal.BrokerAdmin/GetMessageRequestModes',
+            common__pb2.Empty.SerializeToString,
+            admin__pb2.MessageRequestModesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,4 +43,11 @@ BROKER_REMOTING_KEYS: list[Key] = [
     Key("messageDelayLevel", str, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
         "delay of each level a remoting producer's DELAY property or a CONSUMER_SEND_MSG_BACK names",
         check=_delay_levels_problem),
+    Key("defaultMessageRequestMode", str, "PULL", "what QUERY_ASSIGNMENT tells a remoting push consumer with "
+        "clientRebalance false for a topic@group no `mqadmin setConsumeMode` set: PULL or POP (Apache's key; "
+        "broker/remoting/pop_handlers.py)", choices=("PULL", "POP")),
+    Key("defaultPopShareQueueNum", int, -1, "popShareQueueNum of that default POP mode: a consumer pops its own "
+        "share and the next N consumers'; <= 0: every queue (Apache's key; broker/remoting/assignment.py)"),
+    Key("serverLoadBalancerEnable", bool, True, "QUERY_ASSIGNMENT shares a topic's queues among the group's "
+        "consumers; false: every consumer gets every queue (Apache's key)"),
 ]

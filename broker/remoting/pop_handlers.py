@@ -1,7 +1,10 @@
 """POP over remoting: POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME (200053),
-BATCH_ACK_MESSAGE (200151) and QUERY_ASSIGNMENT (400), with which Apache's push consumer
-(``setClientRebalance(false)``) asks the broker for its queues and whether to pull or pop them: here
-every readable queue, in POP mode.
+BATCH_ACK_MESSAGE (200151), QUERY_ASSIGNMENT (400), with which Apache's push consumer
+(``setClientRebalance(false)``) asks the broker for its queues and whether to pull or pop them, and
+SET_MESSAGE_REQUEST_MODE (401, ``mqadmin setConsumeMode``), which chooses that per topic@group
+(broker/request_modes.py; the shares: broker/remoting/assignment.py).  POP_MESSAGE with ``order=true``
+is Apache's ordered POP (broker/pop.py ``_pop_ordered_queue``): its answer carries ``orderCountInfo`` and
+reviveQid 999 and no POP_CK, which Apache's client then builds itself (docs/REMOTING.md).
 
 RocketMQ 5's remoting POP consumers (and its proxy) pop from the broker, acknowledge each
 message with the ``extraInfo`` string the pop answer gave it (the ``POP_CK`` property), and
@@ -26,13 +29,18 @@ another deadline, so a stale extraInfo stays refused.
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from rocketscope.names import RETRY_PREFIX
 
-from ..pop import PopError
+from ..namesrv_client import NamesrvUnavailable
+from ..pop import Delivery, PopError
 from ..receipt import ReceiptHandle
+from ..request_modes import POP, PULL, ModeError, RequestMode
+from ..topics import PERM_READ
+from . import assignment
 from .codec import (
     Header,
     HeaderError,
@@ -49,7 +57,9 @@ if TYPE_CHECKING:
     from .broker_handlers import RemotingBroker
     from .server import Connection, Handler
 
+log = logging.getLogger(__name__)
 POP_MESSAGE, ACK_MESSAGE = RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE
+SET_MESSAGE_REQUEST_MODE = 401
 CHANGE_MESSAGE_INVISIBLETIME = RequestCode.CHANGE_MESSAGE_INVISIBLETIME
 POLLING_TIMEOUT = 210  # ResponseCode.POLLING_TIMEOUT: the client reports POLLING_NOT_FOUND
 PROPERTY_POP_CK = "POP_CK"
@@ -62,6 +72,22 @@ MAX_BITSET_BYTES = 512  # 4096 offsets after one check-point offset: far above a
 ACK_WAIT_S = 3.0  # as broker/grpc_service.py: a new writer catching up, or the ack's record being replicated
 
 Key = tuple[str, str, int, int, int]  # group, topic, queue id, queue offset, pop time
+ORDER_REVIVE_QID = 999  # KeyBuilder.POP_ORDER_REVIVE_QUEUE: marks an ordered pop's extraInfo (ExtraInfoUtil.isOrder)
+
+
+def order_count_info(deliveries: list[Delivery], handles: list[ReceiptHandle]) -> str:
+    """PopMessageResponseHeader.orderCountInfo, as Apache's ConsumerOrderInfoManager.update writes it: per
+    queue, ``0 qo<queue>%<offset> <count>`` for each message delivered before (count: earlier deliveries),
+    then ``0 <queue> <count>``, the smallest count of the queue's messages (0 when one is new), which
+    older clients read.  Apache's parser refuses a key twice, so each appears once."""
+    per_queue: dict[int, list[tuple[int, int]]] = {}
+    for d, h in zip(deliveries, handles, strict=True):
+        per_queue.setdefault(h.queue_id, []).append((h.offset, max(d.attempt - 1, 0)))
+    parts = []
+    for q, items in per_queue.items():
+        parts += [f"0 qo{q}%{off} {n}" for off, n in items if n > 0]
+        parts.append(f"0 {q} {min(n for _, n in items)}")
+    return ";".join(parts)
 
 
 class RemotingPop:
@@ -71,29 +97,89 @@ class RemotingPop:
         self.front = front
         self.b = front.b
         self.receipts: dict[Key, tuple[str, int]] = {}  # -> (receipt handle, deadline ms)
+        self.modes = self.b.request_modes
 
     def handlers(self) -> dict[int, Handler]:
         return {POP_MESSAGE: self.pop, ACK_MESSAGE: self.ack, CHANGE_MESSAGE_INVISIBLETIME: self.change,
-                RequestCode.BATCH_ACK_MESSAGE: self.batch_ack, RequestCode.QUERY_ASSIGNMENT: self.query_assignment}
+                RequestCode.BATCH_ACK_MESSAGE: self.batch_ack, RequestCode.QUERY_ASSIGNMENT: self.query_assignment,
+                SET_MESSAGE_REQUEST_MODE: self.set_mode}
 
     async def query_assignment(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        """QueryAssignmentRequestBody -> every readable queue of the topic here, mode POP (the PopService
-        balances the group's consumers itself).  The group's retry topic gets no queue: its messages come
-        back through the pops of the topic (broker/pop.py)."""
+        """QueryAssignmentRequestBody -> this client's queues of the topic and whether to PULL or POP them.
+
+        As Apache's QueryAssignmentProcessor: the mode ``mqadmin setConsumeMode`` set for topic@group,
+        else ``defaultMessageRequestMode`` (a retry topic: PULL); the queues of the topic's route at the
+        name server (every broker's), shared among the group's consumers that sent a heartbeat here by
+        the client's strategy (``AVG``, ``AVG_BY_CIRCLE``) unless ``serverLoadBalancerEnable`` is off.
+        No route, no consumer or an unknown strategy: no ``messageQueueAssignments`` (the client keeps
+        what it had).  One deviation: the retry topic of a group that pops here (a topic set to POP, or POP
+        the default) gets no queue, because RocketScope's POP takes its redeliveries from
+        ``%RETRY%<group>`` itself (broker/pop.py), which a pull of that topic would consume a second time
+        (docs/COMPATIBILITY.md R16)."""
         body = parse_json_body(cmd.body, "QueryAssignmentRequestBody")
         topic = body.get("topic") if isinstance(body, dict) else None
         group = body.get("consumerGroup") if isinstance(body, dict) else None
         if not isinstance(topic, str) or not isinstance(group, str) or not topic or not group:
             raise HeaderError("QueryAssignmentRequestBody needs topic and consumerGroup",
                               ResponseCode.INVALID_PARAMETER)
-        assignments: list[dict[str, Any]] = []
-        if not topic.startswith(RETRY_PREFIX):
-            self.front.check_group(group)
-            cfg = self.front.topic_config(topic, read=True)
-            name = self.b.settings.brokerName
-            assignments = [{"messageQueue": {"brokerName": name, "queueId": q, "topic": topic}, "mode": "POP"}
-                           for q in range(cfg.read_queue_nums)]
+        client = str(body.get("clientId") or "")
+        strategy_name = str(body.get("strategyName") or "AVG")
+        broadcast = str(body.get("messageModel") or "CLUSTERING") == "BROADCASTING"
+        self.front.check_group(group)
+        s = self.b.settings
+        chosen = self.modes.get(topic, group)
+        mode, share = (chosen.mode, chosen.pop_share_queue_num) if chosen else (
+            (PULL, 0) if topic.startswith(RETRY_PREFIX) else (s.defaultMessageRequestMode.upper(),
+                                                              s.defaultPopShareQueueNum))
+        if topic.startswith(RETRY_PREFIX) and (self.modes.pops(group) or s.defaultMessageRequestMode.upper() == POP):
+            return cmd.response(body=json_body({"messageQueueAssignments": []}))
+        queues = await self._subscribe_queues(topic)
+        if queues is None:
+            log.info("QUERY_ASSIGNMENT %s@%s from %s: the topic has no route", topic, group, client or conn.peer)
+            return cmd.response(body=json_body({}))
+        if not broadcast and s.serverLoadBalancerEnable:
+            strategy = assignment.STRATEGIES.get(strategy_name)
+            clients = list(self.front.consumers.get(group, {}))
+            if strategy is None or not clients:
+                log.info("QUERY_ASSIGNMENT %s@%s from %s: %s", topic, group, client or conn.peer,
+                         f"unknown strategy {strategy_name[:60]!r}" if strategy is None else "no consumer online")
+                return cmd.response(body=json_body({}))
+            queues = assignment.allocate(strategy, client, queues, clients, mode == POP, share)
+        assignments = [{"messageQueue": {"brokerName": b, "queueId": q, "topic": t}, "mode": mode}
+                       for t, b, q in queues]
         return cmd.response(body=json_body({"messageQueueAssignments": assignments}))
+
+    async def _subscribe_queues(self, topic: str) -> list[assignment.Queue] | None:
+        """The readable queues of ``topic`` on every broker of its route (None: no route); this broker's own
+        topic config when no name server answers."""
+        b = self.b
+        route = None
+        if b.namesrv.addresses:
+            try:
+                route = await b.namesrv.get_route(topic)
+            except NamesrvUnavailable as exc:
+                log.warning("QUERY_ASSIGNMENT of %s from local topics only: %s", topic, exc)
+        route = route or b.local_route(topic)
+        if route is None:
+            return None
+        return sorted((topic, qd.broker_name, q) for qd in route.queue_datas if qd.perm & PERM_READ
+                      for q in range(qd.read_queue_nums))
+
+    async def set_mode(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """SET_MESSAGE_REQUEST_MODE (401, ``mqadmin setConsumeMode``): store the mode of topic@group, with
+        Apache's answers: a retry topic NO_PERMISSION, an unknown topic TOPIC_NOT_EXIST, an unknown group
+        (without autoCreateSubscriptionGroup) SUBSCRIPTION_GROUP_NOT_EXIST."""
+        try:
+            wanted = RequestMode.parse(parse_json_body(cmd.body, "SetMessageRequestModeRequestBody"))
+        except ModeError as exc:
+            raise HeaderError(str(exc), ResponseCode.INVALID_PARAMETER) from None
+        if wanted.topic.startswith(RETRY_PREFIX):
+            return cmd.response(ResponseCode.NO_PERMISSION, "retry topic is not allowed to set mode")
+        if self.b.topics.get(wanted.topic) is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{wanted.topic}] not exist")
+        self.front.check_group(wanted.group)
+        self.modes.set(wanted)
+        return cmd.response()
 
     def _forget_old(self, now_ms: int) -> None:
         if len(self.receipts) < 4096:
@@ -154,8 +240,7 @@ class RemotingPop:
             raise HeaderError(f"maxMsgNums {count} must be between 1 and {MAX_POP}", ResponseCode.INVALID_PARAMETER)
         if invisible <= 0:
             raise HeaderError(f"invisibleTime {invisible} must be positive", ResponseCode.INVALID_PARAMETER)
-        if h.bool("order"):
-            raise HeaderError("order (FIFO) pop is not served over remoting; use gRPC", ResponseCode.INVALID_PARAMETER)
+        order = h.bool("order")
         exp_type = h.str("expType", default="TAG") or "TAG"
         if exp_type.upper() != "TAG":
             raise HeaderError(f"expType {exp_type} is not served over remoting (TAG only)",
@@ -163,14 +248,19 @@ class RemotingPop:
         self.front.check_group(group)
         cfg = self.front.topic_config(topic, read=True)
         queue_ids = list(range(cfg.read_queue_nums)) if queue_id < 0 else [self.front.check_queue_id(cfg, queue_id)]
-        deliveries = await self.b.pop.receive(group, topic, queue_ids, count, invisible,
-                                              parse_tags(h.str("exp", default="*") or "*"),
-                                              min(max(poll_ms, 0), MAX_POLL_MS) / 1000)
+        pop = self.b.pop
+        blocked = {q for q in queue_ids if pop.inflight_count(group, topic, q)} if order else set()
+        deliveries = await pop.receive(group, topic, queue_ids, count, invisible,
+                                       parse_tags(h.str("exp", default="*") or "*"),
+                                       min(max(poll_ms, 0), MAX_POLL_MS) / 1000, order)
         self.b.metrics.on_delivered(group, deliveries)
         pop_time = int(time.time() * 1000)  # the answer's popTime: what the client's extraInfo carries back
+        ext = {"popTime": str(pop_time), "invisibleTime": str(invisible),
+               "reviveQid": str(ORDER_REVIVE_QID if order else 0),
+               "restNum": str(pop.rest(group, topic, queue_ids, order, blocked))}
         if not deliveries:
             return cmd.response(POLLING_TIMEOUT if poll_ms > 0 else ResponseCode.PULL_NOT_FOUND,
-                                "no new message")
+                                "no new message", ext_fields=ext)
         self._forget_old(pop_time)
         body = []
         handles = [ReceiptHandle.decode(d.handle) for d in deliveries]
@@ -187,12 +277,23 @@ class RemotingPop:
             wire = self.front.wire(d.message)
             wire.topic = d.topic
             wire.reconsume_times = max(d.attempt - 1, 0)
-            wire.properties[PROPERTY_POP_CK] = self.extra_info(handle, start[mq], pop_time, invisible)
+            if not order:  # ordered: Apache's client builds POP_CK itself, reading orderCountInfo on the way
+                wire.properties[PROPERTY_POP_CK] = self.extra_info(handle, start[mq], pop_time, invisible)
             body.append(encode_message(wire))
-        ext = {"popTime": str(pop_time), "invisibleTime": str(invisible), "reviveQid": "0", "restNum": "0",
-               "startOffsetInfo": ";".join(f"{m} {q} {o}" for (m, q), o in start.items()),
-               "msgOffsetInfo": ";".join(f"{m} {q} {','.join(map(str, o))}" for (m, q), o in offsets.items())}
+        ext["startOffsetInfo"] = ";".join(f"{m} {q} {o}" for (m, q), o in start.items())
+        ext["msgOffsetInfo"] = ";".join(f"{m} {q} {','.join(map(str, o))}" for (m, q), o in offsets.items())
+        if order:
+            ext["orderCountInfo"] = order_count_info(deliveries, handles)
         return cmd.response(ext_fields=ext, body=b"".join(body))
+
+    def _consumed(self, h: Header, group: str) -> bool:
+        """Whether an ordered (reviveQid 999) extraInfo names an offset below its queue's committed offset:
+        Apache's ackOrderly and ordered invisible-time change answer SUCCESS and do nothing then."""
+        parts = h.str("extraInfo").split(" ")
+        if len(parts) < 8 or parts[3] != str(ORDER_REVIVE_QID) or not parts[6].isdigit() or not parts[7].isdigit():
+            return False
+        committed = self.b.pop.committed(group, h.str("topic"), int(parts[6]))
+        return committed is not None and int(parts[7]) < committed
 
     async def _settled(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """None once the ack's op is in the replicated log, else the retryable answer (as gRPC's AckMessage)."""
@@ -204,6 +305,8 @@ class RemotingPop:
         h = Header(cmd)
         group = h.str("consumerGroup")
         self.front.check_group(group)
+        if self._consumed(h, group):
+            return cmd.response()
         key, handle = self._lookup(h, group)
         await self.b.pop.until_ready(ACK_WAIT_S)
         try:
@@ -284,6 +387,11 @@ class RemotingPop:
         if invisible <= 0:
             raise HeaderError(f"invisibleTime {invisible} must be positive", ResponseCode.INVALID_PARAMETER)
         self.front.check_group(group)
+        revive_qid = h.str("extraInfo").split(" ")[3:4] or ["0"]
+        ext: dict[str, Any] = {"popTime": str(int(time.time() * 1000)), "invisibleTime": str(invisible),
+                               "reviveQid": revive_qid[0] if revive_qid[0].isdigit() else "0"}
+        if self._consumed(h, group):
+            return cmd.response(ext_fields=ext)
         key, handle = self._lookup(h, group)
         await self.b.pop.until_ready(ACK_WAIT_S)
         try:
@@ -295,5 +403,5 @@ class RemotingPop:
         parsed = ReceiptHandle.decode(new_handle)
         self.receipts[(group, parsed.topic, parsed.queue_id, parsed.offset, pop_time)] = (new_handle,
                                                                                           parsed.deadline_ms)
-        ext: dict[str, Any] = {"popTime": str(pop_time), "invisibleTime": str(invisible), "reviveQid": "0"}
+        ext["popTime"] = str(pop_time)
         return cmd.response(ext_fields=ext)

@@ -40,8 +40,9 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 V4_9_3 = 399
 RETRY_PREFIX = "%RETRY%"
 
-# state-changing admin codes (Apache's Permission.needAdminPerm list, plus the offset reset)
-ADMIN_CODES = frozenset({17, 25, 200, 207, 215, 222})
+# state-changing admin codes (Apache's Permission.needAdminPerm list, plus the offset reset and
+# SET_MESSAGE_REQUEST_MODE, mqadmin setConsumeMode)
+ADMIN_CODES = frozenset({17, 25, 200, 207, 215, 222, 401})
 
 
 def content(fields: dict[str, str], body: bytes, version: int = V4_9_3 + 1) -> bytes:

@@ -106,7 +106,7 @@ MESSAGING: dict[str, Callable[[Any], Requirement]] = {
 
 ADMIN_READ_ONLY = frozenset({
     "GetTopicConfigs", "GetSubGroups", "ConsumerProgress", "ConsumerConnections", "BrokerStatus", "QueueOffsets",
-    "ConsumerOffsets", "HaStatus", "HaEvents", "ContainerStatus",
+    "ConsumerOffsets", "HaStatus", "HaEvents", "ContainerStatus", "GetMessageRequestModes",
 })
 ADMIN_ONLY = frozenset({"UpdateTopic", "DeleteTopic", "UpdateSubGroup", "DeleteSubGroup", "ChangeRole", "AddBroker",
                         "RemoveBroker", "ElectMaster", "UpdateBrokerConfig"})

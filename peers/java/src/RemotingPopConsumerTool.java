@@ -12,7 +12,8 @@ import org.apache.rocketmq.common.message.MessageExt;
 
 /**
  * Apache's push consumer (rocketmq-client 5.3.3) in POP mode: {@code setClientRebalance(false)} makes it
- * ask the broker for its queues (QUERY_ASSIGNMENT), and the broker's answer (mode POP) makes it pop
+ * ask the broker for its queues (QUERY_ASSIGNMENT), and the broker's answer (mode POP, once set by
+ * SET_MESSAGE_REQUEST_MODE, mqadmin setConsumeMode; PULL by default, then it pulls) makes it pop
  * (POP_MESSAGE), acknowledge (ACK_MESSAGE) and, for a message its listener returns RECONSUME_LATER,
  * extend the invisible time (CHANGE_MESSAGE_INVISIBLETIME) so it comes back.
  *
