@@ -152,7 +152,7 @@ def _send_fields(cmd: RemotingCommand) -> tuple[str, str, int, int, int, int, in
             numbers.append(int(value))
         except ValueError:
             raise HeaderError(f"the custom field <{name}> is not a number: {value[:64]!r}") from None
-    is_batch = (bool(batch) and batch.lower() == "true") or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+    is_batch = (batch is not None and batch.lower() == "true") or cmd.code == RequestCode.SEND_BATCH_MESSAGE
     return group, topic, numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], is_batch, props or ""
 
 

@@ -40,10 +40,10 @@ _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 # ``json.dumps`` with non-default arguments builds a JSONEncoder per call and ``json.loads`` runs two regular
 # expressions and three Python calls around the C scanner, so both are built once here; the results are the
 # same as json.dumps(obj, separators=(",", ":"), ensure_ascii=False) and json.loads(text).
-_C_ENCODER = json.encoder.c_make_encoder
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed: the C half of JSONEncoder
 _ENCODE_HEADER = (_C_ENCODER(None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",",
                              False, False, True) if _C_ENCODER is not None else None)
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+_SCAN: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a context
 
 
 def _dumps(obj: dict[str, Any]) -> str:
