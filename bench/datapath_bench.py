@@ -32,8 +32,10 @@ and, per setup, the load generators that are cheaper per message than the server
 Every generator sends ``--warmup`` untimed messages first and prints a ``warm`` line; the CPU of
 every process (servers, proxy, generators; /proc/<pid>/stat, all threads) is read there and at the
 generator's summary line, so each row reports CPU µs per message of each process beside msg/s and
-the latency p50/p99 of a send as the client saw it.  Ratios are against JetStream R1 (standalone
-rows), R3 (replicated rows) and Apache (same client).  JSON: bench/results/datapath.json.
+the latency p50/p99 of a send as the client saw it; a row with failed sends also records the RocketScope
+servers' log lines on leader changes and errors (``server_log_notes``: the setup's logs are deleted with
+it).  Ratios are against JetStream R1 (standalone rows), R3 (replicated rows) and Apache (same client).
+JSON: bench/results/datapath.json.
 ``--profile DIR`` also records a py-spy profile (``--native``) of the RocketScope broker (the leader
 or master) during each RocketScope row: ``DIR/<setup>-<path>.txt`` (collapsed stacks) and a summary
 in the JSON.
@@ -46,11 +48,12 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +92,7 @@ class Target:
     nats: list[str] = field(default_factory=list)
     create_topic: Any = None  # callable(topic)
     profile_pid: int = 0
+    notable_logs: Any = None  # callable() -> the servers' log lines on leadership and errors (RocketScope setups)
 
 
 # ------------------------------------------------------------------ load generators
@@ -255,6 +259,18 @@ BIG = {"mappedFileSizeCommitLog": 256 << 20, "mappedFileSizeConsumeQueue": 30000
        "maxHashSlotNum": 500000, "maxIndexNum": 2000000, "traceOn": "false"}
 
 
+NOTABLE = re.compile(r"leader of term|no longer leader|ERROR|Traceback|link to .* down")
+
+
+def _notable_lines(c: Any) -> Callable[[], list[str]]:
+    """The servers' log lines that explain failed sends (a leader change, an error), for a row that had some:
+    the setup's directory, and its logs, are deleted when the setup stops."""
+    def lines() -> list[str]:
+        return [f"{n.name}: {line}" for n in c.brokers.values() for line in n.proc.log().splitlines()
+                if NOTABLE.search(line)]
+    return lines
+
+
 @contextlib.contextmanager
 def setup(name: str) -> Iterator[Target]:
     """Start the servers of one setup; yield its Target; stop them."""
@@ -271,7 +287,8 @@ def setup(name: str) -> Iterator[Target]:
                                       **BIG)
                 pids["broker"] = node.proc.popen.pid
                 yield Target(name, pids, namesrv=c.namesrv_addr, grpc=node.endpoint,
-                             create_topic=_rs_create(c, node.admin_addr), profile_pid=pids["broker"])
+                             create_topic=_rs_create(c, node.admin_addr), profile_pid=pids["broker"],
+                             notable_logs=_notable_lines(c))
             elif name == "rs-master":
                 master = c.start_broker("master", brokerName="broker-a", brokerRole="SYNC_MASTER",
                                         flushDiskType="SYNC_FLUSH", **BIG)
@@ -284,7 +301,8 @@ def setup(name: str) -> Iterator[Target]:
                 wait_until(slave_connected, timeout=60, what="the slave replicating")
                 pids |= {"master": master.proc.popen.pid, "slave": slave.proc.popen.pid}
                 yield Target(name, pids, namesrv=c.namesrv_addr, grpc=master.endpoint,
-                             create_topic=_rs_create(c, master.admin_addr), profile_pid=pids["master"])
+                             create_topic=_rs_create(c, master.admin_addr), profile_pid=pids["master"],
+                             notable_logs=_notable_lines(c))
             else:
                 nodes = start_dledger_group(c, "broker-d", 3, flushDiskType="SYNC_FLUSH", **BIG)
 
@@ -299,7 +317,8 @@ def setup(name: str) -> Iterator[Target]:
                 for i, n in enumerate(nodes):
                     pids[("leader" if n is lead else f"follower{i}")] = n.proc.popen.pid
                 yield Target(name, pids, namesrv=c.namesrv_addr, grpc=lead.endpoint,
-                             create_topic=_rs_create(c, lead.admin_addr), profile_pid=lead.proc.popen.pid)
+                             create_topic=_rs_create(c, lead.admin_addr), profile_pid=lead.proc.popen.pid,
+                             notable_logs=_notable_lines(c))
         except BaseException:
             sys.stderr.write(c.logs()[-4000:] + "\n")
             raise
@@ -418,6 +437,8 @@ def main() -> None:
                     try:
                         r = run_load(load, t, topic, args, prof)
                         r["loadavg"] = os.getloadavg()
+                        if r["failed"] and t.notable_logs is not None:
+                            r["server_log_notes"] = t.notable_logs()[-40:]
                     except Exception as exc:  # one failing row must not lose the others
                         r = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
                     results[key] = r

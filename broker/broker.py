@@ -51,7 +51,7 @@ from .pull import PullService
 from .remoting.broker_handlers import bind_broker_port
 from .request_modes import RequestModes
 from .security import AclGuard, AclInterceptor, FileWatcher, SecurityConfig, bind_listener
-from .sends import SendKind
+from .sends import PLAIN, SendKind
 from .slave_read import SlaveReader
 from .store.message_store import MessageStore, PutResult, PutStatus, StoreConfig, StoreHooks
 from .store.record import StoredMessage
@@ -607,9 +607,15 @@ class Broker:
         timer record (a delivery time in the future)."""
         s = self.settings
         now_ms = time.time() * 1000
+        region, trace_on = s.regionId, "true" if s.traceOn else "false"  # read once per group, not per message
         for m, kind in zip(stored, kinds, strict=True):
-            m.properties.setdefault("MSG_REGION", s.regionId)
-            m.properties.setdefault("TRACE_ON", "true" if s.traceOn else "false")
+            props = m.properties
+            if "MSG_REGION" not in props:
+                props["MSG_REGION"] = region
+            if "TRACE_ON" not in props:
+                props["TRACE_ON"] = trace_on
+            if kind is PLAIN:
+                continue
             if kind.transaction:
                 self.transactions.wrap(m, client_id)
             elif kind.deliver_at_ms is not None and kind.deliver_at_ms > now_ms:
@@ -617,12 +623,13 @@ class Broker:
         results = await self.store.put(stored)
         self.metrics.on_put(results)
         for res in results:
-            if res.message is None:
+            msg = res.message
+            if msg is None:
                 continue
-            if res.message.topic == HALF_TOPIC:
-                self.transactions.accepted(res.message)
-            elif res.message.topic == TIMER_TOPIC:
-                self.timer.accepted(res.message)
+            if msg.topic == HALF_TOPIC:
+                self.transactions.accepted(msg)
+            elif msg.topic == TIMER_TOPIC:
+                self.timer.accepted(msg)
         return results
 
     # ---------------------------------------------------------- consume path

@@ -50,11 +50,21 @@ FORWARD_LINGER_S = 0.25  # a slave or follower sends its events to the writer at
 def _folded(deferred: dict[str, Any] | None, before_offset: int) -> list[tuple[int, int]]:
     """The (offset, ts) steps a newer event at ``before_offset`` takes over from the deferred one it
     supersedes: the deferred event's own steps, then the deferred event itself; the newest
-    MAX_STEPS that lie below ``before_offset`` (an offset going back, after a truncation, drops the rest)."""
+    MAX_STEPS that lie below ``before_offset`` (an offset going back, after a truncation, drops the rest).
+
+    The superseded event is dropped, so its list is extended in place: offsets normally only grow, and
+    copying and filtering every step on every Raft ack (as this did) cost work growing with the
+    interval's steps on the DLedger leader's data path (issue 20).  Only when the new offset is not
+    past the newest step (a truncation) are the steps filtered."""
     if deferred is None:
         return []
-    steps = [*deferred["_steps"], (int(deferred.get("offset", -1)), int(deferred["_at"]))]
-    return [step for step in steps if step[0] < before_offset][-MAX_STEPS:]
+    steps: list[tuple[int, int]] = deferred["_steps"]
+    steps.append((int(deferred.get("offset", -1)), int(deferred["_at"])))
+    if steps[-1][0] >= before_offset:  # the earlier steps lie below the superseded event's offset
+        return [step for step in steps if step[0] < before_offset][-MAX_STEPS:]
+    if len(steps) > MAX_STEPS:
+        del steps[:-MAX_STEPS]
+    return steps
 
 
 class HaEventLog:
@@ -113,8 +123,10 @@ class HaEventLog:
             if deferred is not None:  # superseded: written only as a step of this newer event
                 self._count_throttled(type_)
             if now - self._last_emit.get(key, 0) < self._interval_ms(type_):
-                self._deferred[key] = {**fields, "_type": type_, "_at": now, "_steps": steps}
-                self._wake.set()
+                fields["_type"], fields["_at"], fields["_steps"] = type_, now, steps
+                self._deferred[key] = fields  # emit's own keyword dict: nobody else holds it
+                if deferred is None:  # a new due time for _run; a replaced event keeps its key's due time
+                    self._wake.set()
                 return None
             if steps:
                 fields["steps"] = tuple(steps)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +23,15 @@ from rocketscope.names import RETRY_PREFIX, TRANS_HALF_TOPIC
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
-from ..sends import PLAIN, SendKind
+from ..sends import PLAIN, SendKind, new_uniq_key
 from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
 from ..topics import topic_name_problem
+from ..trace_hooks import NoTrace
 from ..validation import RequestError
 from .client_config import CHECK_CLIENT_CONFIG, client_config_handler
 from .codec import (
-    BatchEntry,
+    CODE_NAMES,
     FrameError,
     Header,
     HeaderError,
@@ -114,6 +114,48 @@ _STORED_CODES = frozenset((RC.SUCCESS, RC.FLUSH_DISK_TIMEOUT, RC.FLUSH_SLAVE_TIM
 V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
             "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
             "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
+_V2_SHORT = {long: short for short, long in V2_NAMES.items()}
+# the send header's fields _send_fields reads, in its order: V1 names, and SEND_MESSAGE_V2's short ones
+_SEND_KEYS = ("producerGroup", "topic", "queueId", "sysFlag", "bornTimestamp", "flag", "reconsumeTimes", "batch",
+              "properties")
+_SEND_KEYS_V2 = tuple(_V2_SHORT[k] for k in _SEND_KEYS)
+_TIMER_KEYS = frozenset(TIMER_PROPERTIES)
+
+
+def _send_fields(cmd: RemotingCommand) -> tuple[str, str, int, int, int, int, int, bool, str]:
+    """A send's header: producerGroup, topic, queueId, sysFlag, bornTimestamp, flag, reconsumeTimes, batch and
+    properties, with ``Header``'s checks and remarks (a missing or non-numeric field is named by its V1 name).
+
+    SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE carry SendMessageRequestHeaderV2's one-letter names; a V2 header
+    without them (``b``, the topic) is read by the V1 names, and a V2 field missing under its short name is
+    looked up under its long one."""
+    ext = cmd.fields
+    v2 = cmd.code != RequestCode.SEND_MESSAGE and "b" in ext
+    raw = list(map(ext.get, _SEND_KEYS_V2 if v2 else _SEND_KEYS))
+    if v2 and None in raw:
+        raw = [ext.get(long) if v is None else v for v, long in zip(raw, _SEND_KEYS, strict=True)]
+    group, topic, queue_id, sys_flag, born, flag, reconsume, batch, props = raw
+    if group is None or topic is None:
+        name = "producerGroup" if group is None else "topic"
+        raise HeaderError(f"the custom field <{name}> is null: {CODE_NAMES.get(cmd.code, str(cmd.code))} needs it")
+    numbers = []
+    for name, value in (("queueId", queue_id), ("sysFlag", sys_flag), ("bornTimestamp", born), ("flag", flag),
+                        ("reconsumeTimes", reconsume)):
+        if value is None or value == "":
+            if name == "reconsumeTimes":
+                numbers.append(0)
+                continue
+            if value is None:
+                raise HeaderError(f"the custom field <{name}> is null: {CODE_NAMES.get(cmd.code, str(cmd.code))} "
+                                  "needs it")
+        try:
+            numbers.append(int(value))
+        except ValueError:
+            raise HeaderError(f"the custom field <{name}> is not a number: {value[:64]!r}") from None
+    is_batch = (batch is not None and batch.lower() == "true") or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+    return group, topic, numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], is_batch, props or ""
+
+
 CODE_TO_METHOD = {
     RequestCode.SEND_MESSAGE: "send_message", RequestCode.SEND_MESSAGE_V2: "send_message_v2",
     RequestCode.SEND_BATCH_MESSAGE: "send_batch_message", RequestCode.PULL_MESSAGE: "pull_message",
@@ -188,6 +230,7 @@ class RemotingBroker:
         self.store_addr = f"{s.brokerIP1}:{port}"
         # offset_msg_id(store_addr, offset) is this prefix + the offset as 16 hex digits: built once, not per send
         self._msg_id_prefix = offset_msg_id(self.store_addr, 0)[:-16]
+        self._valid_topic_names: set[str] = set()  # names topic_name_problem passed: checked once, not per send
         self.delay_levels_ms = parse_delay_levels(s.messageDelayLevel)
         self.consumers: dict[str, dict[str, RemoteClient]] = {}
         self.producers: dict[str, dict[str, RemoteClient]] = {}
@@ -326,19 +369,12 @@ class RemotingBroker:
         return out
 
     async def _prepare_send(self, cmd: RemotingCommand, conn: Connection) -> _PreparedSend:
-        """Check a send's header and body; the messages to store (HeaderError names what is wrong)."""
-        h = Header(cmd)
-        if cmd.code != RequestCode.SEND_MESSAGE and "b" in cmd.fields:
-            h.ext = {V2_NAMES.get(k, k): v for k, v in cmd.fields.items()}
-        h.str("producerGroup")
-        topic = h.str("topic")
-        queue_id = h.int("queueId")
-        sys_flag = h.int("sysFlag")
-        born = h.int("bornTimestamp")
-        flag = h.int("flag")
-        reconsume = h.int("reconsumeTimes", default=0)
-        batch = h.bool("batch") or cmd.code == RequestCode.SEND_BATCH_MESSAGE
-        header_props = string_to_properties(h.str("properties", default=""))
+        """Check a send's header and body; the messages to store (HeaderError names what is wrong).
+
+        Runs for every send: the header's fields are read straight from the decoded extFields (V2's
+        short names without building a renamed copy), settings are read once per request, and each
+        message gets the properties dict decoded for it (no copy) and a UNIQ_KEY from ``new_uniq_key``."""
+        _group, topic, queue_id, sys_flag, born, flag, reconsume, batch, header_props = _send_fields(cmd)
         b = self.b
         if topic.startswith(RETRY_PREFIX):
             if batch:
@@ -348,9 +384,13 @@ class RemotingBroker:
             self.check_group(topic[len(RETRY_PREFIX):])
             cfg = b.topics.create_if_absent(topic, 1, system=True)
         else:
-            problem = topic_name_problem(topic)
-            if problem:
-                raise HeaderError(f"topic[{topic[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
+            if topic not in self._valid_topic_names:
+                problem = topic_name_problem(topic)
+                if problem:
+                    raise HeaderError(f"topic[{topic[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
+                if len(self._valid_topic_names) >= 4096:
+                    self._valid_topic_names.clear()
+                self._valid_topic_names.add(topic)
             try:
                 cfg = await b.topic_for_send(topic)
             except RequestError as exc:
@@ -363,48 +403,50 @@ class RemotingBroker:
                               f"[{cfg.write_queue_nums}]", RC.INVALID_PARAMETER)
         if not 0 <= queue_id < cfg.write_queue_nums:
             queue_id = b.select_queue(cfg, "")
+        # (body, flag, properties): each properties dict is decoded for this message alone, so it is not copied
         if batch:
             try:
-                entries = decode_batch(cmd.body)
+                entries = [(e.body, e.flag, e.properties) for e in decode_batch(cmd.body)]
             except FrameError as exc:
                 raise HeaderError(f"batch body: {exc}", RC.MESSAGE_ILLEGAL) from None
             if not entries:
                 raise HeaderError("batch body holds no message", RC.MESSAGE_ILLEGAL)
         else:
-            entries = [BatchEntry(cmd.body, flag, header_props)]
-        body_flag = sys_flag
+            entries = [(cmd.body, flag, string_to_properties(header_props))]
+        settings = b.settings
+        max_size = settings.maxMessageSize
         now_ms = int(time.time() * 1000)
+        half_flag = (sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_PREPARED
+        topic_name = cfg.name
+        peer = conn.peer
         stored: list[StoredMessage] = []
         kinds: list[SendKind] = []
-        for i, e in enumerate(entries):
-            body = e.body
-            if body_flag & SYSFLAG_COMPRESSED and not batch:
-                body = inflate(body, body_flag, b.settings.maxMessageSize)
-            if len(body) > b.settings.maxMessageSize:
+        for i, (body, msg_flag, props) in enumerate(entries):
+            if sys_flag & SYSFLAG_COMPRESSED and not batch:
+                body = inflate(body, sys_flag, max_size)
+            if len(body) > max_size:
                 raise HeaderError(f"message body of {len(body)} bytes exceeds maxMessageSize "
-                                  f"{b.settings.maxMessageSize}", RC.MESSAGE_ILLEGAL)
-            props = dict(e.properties)
+                                  f"{max_size}", RC.MESSAGE_ILLEGAL)
             if not props.get("UNIQ_KEY"):
-                props["UNIQ_KEY"] = uuid.uuid4().hex.upper()
-            deliver_ms = self._deliver_ms(props, now_ms)
+                props["UNIQ_KEY"] = new_uniq_key()
+            deliver_ms = None if _TIMER_KEYS.isdisjoint(props) else self._deliver_ms(props, now_ms)
             if deliver_ms is not None:
                 if batch:
                     raise HeaderError(f"batch message {i} asks for a delay; batches cannot be delayed",
                                       RC.MESSAGE_ILLEGAL)
-                if not b.settings.timerWheelEnable and deliver_ms > now_ms:
+                if not settings.timerWheelEnable and deliver_ms > now_ms:
                     raise HeaderError("accurate timer message is not enabled, timerWheelEnable is false",
                                       RC.MESSAGE_ILLEGAL)  # RocketMQ's WHEEL_TIMER_NOT_ENABLE answer
-                if deliver_ms - now_ms > b.settings.timerMaxDelaySec * 1000:
+                if deliver_ms - now_ms > settings.timerMaxDelaySec * 1000:
                     raise HeaderError(f"delay of {deliver_ms - now_ms} ms exceeds timerMaxDelaySec "
-                                      f"({b.settings.timerMaxDelaySec} s)", RC.MESSAGE_ILLEGAL)
+                                      f"({settings.timerMaxDelaySec} s)", RC.MESSAGE_ILLEGAL)
                 for name in TIMER_PROPERTIES:
                     props.pop(name, None)
-            half = props.get("TRAN_MSG") == "true" or \
-                (sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_PREPARED
+            half = half_flag or props.get("TRAN_MSG") == "true"
             if half and batch:
                 raise HeaderError("batch messages cannot be transactional", RC.MESSAGE_ILLEGAL)
-            stored.append(StoredMessage(topic=cfg.name, queue_id=queue_id, body=body, properties=props,
-                                        flag=e.flag if batch else flag, born_timestamp=born, born_host=conn.peer,
+            stored.append(StoredMessage(topic=topic_name, queue_id=queue_id, body=body, properties=props,
+                                        flag=msg_flag, born_timestamp=born, born_host=peer,
                                         reconsume_times=reconsume))
             kinds.append(SendKind(half, deliver_ms) if half or deliver_ms is not None else PLAIN)
         return _PreparedSend(cfg, queue_id, stored, kinds)
@@ -414,17 +456,23 @@ class RemotingBroker:
         """SendMessageResponseHeader of a stored send (or the first failure's code)."""
         b = self.b
         cfg, queue_id = prepared.cfg, prepared.queue_id
-        codes = []
         ids = []
         first = None
+        code = RC.SUCCESS  # the first failure's, else SUCCESS
+        trace = b.trace_hooks
+        traced = not isinstance(trace, NoTrace)  # NoTrace.on_stored does nothing: not called per message
+        prefix = self._msg_id_prefix
         for res in results:
-            codes.append(PUT_CODES.get(res.status, RC.SYSTEM_ERROR))
-            if res.message is not None:
-                b.trace_hooks.on_stored(res.message, client_id=cid, client_traced=False, cost_ms=cost_ms,
-                                        status=res.status.value)
-                ids.append(f"{self._msg_id_prefix}{res.message.physical_offset:016X}")
-                first = first or res.message
-        code = next((c for c in codes if c != RC.SUCCESS), RC.SUCCESS)
+            status = res.status
+            if status is not PutStatus.PUT_OK and code == RC.SUCCESS:  # PutStatus hashes in Python: looked up
+                code = PUT_CODES.get(status, RC.SYSTEM_ERROR)                  # only for a failure
+            msg = res.message
+            if msg is not None:
+                if traced:
+                    trace.on_stored(msg, client_id=cid, client_traced=False, cost_ms=cost_ms, status=status.value)
+                ids.append(f"{prefix}{msg.physical_offset:016X}")
+                if first is None:
+                    first = msg
         if first is None or code not in _STORED_CODES:
             # stored, but not as the send asked (DLedger: not committed at a majority): an error the client retries,
             # without the headers of a stored message, as Apache answers (SendMessageProcessor's sendOK=false)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import builtins
 import json
+import json.encoder
+import json.scanner
 import socket
 import struct
 import zlib
@@ -31,6 +33,37 @@ LANGUAGE_CODES = {name: i for i, name in enumerate(LANGUAGES)}
 
 _I32 = struct.Struct(">i")
 _FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag (21 bytes with remarkLen + extLen)
+_STR_ONLY = frozenset((str,))
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+# JSON headers are encoded and parsed for every request and answer (issue 20's profile of the remoting path):
+# ``json.dumps`` with non-default arguments builds a JSONEncoder per call and ``json.loads`` runs two regular
+# expressions and three Python calls around the C scanner, so both are built once here; the results are the
+# same as json.dumps(obj, separators=(",", ":"), ensure_ascii=False) and json.loads(text).
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed: the C half of JSONEncoder
+_ENCODE_HEADER = (_C_ENCODER(None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",",
+                             False, False, True) if _C_ENCODER is not None else None)
+_SCAN: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a context
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    """``json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`` without a JSONEncoder per call."""
+    if _ENCODE_HEADER is None:  # pragma: no cover - CPython always has the C encoder
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return "".join(_ENCODE_HEADER(obj, 0))
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text)`` through the C scanner directly; the same values and the same errors."""
+    if not text or text[0] != "{" or text[-1] != "}":  # leading or trailing whitespace, or not an object
+        return json.loads(text)
+    try:
+        obj, end = _SCAN(text, 0)
+    except StopIteration as exc:
+        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
+    if end != len(text):
+        return json.loads(text)  # raises "Extra data" as json.loads does
+    return obj
 
 
 class RequestCode:
@@ -158,7 +191,7 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     ext = cmd.ext_fields
     if ext is not None:
         # the common case (every key and value already a string) is kept as is: no copy per answer
-        obj["extFields"] = ext if all(type(v) is str for v in ext.values()) and all(type(k) is str for k in ext) \
+        obj["extFields"] = ext if set(map(type, ext.values())) <= _STR_ONLY and set(map(type, ext)) <= _STR_ONLY \
             else {str(k): str(v) for k, v in ext.items() if v is not None}
     obj["flag"] = cmd.flag
     obj["language"] = cmd.language
@@ -167,7 +200,7 @@ def _json_header(cmd: RemotingCommand) -> bytes:
         obj["remark"] = cmd.remark
     obj["serializeTypeCurrentRPC"] = "JSON"
     obj["version"] = cmd.version
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _dumps(obj).encode("utf-8")
 
 
 def _binary_header(cmd: RemotingCommand) -> bytes:
@@ -204,8 +237,11 @@ def check_length(length: int, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         raise FrameError(f"frame length {length} exceeds the maximum frame size {max_frame}")
 
 
-def decode(frame: bytes) -> RemotingCommand:
-    """A frame without its 4-byte length prefix -> RemotingCommand; FrameError names what is wrong."""
+def decode(frame: bytes | memoryview) -> RemotingCommand:
+    """A frame without its 4-byte length prefix -> RemotingCommand; FrameError names what is wrong.
+
+    ``frame`` may be a memoryview of the connection's read buffer: the header is read from it in
+    place and the body copied once."""
     if len(frame) < 4:
         raise FrameError(f"frame of {len(frame)} bytes has no header-length field")
     (mark,) = _I32.unpack_from(frame, 0)
@@ -213,7 +249,7 @@ def decode(frame: bytes) -> RemotingCommand:
     header_len = mark & 0xFFFFFF
     if header_len > len(frame) - 4:
         raise FrameError(f"header length {header_len} exceeds the frame's {len(frame) - 4} remaining bytes")
-    header = frame[4:4 + header_len]
+    header = bytes(frame[4:4 + header_len])
     body = bytes(frame[4 + header_len:])
     if stype == JSON:
         cmd = _decode_json(header)
@@ -228,6 +264,8 @@ def decode(frame: bytes) -> RemotingCommand:
 
 def _int_field(obj: dict[str, Any], key: str, default: int | None, opaque: int | None) -> int:
     value = obj.get(key, default)
+    if type(value) is int and _INT32_MIN <= value <= _INT32_MAX:  # the common case, checked first
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         if value is None:
             raise FrameError(f"JSON header has no {key}", opaque)
@@ -239,7 +277,7 @@ def _int_field(obj: dict[str, Any], key: str, default: int | None, opaque: int |
 
 def _decode_json(header: bytes) -> RemotingCommand:
     try:
-        obj = json.loads(header.decode("utf-8"))
+        obj = _loads(header.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise FrameError(f"header is not JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -252,7 +290,7 @@ def _decode_json(header: bytes) -> RemotingCommand:
     if ext_raw is not None:
         if not isinstance(ext_raw, dict):
             raise FrameError("JSON header field extFields is not an object", opaque)
-        if all(type(v) is str for v in ext_raw.values()):
+        if set(map(type, ext_raw.values())) <= _STR_ONLY:
             ext = ext_raw  # what every client sends: JSON object keys are strings already
         else:
             ext = {}
@@ -273,8 +311,8 @@ def _decode_json(header: bytes) -> RemotingCommand:
     return RemotingCommand(code=code, ext_fields=ext, remark=remark, opaque=_int_field(obj, "opaque", 0, opaque),
                            flag=_int_field(obj, "flag", 0, opaque), language=lang,
                            version=_int_field(obj, "version", 0, opaque),
-                           extra={k: v for k, v in obj.items() if k not in _KNOWN_JSON_KEYS}
-                           if len(obj) > len(obj.keys() & _KNOWN_JSON_KEYS) else {})
+                           extra={} if _KNOWN_JSON_KEYS.issuperset(obj) else
+                           {k: v for k, v in obj.items() if k not in _KNOWN_JSON_KEYS})
 
 
 _KNOWN_JSON_KEYS = frozenset({"code", "extFields", "flag", "language", "opaque", "remark", "version",

@@ -129,6 +129,46 @@ class IndexFile:
         self.dirty = True
         return len(keys)
 
+    def put_entries(self, entries: Sequence[tuple[str, int, int]]) -> int:
+        """Index ``(key, phy, store_ts_ms)`` entries in order, as ``put_many`` once per entry would; return how
+        many fit before the file filled.  One call for all the keys of a dispatched group (issue 20: the
+        per-message call, its setup and its header updates were a quarter of the store's CPU on batches)."""
+        count = self.count
+        room = self.index_num - count
+        if room <= 0 or not entries:
+            return 0
+        if len(entries) > room:
+            entries = entries[:room]
+        mm = self.mm
+        slot_num = self.slot_num
+        entries_at = self._entries_at
+        if self.begin_ts == 0:
+            self.begin_ts = entries[0][2]
+            self.begin_phy = entries[0][1]
+        begin_ts = self.begin_ts
+        used = 0
+        end_ts, end_phy = self.end_ts, self.end_phy
+        for key, phy, ts in entries:
+            h = crc32(key.encode("utf-8")) & 0x7FFFFFFF  # key_hash, inlined
+            slot_pos = HEADER_SIZE + (h % slot_num) * SLOT_SIZE
+            (prev,) = _SLOT_UNPACK(mm, slot_pos)
+            if prev <= 0 or prev >= count:
+                prev = 0
+                used += 1
+            diff = (ts - begin_ts) // 1000
+            _ENTRY_PACK(mm, entries_at + count * ENTRY_SIZE, h, phy, diff if diff > 0 else 0, prev)
+            _SLOT_PACK(mm, slot_pos, count)
+            count += 1
+            if ts > end_ts:
+                end_ts = ts
+            if phy > end_phy:
+                end_phy = phy
+        self.count = count
+        self.slots_used += used
+        self.end_ts, self.end_phy = end_ts, end_phy
+        self.dirty = True
+        return len(entries)
+
     def query(self, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         if self.count <= 1 or self.end_ts < begin_ms or self.begin_ts > end_ms:
             return []
@@ -193,6 +233,15 @@ class IndexService:
                 f = self._writable()
             done = f.put_many(full_keys, phy, store_ts_ms)
             full_keys = full_keys[done:]
+
+    def put_entries(self, entries: list[tuple[str, int, int]]) -> None:
+        """Index ``(topic#key, phy, store_ts_ms)`` entries, in order, moving to a new file when one fills up."""
+        while entries:
+            f = self.files[-1] if self.files else None
+            if f is None or f.count >= f.index_num:
+                f = self._writable()
+            done = f.put_entries(entries)
+            entries = entries[done:]
 
     def query(self, topic: str, key: str, limit: int, begin_ms: int = 0, end_ms: int = 2**62) -> list[int]:
         out: list[int] = []

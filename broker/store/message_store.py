@@ -573,8 +573,19 @@ class MessageStore:
         """
         cqs = self.cqs
         queue_next = self.queue_next
-        index_keys = self.index.put_keys
+        keys: list[tuple[str, int, int]] = []  # (topic#key, phy, store time) of the whole group: one index call
+        add_key = keys.append
         listeners = self.dispatch_listeners
+        try:
+            self._dispatch_each(msgs, cqs, queue_next, add_key, listeners)
+        finally:
+            if keys:  # also those of the records before a failure: they are dispatched
+                self.index.put_entries(keys)
+
+    def _dispatch_each(self, msgs: Iterable[StoredMessage], cqs: dict[tuple[str, int], ConsumeQueue],
+                       queue_next: dict[tuple[str, int], int], add_key: Callable[[tuple[str, int, int]], None],
+                       listeners: list[DispatchListener]) -> None:
+        """The per-record part of ``_dispatch_many``; index keys go to ``add_key``, written after the group."""
         for msg in msgs:
             topic = msg.topic
             key = (topic, msg.queue_id)
@@ -592,17 +603,15 @@ class MessageStore:
                 # the same keys in the same order as IndexService.put("*", [id]) then put(topic, keys + [id])
                 kstr = props.get("KEYS")
                 msg_id = props.get("UNIQ_KEY", "")
+                ts = msg.store_timestamp
+                if msg_id:
+                    add_key((f"{ALL_TOPICS_KEY}#{msg_id}", phy, ts))
                 if kstr:
-                    full = [f"{topic}#{k}" for k in kstr.split(" ") if k]
-                    if msg_id:
-                        full.insert(0, f"{ALL_TOPICS_KEY}#{msg_id}")
-                        full.append(f"{topic}#{msg_id}")
-                elif msg_id:
-                    full = [f"{ALL_TOPICS_KEY}#{msg_id}", f"{topic}#{msg_id}"]
-                else:
-                    full = []
-                if full:
-                    index_keys(full, phy, msg.store_timestamp)
+                    for k in kstr.split(" "):
+                        if k:
+                            add_key((f"{topic}#{k}", phy, ts))
+                if msg_id:
+                    add_key((f"{topic}#{msg_id}", phy, ts))
             for listener in listeners:
                 try:
                     listener(msg)
