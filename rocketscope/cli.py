@@ -9,6 +9,7 @@ import click
 
 from rocketscope.config import ConfigError, read_properties
 
+from .client_package import defer_client_init
 from .lazy_group import LazyGroup
 from .logs import setup_logging
 
@@ -45,6 +46,7 @@ def _load(path: str | None) -> dict[str, str]:
 @click.option("-p", "--port", type=int, default=None, help="listen port (overrides listenPort)")
 def namesrv(config_path: str | None, port: int | None) -> None:
     """Run a name server (mqnamesrv)."""
+    defer_client_init()  # before the broker's imports: client_package.py says why
     from rocketscope.broker.namesrv.server import load_namesrv_config, run_namesrv
 
     setup_logging("namesrv")
@@ -64,6 +66,7 @@ def namesrv(config_path: str | None, port: int | None) -> None:
 @click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name servers (overrides namesrvAddr)")
 def broker(config_path: str | None, namesrv: str | None) -> None:
     """Run a broker (mqbroker)."""
+    defer_client_init()  # before the broker's imports: client_package.py says why
     from rocketscope.broker.broker import run_broker
     from rocketscope.broker.broker_config import load_broker_config
 
@@ -83,6 +86,7 @@ def broker(config_path: str | None, namesrv: str | None) -> None:
 @click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="container.conf")
 def container(config_path: str | None) -> None:
     """Run several brokers in one process (mqbrokercontainer)."""
+    defer_client_init()  # before the broker's imports: client_package.py says why
     from rocketscope.broker.container import load_container_config, run_container
 
     setup_logging("container")
@@ -97,6 +101,7 @@ def container(config_path: str | None) -> None:
 @click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="controller.conf")
 def controller(config_path: str | None) -> None:
     """Run a controller of a controller group (mqcontroller)."""
+    defer_client_init()  # before the broker's imports: client_package.py says why
     from rocketscope.broker.controller.config import load_controller_config
     from rocketscope.broker.controller.node import run_controller
 
