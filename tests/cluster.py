@@ -147,21 +147,6 @@ class LocalCluster:
             wait_until(lambda p=port: _port_open(p), what=f"name server on port {port}")
 
     def start_broker(self, name: str = "broker-a", **conf: Any) -> BrokerNode:
-        node = self.spawn_broker(name, **conf)
-        self.wait_broker(node)
-        return node
-
-    def start_brokers(self, confs: dict[str, dict[str, Any]]) -> list[BrokerNode]:
-        """Several brokers (name -> conf) started together, then each waited for: a DLedger group's members
-        load their imports side by side (about 1.3 CPU s each) instead of one after the other, and no
-        member waits for the previous one's registration."""
-        nodes = [self.spawn_broker(name, **conf) for name, conf in confs.items()]
-        for node in nodes:
-            self.wait_broker(node)
-        return nodes
-
-    def spawn_broker(self, name: str = "broker-a", **conf: Any) -> BrokerNode:
-        """Start the broker's process (a new one, or ``name`` again with its first conf); no wait."""
         node = self.brokers.get(name)
         if node is None:
             grpc_port, listen_port = free_port(), free_port()
@@ -177,16 +162,12 @@ class LocalCluster:
                               Proc(name, [str(BIN), "broker", "-c", str(path)], self.root / f"{name}.log"))
             self.brokers[name] = node
         node.proc.start()
-        return node
-
-    def wait_broker(self, node: BrokerNode) -> None:
-        """Until the broker's ports are open and the name server (if any) lists it."""
-        name = node.name
         # 60 s: a broker's start (imports, store recovery) took over 20 s on a 2-core machine at load 30+
         wait_until(lambda: _port_open(node.grpc_port) and _port_open(node.listen_port), timeout=60,
                    what=f"broker {name} ports")
         if self.namesrv_ports:
             wait_until(lambda: node.endpoint in self.registered_grpc_addrs(), timeout=60, what=f"{name} registered")
+        return node
 
     def registered_grpc_addrs(self) -> set[str]:
         """Client addresses of the brokers registered at the first name server: what `admin clusterList` asks,
@@ -250,9 +231,11 @@ def start_dledger_group(c: LocalCluster, name: str = "broker-d", size: int = 3, 
     """``size`` brokers forming one DLedger group (members ``<name>-n0`` …), all registered."""
     peer_ports = [free_port() for _ in range(size)]
     peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(peer_ports))
-    return c.start_brokers({f"{name}-n{i}": dict(brokerName=name, enableDLegerCommitLog="true", dLegerGroup=name,
-                                                 dLegerPeers=peers, dLegerSelfId=f"n{i}", **conf)
-                            for i in range(size)})
+    nodes = []
+    for i in range(size):
+        nodes.append(c.start_broker(f"{name}-n{i}", brokerName=name, enableDLegerCommitLog="true",
+                                    dLegerGroup=name, dLegerPeers=peers, dLegerSelfId=f"n{i}", **conf))
+    return nodes
 
 
 def endpoints_of(nodes: list[BrokerNode]) -> str:

@@ -238,11 +238,10 @@ class Deployment:
     def start_dledger(self, name: str, size: int = 3) -> list[BrokerNode]:
         peer_ports = [free_port() for _ in range(size)]
         peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(peer_ports))
-        return self.c.start_brokers({
-            f"{name}-n{i}": dict(brokerName=name, enableDLegerCommitLog="true", dLegerGroup=name, dLegerPeers=peers,
-                                 dLegerSelfId=f"n{i}", dLegerElectionTicksMin=30, dLegerElectionTicksMax=40,
-                                 **self.prom(f"{name}-n{i}"))
-            for i in range(size)})
+        return [self.c.start_broker(f"{name}-n{i}", brokerName=name, enableDLegerCommitLog="true", dLegerGroup=name,
+                                    dLegerPeers=peers, dLegerSelfId=f"n{i}", dLegerElectionTicksMin=30,
+                                    dLegerElectionTicksMax=40, **self.prom(f"{name}-n{i}"))
+                for i in range(size)]
 
     def start_controllers(self, n: int = 3) -> None:
         raft = [free_port() for _ in range(n)]
