@@ -88,9 +88,9 @@ def run_demo(options: DemoOptions) -> int:
             p.step(f"Prometheus scraping every node: {cluster.prometheus_url}")
         else:
             p.step("Prometheus not installed (apt-get install prometheus): the dashboard scrapes /metrics itself")
-        cluster.admin_all(("updateTopic", "-b", leader.admin_addr, "-t", TOPIC, "-r", "4", "-w", "4"),
-                          ("updateSubGroup", "-b", leader.admin_addr, "-g", "audit", "-r", "1"),
-                          ("updateSubGroup", "-b", leader.admin_addr, "-g", "billing"))
+        cluster.admin("updateTopic", "-b", leader.admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
+        cluster.admin("updateSubGroup", "-b", leader.admin_addr, "-g", "audit", "-r", "1")
+        cluster.admin("updateSubGroup", "-b", leader.admin_addr, "-g", "billing")
 
         workload = Workload(cluster.endpoints, options.rate_per_s)
         workload.start()

@@ -84,20 +84,11 @@ class DemoCluster:
             }
             node.conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
             self.nodes.append(node)
-        # all three processes first, then the waits: their start-ups (imports, about 1.3 CPU s each) overlap
         for node in self.nodes:
-            self._spawn(node)
-        for node in self.nodes:
-            self._wait_up(node)
+            self.start_node(node)
 
     def start_node(self, node: Node) -> None:
-        self._spawn(node)
-        self._wait_up(node)
-
-    def _spawn(self, node: Node) -> None:
         node.proc = spawn(["broker", "-c", str(node.conf)], self.work / f"broker-{node.self_id}.log")
-
-    def _wait_up(self, node: Node) -> None:
         wait_for(lambda: port_open(node.grpc_port) and port_open(node.listen_port), 60, f"broker {node.self_id}")
 
     def start_prometheus(self) -> bool:
@@ -120,21 +111,11 @@ class DemoCluster:
         return True
 
     # ------------------------------------------------------------------ admin
-    def admin_all(self, *commands: tuple[str, ...]) -> None:
-        """Independent admin commands side by side: each is a Python process start (about a second)."""
-        procs = [(args, subprocess.Popen([*ADMIN, *args, "-n", self.namesrv], stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)) for args in commands]
-        failed = []
-        for args, proc in procs:
-            try:
-                _, err = proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-            if proc.returncode != 0:
-                failed.append(f"rocketscope admin {' '.join(args)} failed: {err.strip()}")
-        if failed:
-            raise RuntimeError("; ".join(failed))
+    def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run([*ADMIN, *args, "-n", self.namesrv], capture_output=True, text=True, timeout=60)
+        if check and res.returncode != 0:
+            raise RuntimeError(f"rocketscope admin {' '.join(args)} failed: {res.stderr.strip()}")
+        return res
 
     def status(self, node: Node) -> dict[str, Any] | None:
         """The node's HaStatus (role, term), or None when it does not answer.
