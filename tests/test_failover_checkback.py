@@ -179,6 +179,26 @@ def test_producer_whose_stream_member_was_killed_is_checked_back(cluster: LocalC
           f"): open transactions checked back {took:.1f} s later")
 
 
+def kill_restart_and_check_back(c: LocalCluster, writer: Any, access_point: str, prefix: str) -> float:
+    """Open transactions from a producer whose access point is ``access_point``; kill -9 and restart ``writer``
+    after the client's first route refresh (10 s after start-up, so the kill is what it must recover from);
+    seconds from the kill until every one was checked back."""
+    checker = PhasedChecker()
+    p = Producer(config(access_point), (TOPIC,), checker)
+    p.startup()
+    started = time.monotonic()
+    try:
+        ids = send_open_transactions(p, prefix)
+        wait_until(lambda: time.monotonic() - started > 12, timeout=60, what="the client's first route refresh")
+        writer.proc.kill9()
+        killed = time.monotonic()
+        c.start_broker(writer.name)
+        return checker.commit_and_wait(ids, killed, timeout=120,
+                                       what="every open transaction checked back after the writer's restart")
+    finally:
+        p.shutdown()
+
+
 @pytest.mark.long  # waits for the official client's route refresh, every 30 s
 @pytest.mark.timeout(300)
 def test_producer_of_a_restarted_single_broker_is_checked_back(cluster: LocalCluster) -> None:
@@ -193,21 +213,7 @@ def test_producer_of_a_restarted_single_broker_is_checked_back(cluster: LocalClu
                           transactionCheckInterval=1000)
     c.admin("updateTopic", "-b", node.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
     wait_until(lambda: route_ready([node]), timeout=120, what="the topic's route at the name server")
-    checker = PhasedChecker()
-    p = Producer(config(node.endpoint), (TOPIC,), checker)
-    p.startup()
-    started = time.monotonic()
-    try:
-        ids = send_open_transactions(p, "one")
-        # after the client's first route refresh (10 s after start-up), so the kill is what it must recover from
-        wait_until(lambda: time.monotonic() - started > 12, timeout=60, what="the client's first route refresh")
-        node.proc.kill9()
-        killed = time.monotonic()
-        c.start_broker(node.name)
-        took = checker.commit_and_wait(ids, killed, timeout=120,
-                                       what="every open transaction checked back after the broker's restart")
-    finally:
-        p.shutdown()
+    took = kill_restart_and_check_back(c, node, node.endpoint, "one")
     print(f"single broker killed and restarted with 3 open transactions: checked back {took:.1f} s later")
 
 
@@ -226,18 +232,5 @@ def test_producer_reading_routes_at_the_slave_is_checked_back_after_the_masters_
     slave = c.start_broker("ms-ck-slave", brokerRole="SLAVE", brokerId=1, **kw)
     c.admin("updateTopic", "-b", master.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
     wait_until(lambda: route_ready([master, slave]), timeout=120, what="the topic's route at the name server")
-    checker = PhasedChecker()
-    p = Producer(config(slave.endpoint), (TOPIC,), checker)
-    p.startup()
-    started = time.monotonic()
-    try:
-        ids = send_open_transactions(p, "ms")
-        wait_until(lambda: time.monotonic() - started > 12, timeout=60, what="the client's first route refresh")
-        master.proc.kill9()
-        killed = time.monotonic()
-        c.start_broker(master.name)
-        took = checker.commit_and_wait(ids, killed, timeout=120,
-                                       what="every open transaction checked back after the master's restart")
-    finally:
-        p.shutdown()
+    took = kill_restart_and_check_back(c, master, slave.endpoint, "ms")
     print(f"master killed and restarted, producer's routes read at the slave: checked back {took:.1f} s later")

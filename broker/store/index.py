@@ -96,38 +96,7 @@ class IndexFile:
 
     def put_many(self, keys: Sequence[str], phy: int, store_ts_ms: int) -> int:
         """Index every key of ``keys`` (in order) at ``phy``; return how many fit before the file filled."""
-        count = self.count
-        room = self.index_num - count
-        if room <= 0:
-            return 0
-        if len(keys) > room:
-            keys = keys[:room]
-        mm = self.mm
-        slot_num = self.slot_num
-        entries_at = self._entries_at
-        if self.begin_ts == 0:
-            self.begin_ts = store_ts_ms
-            self.begin_phy = phy
-        diff = (store_ts_ms - self.begin_ts) // 1000
-        if diff < 0:
-            diff = 0
-        for key in keys:
-            h = crc32(key.encode("utf-8")) & 0x7FFFFFFF  # key_hash, inlined: this runs for every key of every put
-            slot_pos = HEADER_SIZE + (h % slot_num) * SLOT_SIZE
-            (prev,) = _SLOT_UNPACK(mm, slot_pos)
-            if prev <= 0 or prev >= count:
-                prev = 0
-                self.slots_used += 1
-            _ENTRY_PACK(mm, entries_at + count * ENTRY_SIZE, h, phy, diff, prev)
-            _SLOT_PACK(mm, slot_pos, count)
-            count += 1
-        self.count = count
-        if store_ts_ms > self.end_ts:
-            self.end_ts = store_ts_ms
-        if phy > self.end_phy:
-            self.end_phy = phy
-        self.dirty = True
-        return len(keys)
+        return self.put_entries([(key, phy, store_ts_ms) for key in keys])
 
     def put_entries(self, entries: Sequence[tuple[str, int, int]]) -> int:
         """Index ``(key, phy, store_ts_ms)`` entries in order, as ``put_many`` once per entry would; return how
