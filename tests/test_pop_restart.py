@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from cluster import LocalCluster, wait_until
+from cluster import LocalCluster, cluster_with_namesrv, wait_until
+from conftest import failed_call
 from rmq import message, producer, simple_consumer
 
 pytestmark = pytest.mark.e2e
@@ -25,18 +26,11 @@ TOPIC, GROUP, COUNT, INVISIBLE_S = "TopicPopRestart", "GroupPopRestart", 20, 4
 
 
 @pytest.fixture()
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("pop-restart"))
-    try:
-        c.start_namesrv()
+def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    with cluster_with_namesrv(tmp_path_factory.mktemp("pop-restart"), lambda: failed_call(request)) as c:
         c.start_broker("broker-a")
         c.admin("updateTopic", "-c", "DefaultCluster", "-t", TOPIC, "-r", "1", "-w", "1")
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 @pytest.mark.parametrize("how", ["sigterm", "kill9"])
