@@ -43,6 +43,14 @@ def ha_status(admin_addr: str, timeout: float = 5.0) -> dict[str, Any]:
     return status
 
 
+def broker_has_topic(admin_addr: str, topic: str) -> bool:
+    """Whether the broker at ``admin_addr`` holds ``topic``'s config: a slave copies it from its master every
+    few seconds (broker/ha/slave.py), and serves only topics it has the config of."""
+    with grpc.insecure_channel(admin_addr) as ch:
+        topics = admin_pb2_grpc.BrokerAdminStub(ch).GetTopicConfigs(common_pb2.Empty(), timeout=5)
+    return any(t.topic_name == topic for t in topics.topics)
+
+
 def wait_until(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None

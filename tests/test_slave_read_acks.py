@@ -22,12 +22,12 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import LocalCluster, ha_status, wait_until
+from cluster import LocalCluster, broker_has_topic, cluster_with_namesrv, ha_status, wait_until
+from conftest import failed_call
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode, ResponseCode
 
@@ -36,30 +36,17 @@ TOPIC, GROUP = "TopicSlaveAck", "GroupSlaveAck"
 MD = (("x-mq-client-id", "slave-ack-test"),)
 
 
-def slave_has_topic(admin_addr: str) -> bool:
-    with grpc.insecure_channel(admin_addr) as ch:
-        topics = admin_pb2_grpc.BrokerAdminStub(ch).GetTopicConfigs(common_pb2.Empty(), timeout=5)
-    return any(t.topic_name == TOPIC for t in topics.topics)
-
-
 @pytest.fixture()
-def ms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("slaveread-acks"))
-    try:
-        c.start_namesrv()
+def ms(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    with cluster_with_namesrv(tmp_path_factory.mktemp("slaveread-acks"), lambda: failed_call(request)) as c:
         master = c.start_broker("master", brokerName="broker-k", brokerRole="SYNC_MASTER", slaveReadEnable="true")
         slave = c.start_broker("slave", brokerName="broker-k", brokerRole="SLAVE", brokerId=1, slaveReadEnable="true")
         with RemotingClient(master.admin_addr) as b:
             fields = {"topic": TOPIC, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}
             assert b.invoke(17, fields).code == ResponseCode.SUCCESS
         wait_until(lambda: ha_status(slave.admin_addr)["connected"], what="slave replicating")
-        wait_until(lambda: slave_has_topic(slave.admin_addr), what="the topic's config on the slave")
+        wait_until(lambda: broker_has_topic(slave.admin_addr, TOPIC), what="the topic's config on the slave")
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def send(admin_addr: str, bodies: list[str]) -> None:

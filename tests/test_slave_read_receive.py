@@ -19,14 +19,12 @@ from collections import Counter
 from collections.abc import Iterator
 
 import cluster
-import grpc
 import pytest
-from cluster import LocalCluster, wait_until
+from cluster import LocalCluster, broker_has_topic, wait_until
 from rmq import RecordingListener, config, message, producer, push_consumer
 from rocketmq import FilterExpression, SimpleConsumer
 from rocketmq.v5.exception.client_exception import BadRequestException
 
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
 from rocketscope.trace.client_trace import close_client_metrics
 
 pytestmark = pytest.mark.e2e
@@ -99,12 +97,6 @@ def ids_of(listener: RecordingListener) -> Counter[str]:
         return Counter(m.message_id for m in listener.messages)
 
 
-def slave_has_topic(admin_addr: str) -> bool:
-    with grpc.insecure_channel(admin_addr) as ch:
-        topics = admin_pb2_grpc.BrokerAdminStub(ch).GetTopicConfigs(common_pb2.Empty(), timeout=5)
-    return any(t.topic_name == TOPIC for t in topics.topics)
-
-
 def send(endpoints: str, n: int, tag: str) -> list[str]:
     with producer(endpoints, TOPIC) as p:
         return [p.send(message(TOPIC, f"{tag}-{i}".encode())).message_id for i in range(n)]
@@ -121,7 +113,7 @@ def ms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         wait_until(lambda: ha_status(c, slave.admin_addr)["connected"], what="slave replicating")
         # the slave serves only topics it has the config of, copied from the master every 3 s
         # (broker/ha/slave.py METADATA_SYNC_S): a master killed before that leaves it nothing to serve
-        wait_until(lambda: slave_has_topic(slave.admin_addr), what="the topic's config on the slave")
+        wait_until(lambda: broker_has_topic(slave.admin_addr, TOPIC), what="the topic's config on the slave")
         yield c
     except BaseException:
         print(c.logs())
