@@ -278,6 +278,7 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
         fail_in = [t for t in send_fail if w["start"] <= t < end]
         faults.append({
             "n": w["n"], "fault": inv["fault"], "node": inv["node"], "writer_before": inv["writer"],
+            "access_point": inv.get("access"), "load": inv.get("load"),
             "start": w["start"], "healed": w["healed"], "settled": w["settled"], "end": end,
             "max_no_send_s": round(_max_gap(send_ok, w["start"], end), 3),
             "send_failures": len(fail_in),

@@ -29,6 +29,7 @@ from cluster import ha_status as cluster_ha_status
 from conftest import free_port
 
 from chaos.netproxy import LinkLoop, LinkProxy
+from chaos.sockets import connections_to
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 from rocketscope.ports import port_open
 
@@ -203,6 +204,16 @@ class ChaosCluster:
             if i != exclude and self.role(i) in ("LEADER", "MASTER", "SYNC_MASTER", "ASYNC_MASTER"):
                 return i
         return None
+
+    def access_point(self) -> int | None:
+        """The node this process's clients hold the most connections to (their access point), or None.
+
+        Observed from /proc (tests/chaos/sockets.py), not derived from the client's internals."""
+        by_port = connections_to({n.grpc_port for n in self.nodes})
+        if not by_port:
+            return None
+        port = by_port.most_common(1)[0][0]
+        return next(i for i, n in enumerate(self.nodes) if n.grpc_port == port)
 
     def wait_writer(self, exclude: int | None = None, timeout: float = 30) -> int:
         return wait_until(lambda: (w,) if (w := self.writer(exclude)) is not None else None, timeout=timeout,

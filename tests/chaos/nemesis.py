@@ -19,6 +19,7 @@ only link there is.
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 from dataclasses import asdict, dataclass
@@ -93,8 +94,10 @@ class Nemesis:
             from chaos.harness import wait_for
             wait_for(lambda: cc.writer() == cc.preferred_leader(), timeout=90, what="the preferred leader leading")
         i = self._target(fault)
+        # ``access``: the node the clients hold their connections to (a paused access point holds them for
+        # the pause, whatever the cluster does); ``load``: the 1-minute load average, as windows stretch with it
         start = self.h.add("invoke", "nemesis", "nemesis", n=n, fault=asdict(fault), node=i,
-                           writer=cc.writer())
+                           writer=cc.writer(), access=cc.access_point(), load=round(os.getloadavg()[0], 2))
         if fault.kind in ("kill", "preferred"):
             cc.kill(i)
             self._hold(fault.hold)
