@@ -46,7 +46,7 @@ from chaos.netproxy import LinkLoop, link_loop  # noqa: E402
 from chaos.run import run  # noqa: E402
 from failover_bench import NatsCluster, _js_setup  # noqa: E402
 
-FIGURES = ("max_no_send_s", "send_failures", "redeliveries", "duplicates")
+FIGURES = ("max_no_send_s", "max_no_delivery_s", "send_failures", "redeliveries", "duplicates")
 
 
 def progress(text: str) -> None:
@@ -71,7 +71,7 @@ def by_kind(faults: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
     out: dict[str, dict[str, dict[str, float]]] = {}
     for key in dict.fromkeys(kind_key(f) for f in faults):
         fs = [f for f in faults if kind_key(f) == key]
-        out[key] = {fig: stats([f[fig] for f in fs]) for fig in FIGURES}
+        out[key] = {fig: stats([f[fig] for f in fs if f.get(fig) is not None]) for fig in FIGURES}
         out[key]["load"] = stats([f["load"] for f in fs if f.get("load") is not None])
     return out
 
@@ -213,20 +213,22 @@ async def jetstream(kinds: list[str], count: int, hold: float) -> dict[str, Any]
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["| mode | fault (n) | no-send window median / max (s) | send failures median / max | "
+    lines = ["| mode | fault (n) | no-send window median / max (s) | no-delivery window median / max (s) | "
+             "send failures median / max | "
              "redeliveries median / max | duplicates median / max | load avg median / max |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|"]
     for mode, r in results["rocketscope"].items():
         for kind, figs in r["per_kind"].items():
-            cells = [f"{figs[f]['median']:.2f} / {figs[f]['max']:.2f}" if f == "max_no_send_s"
-                     else f"{figs[f]['median']:g} / {figs[f]['max']:g}" for f in FIGURES]
+            cells = [("n/a" if not figs.get(f) else f"{figs[f]['median']:.2f} / {figs[f]['max']:.2f}")
+                     if f.startswith("max_no_") else f"{figs[f]['median']:g} / {figs[f]['max']:g}" for f in FIGURES]
             load = figs.get("load") or {}
             cells.append(f"{load['median']:g} / {load['max']:g}" if load else "n/a")
             lines.append(f"| {mode} | {kind} ({figs['max_no_send_s']['n']}) | " + " | ".join(cells) + " |")
     for kind, figs in (results.get("jetstream_r3") or {}).items():
         lines.append(f"| JetStream R3 | {kind} ({figs['max_no_send_s']['n']}) | "
                      f"{figs['max_no_send_s']['median']:.2f} / {figs['max_no_send_s']['max']:.2f} | "
-                     f"{figs['send_failures']['median']:g} / {figs['send_failures']['max']:g} | n/a | n/a | n/a |")
+                     f"n/a | {figs['send_failures']['median']:g} / {figs['send_failures']['max']:g} | "
+                     "n/a | n/a | n/a |")
     return "\n".join(lines)
 
 

@@ -271,6 +271,9 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
 
     send_ok = sorted(e["t"] for e in events if e["f"] == "send" and e["type"] == "ok")
     send_fail = sorted(e["t"] for e in events if e["f"] == "send" and e["type"] == "info")
+    # each group's deliveries: a consumer waits on the cluster too (a confirm offset held back by a silent
+    # in-sync replica stops deliveries while sends still succeed), so its longest wait is a figure of its own
+    got_at = {g: sorted(d["t"] for d in deliveries.get(g, [])) for g in groups}
     faults = []
     starts = [w["start"] for w in windows] + [load_end]
     for w, end in zip(windows, starts[1:], strict=False):
@@ -281,6 +284,8 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
             "access_point": inv.get("access"), "load": inv.get("load"),
             "start": w["start"], "healed": w["healed"], "settled": w["settled"], "end": end,
             "max_no_send_s": round(_max_gap(send_ok, w["start"], end), 3),
+            "max_no_delivery_s": round(max((_max_gap(ts, w["start"], end) for ts in got_at.values()),
+                                           default=0.0), 3),
             "send_failures": len(fail_in),
             "redeliveries": sum(1 for t, _ in redelivered if w["start"] <= t < end),
             "duplicates": sum(1 for t, _ in duplicated if w["start"] <= t < end),
@@ -299,6 +304,8 @@ def check(events: list[dict[str, Any]], windows: list[dict[str, Any]], load_end:
         # ground truth of the classification: how many must-keys the store reading found (all, when it works)
         "must_found_in_store": sum(1 for k in must if k in store["stored"]) if classified and store else None,
         "baseline_max_no_send_s": round(_max_gap(send_ok, min(send_ok, default=0.0), first), 3) if send_ok else None,
+        "baseline_max_no_delivery_s": round(max((_max_gap(ts, ts[0], first) for ts in got_at.values() if ts),
+                                                default=0.0), 3),
     }
     valid = not violations
     if not valid:

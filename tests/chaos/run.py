@@ -135,7 +135,8 @@ def report(result: dict[str, Any]) -> str:
         at = ", clients' access point" if f.get("access_point") == f["node"] else ""
         lines.append(f"  {f['n']:>3} {fault.describe():<48} node {f['node']} (writer {f['writer_before']}{at}, "
                      f"load {f.get('load')}): "
-                     f"no-send {f['max_no_send_s']:.2f}s, {f['send_failures']} send failures, "
+                     f"no-send {f['max_no_send_s']:.2f}s, no-delivery {f.get('max_no_delivery_s', 0):.2f}s, "
+                     f"{f['send_failures']} send failures, "
                      f"{f['redeliveries']} redeliveries, {f['duplicates']} duplicates"
                      f" ({f.get('stored_twice', 0)} stored twice)")
     t = result["totals"]

@@ -125,6 +125,19 @@ def test_per_fault_windows_measure_the_longest_time_without_a_successful_send() 
     assert f["send_failures"] == 1
 
 
+def test_per_fault_delivery_windows_take_the_group_that_waited_longest() -> None:
+    h = H()
+    h.add("invoke", "nemesis", n=0, fault={"kind": "pause"}, node=1, writer=0, access=0)  # t=0.1
+    for group, times in (("A", (0.5, 1.0, 1.5, 2.0)), ("B", (0.6, 2.4))):  # B waits 0.6 -> 2.4
+        for t in times:
+            h.events.append({"t": t, "type": "ok", "f": "deliver", "group": group, "key": f"{group}-{t}",
+                             "attempt": 1, "wall": 1e12, "proc": "c"})
+    v = check(h.events, [{"n": 0, "start": 0.1, "healed": 1.0, "settled": 1.5}], 3.0, groups=("A", "B"))
+    f = v["faults"][0]
+    assert f["max_no_delivery_s"] == 1.8
+    assert f["access_point"] == 0 and f["node"] == 1
+
+
 def test_the_same_seed_gives_the_same_schedule_and_it_round_trips() -> None:
     a = schedule_from_seed(42, "dledger", 20)
     assert a == schedule_from_seed(42, "dledger", 20)
