@@ -37,6 +37,8 @@ BROKER_KEYS: list[Key] = [
     Key("listenPort", int, 10911, "internal gRPC port: admin and broker-to-broker traffic", check=port),
     Key("haListenPort", int, 0, "port of the replication service; 0 means listenPort + 1", check=port),
     Key("haMasterAddress", str, "", "a slave's master HA address (default: learned from the name server)"),
+    Key("haSendHeartbeatInterval", int, 200, "ms between the HA master's heartbeats to an idle slave, each "
+        "answered by the slave's report (RocketMQ: 5000, the slave's heartbeat)", check=positive),
     Key("inSyncReplicas", int, 2, "copies (master included) a SYNC_MASTER waits for; RocketMQ 5 defaults to 1, "
         "which waits for nobody", check=positive),
     Key("slaveTimeout", int, 3000, "ms a SYNC_MASTER send waits for slaves before FLUSH_SLAVE_TIMEOUT",

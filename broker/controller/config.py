@@ -82,6 +82,9 @@ BROKER_CONTROLLER_KEYS: list[Key] = [
         check=non_negative),
     Key("haMaxTimeSlaveNotCatchup", int, 3000, "ms a SyncStateSet member may stay behind before the master "
         "removes it (RocketMQ: 15000)", check=positive),
+    Key("haHousekeepingInterval", int, 1000, "ms without any report from a SyncStateSet member (a paused or cut "
+        "off slave keeps its TCP connection) after which the master removes it, even when it is not behind; keep "
+        "it >= 3x haSendHeartbeatInterval (RocketMQ: 20000, the HA connection's idle limit)", check=positive),
     Key("allAckInSyncStateSet", bool, False, "a send needs every SyncStateSet member's ack (inSyncReplicas is "
         "then ignored)"),
     Key("minInSyncReplicas", int, 1, "fewer SyncStateSet members than this: sends fail at once "

@@ -418,15 +418,21 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
         slaves = b.replication_master.slaves
         members = set(self.sync_state_set)
         new = {self.my_id}
+        silent_limit = s.haHousekeepingInterval / 1000
         for m in members - {self.my_id}:
             st = slaves.get(m)
             if st is None or not st.connected or st.ack_offset < behind_mark:
                 continue  # shrink
+            if st.silent_for(now) > silent_limit:
+                log.info("controller mode: SyncStateSet member #%d silent for %.2f s (haHousekeepingInterval %d ms)",
+                         m, st.silent_for(now), s.haHousekeepingInterval)
+                continue  # shrink: paused or cut off, though its connection is open and it was not behind
             new.add(m)
         epoch_start = self.epochs.entries[-1].start if self.epochs.entries else 0
         confirm = b.store.confirm_offset
         for bid, st in slaves.items():
-            if bid not in members and st.connected and st.ack_offset >= confirm and st.ack_offset >= epoch_start:
+            if (bid not in members and st.connected and st.silent_for(now) <= silent_limit
+                    and st.ack_offset >= confirm and st.ack_offset >= epoch_start):
                 new.add(bid)
         if tuple(sorted(new)) == self.sync_state_set:
             return

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 256 * 1024
-HEARTBEAT_S = 1.0
 
 
 def record_aligned(raw: bytes) -> int:
@@ -80,6 +79,12 @@ class SlaveState:
     connected_at: float = field(default_factory=time.time)
     last_ack_at: float = field(default_factory=time.time)
     connected: bool = True
+    # monotonic time of the slave's last report of any kind (it answers every chunk, heartbeats included): a
+    # SIGSTOP'd or cut-off slave keeps its TCP connection, so silence is how the master tells it is gone
+    last_report_at: float = field(default_factory=time.monotonic)
+
+    def silent_for(self, now: float) -> float:
+        return now - self.last_report_at
 
     @property
     def name(self) -> str:
@@ -151,6 +156,7 @@ class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
         b.ha_events.emit(ROLE_CHANGE, role="SLAVE", replica=state.name, offset=start)
         acks = asyncio.get_running_loop().create_task(self._read_acks(request_iterator, state))
         pos = start
+        heartbeat_s = b.settings.haSendHeartbeatInterval / 1000
         last_sent = time.monotonic()
         appended = asyncio.Event()
         self._wakeups.add(appended)
@@ -165,10 +171,10 @@ class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
                     continue
                 appended.clear()  # no await since the empty read: nothing appended in between
                 try:
-                    await asyncio.wait_for(appended.wait(), HEARTBEAT_S)
+                    await asyncio.wait_for(appended.wait(), heartbeat_s)
                 except TimeoutError:
                     pass
-                if time.monotonic() - last_sent >= HEARTBEAT_S:
+                if time.monotonic() - last_sent >= heartbeat_s:
                     yield ha_pb2.TransferChunk(offset=pos, master_max_offset=store.commit_log.max_offset,
                                                confirm_offset=store.confirm_offset)
                     last_sent = time.monotonic()
@@ -182,6 +188,7 @@ class ReplicationMaster(ha_pb2_grpc.ReplicationServicer):
     async def _read_acks(self, reports: AsyncIterator[ha_pb2.SlaveReport], state: SlaveState) -> None:
         try:
             async for report in reports:
+                state.last_report_at = time.monotonic()
                 if report.max_offset > state.ack_offset:
                     state.ack_offset = report.max_offset
                     state.last_ack_at = time.time()

@@ -156,7 +156,9 @@ class ReplicationSlave:
                     self.last_chunk_at = time.time()
                     if chunk.data:
                         b.store.append_replicated(chunk.offset, chunk.data)
-                        await reports.put(report())
+                    # every chunk is answered, heartbeats too: the master takes a silent slave for gone
+                    # (haHousekeepingInterval) even while its TCP connection stays open
+                    await reports.put(report())
                     if self.follow_confirm:
                         b.store.advance_confirm_offset(chunk.confirm_offset)
             finally:

@@ -1,0 +1,79 @@
+"""Controller mode: a SyncStateSet member that stops answering leaves the set even when it is not behind.
+
+Why: the master's confirm offset (what consumers may see) is the minimum over the SyncStateSet,
+and the shrink rule used to look only at how far behind a member is.  A SIGSTOP'd slave keeps
+its TCP connection open and, with nothing new written, is never behind: it stayed in the set and
+held every later message from the consumers until haMaxTimeSlaveNotCatchup after that message
+(3 s by default), the consumer-visible stall the chaos checker's no-delivery window showed.
+The master now also removes a member it has heard nothing from for haHousekeepingInterval (the
+slave answers every HA chunk, heartbeats included).  haMaxTimeSlaveNotCatchup is set out of reach
+here, so only the silence rule can shrink the set.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from cluster import LocalCluster, cluster_with_namesrv, wait_until
+from conftest import failed_call
+from rmq import message, producer, simple_consumer
+from test_failover_client_visible import ha_status, leader_index, start_default_controllers
+
+TOPIC = "TopicSilent"
+GROUP = "GroupSilent"
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture()
+def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    with cluster_with_namesrv(tmp_path_factory.mktemp("silent"), lambda: failed_call(request)) as c:
+        yield c
+
+
+def receive_body(consumer: object, want: bytes, timeout: float) -> bool:
+    """Receive (and ack) until ``want`` arrives or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for m in consumer.receive(16, 10):  # type: ignore[attr-defined]
+            consumer.ack(m)  # type: ignore[attr-defined]
+            if m.body == want:
+                return True
+    return False
+
+
+@pytest.mark.timeout(300)
+def test_a_paused_in_sync_slave_leaves_the_set_and_no_longer_holds_consumers(cluster: LocalCluster) -> None:
+    c = cluster
+    procs = start_default_controllers(c)
+    try:
+        addrs = ";".join(f"127.0.0.1:{p}" for p in c.controller_ports)  # type: ignore[attr-defined]
+        nodes = [c.start_broker(f"s{i}", brokerName="broker-s", enableControllerMode="true", controllerAddr=addrs,
+                                haMaxTimeSlaveNotCatchup=600_000) for i in range(3)]
+        (m,) = wait_until(lambda: leader_index(c, nodes, "MASTER"), timeout=60, what="a master")
+        master = nodes[m]
+        wait_until(lambda: len(ha_status(c, master)["syncStateSet"]) == 3, timeout=60,
+                   what="all three brokers in the SyncStateSet")
+        c.admin("updateTopic", "-b", master.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
+        slave = next(n for i, n in enumerate(nodes) if i != m)
+        slave_id = ha_status(c, slave)["brokerId"]
+        with producer(master.endpoint, TOPIC) as p, simple_consumer(master.endpoint, GROUP, TOPIC) as consumer:
+            p.send(message(TOPIC, b"before"))
+            assert receive_body(consumer, b"before", 60), "the first message never reached the consumer"
+            slave.proc.pause(True)
+            try:
+                wait_until(lambda: slave_id not in ha_status(c, master)["syncStateSet"], timeout=60,
+                           what=f"the paused slave #{slave_id} out of the SyncStateSet")
+                assert "silent for" in master.proc.log(), "the set shrank for another reason than silence"
+                p.send(message(TOPIC, b"while-paused"))
+                assert receive_body(consumer, b"while-paused", 60), \
+                    "a message sent after the shrink did not reach the consumer while the slave was paused"
+            finally:
+                slave.proc.pause(False)
+            wait_until(lambda: slave_id in ha_status(c, master)["syncStateSet"], timeout=60,
+                       what=f"slave #{slave_id} back in the SyncStateSet once it answers again")
+    finally:
+        for proc in procs:
+            proc.stop()
