@@ -7,6 +7,7 @@ behaviour read the same numbers: 0 success, 1 SYSTEM_ERROR, 17 TOPIC_NOT_EXIST,
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ from .admin_ops import BrokerAdminOps
 from .groups import GroupConfig
 from .ha.event_relay import decode_forwarded, read_events
 from .ha.events import HaEventError
+from .retry_policy import parse_group_retry_policy
 from .store.record import StoredMessage
 from .topics import TopicConfig
 
@@ -95,13 +97,14 @@ class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
         c = request.config
         old = self.broker.groups.get(c.group_name)
         try:
+            policy = parse_group_retry_policy(c.group_retry_policy) if c.group_retry_policy else None
             self.broker.groups.update(GroupConfig(
                 c.group_name,
                 consume_enable=c.consume_enable if old is None else c.consume_enable or old.consume_enable,
                 consume_message_orderly=c.consume_message_orderly,
                 retry_max_times=c.retry_max_times if c.retry_max_times >= 0 else 16,
                 retry_queue_nums=c.retry_queue_nums or 1, consume_broadcast_enable=c.consume_broadcast_enable,
-                which_broker_when_consume_slowly=c.which_broker_when_consume_slowly or 1))
+                which_broker_when_consume_slowly=c.which_broker_when_consume_slowly or 1, retry_policy=policy))
         except ValueError as exc:
             return fail(BAD_ARGUMENT, f"updateSubGroup {c.group_name!r}: {exc}")
         return ok()
@@ -126,7 +129,8 @@ class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
             resp.groups.add(group_name=g.name, consume_enable=g.consume_enable,
                             consume_message_orderly=g.consume_message_orderly, retry_max_times=g.retry_max_times,
                             retry_queue_nums=g.retry_queue_nums, consume_broadcast_enable=g.consume_broadcast_enable,
-                            which_broker_when_consume_slowly=g.which_broker_when_consume_slowly)
+                            which_broker_when_consume_slowly=g.which_broker_when_consume_slowly,
+                            group_retry_policy=json.dumps(g.retry_policy) if g.retry_policy else "")
         return resp
 
     async def GetMessageRequestModes(self, request: common_pb2.Empty, context: grpc.aio.ServicerContext

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from .persistence import load_json, save_json
 
@@ -37,6 +38,8 @@ class GroupConfig:
     retry_queue_nums: int = 1
     consume_broadcast_enable: bool = False
     which_broker_when_consume_slowly: int = 1
+    retry_policy: dict[str, Any] | None = None
+    """groupRetryPolicy in Apache's JSON shape (broker/retry_policy.py); None: the default customized levels."""
 
 
 class GroupManager:
@@ -77,8 +80,9 @@ class GroupManager:
         old = self.groups.get(cfg.name)
         self.groups[cfg.name] = cfg
         self._save()
-        log.info("consumer group %s %s: orderly=%s retryMaxTimes=%d", cfg.name, "updated" if old else "created",
-                 cfg.consume_message_orderly, cfg.retry_max_times)
+        log.info("consumer group %s %s: orderly=%s retryMaxTimes=%d groupRetryPolicy=%s", cfg.name,
+                 "updated" if old else "created", cfg.consume_message_orderly, cfg.retry_max_times,
+                 cfg.retry_policy.get("type") if cfg.retry_policy else "default")
         return cfg
 
     def create_if_absent(self, name: str) -> GroupConfig:

@@ -25,6 +25,7 @@ from .errors import grpc_code
 from .grpc_registration import Unparseable
 from .pop import PopError, retry_topic
 from .request_metadata import request_metadata
+from .retry_policy import fill_backoff
 from .route_view import message_queues
 from .sends import SendKind
 from .store.message_store import PutStatus
@@ -56,7 +57,6 @@ PUT_STATUS_CODES = {
 }
 # RocketMQ's delay levels 3..18: the default retry back-off of a push consumer
 ACK_WAIT_S = 3.0  # longest an ack waits for a new writer to catch up, or for its record to be replicated
-DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 
 
 def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
@@ -298,9 +298,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             out.subscription.receive_batch_size = 32
             if not client_settings.subscription.HasField("long_polling_timeout"):
                 out.subscription.long_polling_timeout.FromSeconds(20)
-            out.backoff_policy.max_attempts = retry_max + 1
-            for seconds in DEFAULT_BACKOFF_S:
-                out.backoff_policy.customized_backoff.next.add().FromSeconds(seconds)
+            # the group's groupRetryPolicy, as Apache's proxy answers it (tests/test_diff_push_nack.py)
+            fill_backoff(out.backoff_policy, cfg.retry_policy if cfg else None, retry_max + 1)
         b.client_metrics.apply(out)
         return out
 

@@ -199,15 +199,20 @@ def delete_topic(namesrv: str | None, cluster: str | None, topic: str) -> None:
 @click.option("-o", "--consumeMessageOrderly", "orderly", type=bool, default=False, show_default=True)
 @click.option("-r", "--retryMaxTimes", "retry_max", type=int, default=16, show_default=True)
 @click.option("-q", "--retryQueueNums", "retry_queues", type=int, default=1, show_default=True)
+@click.option("-p", "--groupRetryPolicy", "retry_policy", default="",
+              help='the retry policy as JSON, as mqadmin: {"type":"EXPONENTIAL","exponentialRetryPolicy":'
+                   '{"initial":5000,"max":7200000,"multiplier":2}} or {"type":"CUSTOMIZED","customizedRetryPolicy":'
+                   '{"next":[1000,5000,10000]}} (ms); consumers get it as their back-off in Settings')
 def update_sub_group(namesrv: str | None, broker: str | None, cluster: str | None, group: str, enable: bool,
-                     orderly: bool, retry_max: int, retry_queues: int) -> None:
+                     orderly: bool, retry_max: int, retry_queues: int, retry_policy: str) -> None:
     """Create or update a consumer group."""
     async def go(c: AdminClient) -> int:
         failed = 0
         for addr in await c.target_brokers(broker, cluster):
             cfg = common_pb2.SubscriptionGroupConfig(group_name=group, consume_enable=enable,
                                                      consume_message_orderly=orderly, retry_max_times=retry_max,
-                                                     retry_queue_nums=retry_queues)
+                                                     retry_queue_nums=retry_queues,
+                                                     group_retry_policy=retry_policy)
             st = await c.broker_call(addr, "UpdateSubGroup", admin_pb2.UpdateSubGroupRequest(config=cfg))
             if st.code:  # type: ignore[attr-defined]
                 click.echo(f"update subscription group to {addr} failed: {st.remark}", err=True)  # type: ignore[attr-defined]

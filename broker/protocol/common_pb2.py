@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x63ommon.proto\x12\x14rocketscope.internal\"\x07\n\x05\x45mpty\"&\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\"\x83\x02\n\x0bTopicConfig\x12\x12\n\ntopic_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\x12\r\n\x05order\x18\x06 \x01(\x08\x12\x45\n\nattributes\x18\x07 \x03(\x0b\x32\x31.rocketscope.internal.TopicConfig.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xeb\x02\n\x17SubscriptionGroupConfig\x12\x12\n\ngroup_name\x18\x01 \x01(\t\x12\x16\n\x0e\x63onsume_enable\x18\x02 \x01(\x08\x12\x1f\n\x17\x63onsume_message_orderly\x18\x03 \x01(\x08\x12\x17\n\x0fretry_max_times\x18\x04 \x01(\x05\x12\x18\n\x10retry_queue_nums\x18\x05 \x01(\x05\x12 \n\x18\x63onsume_broadcast_enable\x18\x06 \x01(\x08\x12(\n which_broker_when_consume_slowly\x18\x07 \x01(\x03\x12Q\n\nattributes\x18\x08 \x03(\x0b\x32=.rocketscope.internal.SubscriptionGroupConfig.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"1\n\x0b\x44\x61taVersion\x12\x11\n\ttimestamp\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x63ommon.proto\x12\x14rocketscope.internal\"\x07\n\x05\x45mpty\"&\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\"\x83\x02\n\x0bTopicConfig\x12\x12\n\ntopic_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\x12\r\n\x05order\x18\x06 \x01(\x08\x12\x45\n\nattributes\x18\x07 \x03(\x0b\x32\x31.rocketscope.internal.TopicConfig.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x87\x03\n\x17SubscriptionGroupConfig\x12\x12\n\ngroup_name\x18\x01 \x01(\t\x12\x16\n\x0e\x63onsume_enable\x18\x02 \x01(\x08\x12\x1f\n\x17\x63onsume_message_orderly\x18\x03 \x01(\x08\x12\x17\n\x0fretry_max_times\x18\x04 \x01(\x05\x12\x18\n\x10retry_queue_nums\x18\x05 \x01(\x05\x12 \n\x18\x63onsume_broadcast_enable\x18\x06 \x01(\x08\x12(\n which_broker_when_consume_slowly\x18\x07 \x01(\x03\x12Q\n\nattributes\x18\x08 \x03(\x0b\x32=.rocketscope.internal.SubscriptionGroupConfig.AttributesEntry\x12\x1a\n\x12group_retry_policy\x18\t \x01(\t\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"1\n\x0b\x44\x61taVersion\x12\x11\n\ttimestamp\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,9 +44,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_start=298
   _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_end=347
   _globals['_SUBSCRIPTIONGROUPCONFIG']._serialized_start=350
-  _globals['_SUBSCRIPTIONGROUPCONFIG']._serialized_end=713
+  _globals['_SUBSCRIPTIONGROUPCONFIG']._serialized_end=741
   _globals['_SUBSCRIPTIONGROUPCONFIG_ATTRIBUTESENTRY']._serialized_start=298
   _globals['_SUBSCRIPTIONGROUPCONFIG_ATTRIBUTESENTRY']._serialized_end=347
-  _globals['_DATAVERSION']._serialized_start=715
-  _globals['_DATAVERSION']._serialized_end=764
+  _globals['_DATAVERSION']._serialized_start=743
+  _globals['_DATAVERSION']._serialized_end=792
 # @@protoc_insertion_point(module_scope)

@@ -44,7 +44,7 @@ class TopicConfig(_message.Message):
     def __init__(self, topic_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ..., order: _Optional[bool] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SubscriptionGroupConfig(_message.Message):
-    __slots__ = ("group_name", "consume_enable", "consume_message_orderly", "retry_max_times", "retry_queue_nums", "consume_broadcast_enable", "which_broker_when_consume_slowly", "attributes")
+    __slots__ = ("group_name", "consume_enable", "consume_message_orderly", "retry_max_times", "retry_queue_nums", "consume_broadcast_enable", "which_broker_when_consume_slowly", "attributes", "group_retry_policy")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class SubscriptionGroupConfig(_message.Message):
     CONSUME_BROADCAST_ENABLE_FIELD_NUMBER: _ClassVar[int]
     WHICH_BROKER_WHEN_CONSUME_SLOWLY_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    GROUP_RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     group_name: str
     consume_enable: bool
     consume_message_orderly: bool
@@ -68,7 +69,8 @@ class SubscriptionGroupConfig(_message.Message):
     consume_broadcast_enable: bool
     which_broker_when_consume_slowly: int
     attributes: _containers.ScalarMap[str, str]
-    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_message_orderly: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., retry_queue_nums: _Optional[int] = ..., consume_broadcast_enable: _Optional[bool] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    group_retry_policy: str
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_message_orderly: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., retry_queue_nums: _Optional[int] = ..., consume_broadcast_enable: _Optional[bool] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., attributes: _Optional[_Mapping[str, str]] = ..., group_retry_policy: _Optional[str] = ...) -> None: ...
 
 class DataVersion(_message.Message):
     __slots__ = ("timestamp", "counter")
