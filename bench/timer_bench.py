@@ -17,8 +17,11 @@ For each broker, in the same run:
 
 How the pending messages are written (say which in any report):
 
-* Apache: over the remoting protocol (tests/timer_load.py: pipelined SEND_MESSAGE_V2 with
-  RocketMQ 5's TIMER_DELIVER_MS property, the property Apache's broker reads).
+* Apache: over the remoting protocol by Apache's Go client (``--apache-loader go``, the default:
+  ``rmqgo timerload``, peers/go/timerload.go, 512 async sends in flight, a refused send retried
+  after a pause) or by tests/timer_load.py (``--apache-loader python``: pipelined SEND_MESSAGE_V2,
+  about 600 a second into Apache here); both set RocketMQ 5's TIMER_DELIVER_MS property, the
+  property Apache's broker reads.
 * RocketScope, ``--load store`` (default): through the broker's own write path in a separate
   process while the broker is stopped — Broker.timer.wrap then MessageStore.append_batch,
   the same code a send runs after decoding — because the Python broker takes about
@@ -36,6 +39,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -204,15 +208,29 @@ def run_rocketscope(root: Path, n: int, probe: int, load: str) -> dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------- Apache
-def run_apache(root: Path, n: int, probe: int) -> dict[str, Any]:
+def go_timer_load(rmqgo: Path, namesrv: str, n: int, start_ms: int) -> dict[str, Any]:
+    """Load ``n`` delayed messages (due_far's times) with Apache's Go client, async sends (peers/go/timerload.go)."""
+    cmd = [str(rmqgo), "timerload", "-n", namesrv, "-t", TOPIC, "-c", str(n), "-start-ms", str(start_ms),
+           "-window", "512"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=7200, stdin=subprocess.DEVNULL)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"rmqgo timerload exited {proc.returncode}: {proc.stderr[-2000:]}")
+    res: dict[str, Any] = json.loads(lines[-1])
+    res["errors"] = res.get("errors") or []
+    return res
+
+
+def run_apache(root: Path, n: int, probe: int, loader: str = "go", rmqgo: Path | None = None) -> dict[str, Any]:
     import reference_cluster as rc
 
     why = rc.missing()
     if why:
         return {"broker": "Apache RocketMQ 5.3.3", "skipped": why}
+    rmqgo = rmqgo or rc.CACHE / "bin" / "rmqgo"
     out: dict[str, Any] = {"broker": "Apache RocketMQ 5.3.3", "load_mode": "remoting", "pending": n}
     cl = rc.ReferenceCluster(root, heap="1g", broker_conf={"timerMaxDelaySec": MAX_DELAY_S})
-    cl.start()
+    cl.start(timeout=600)  # three cold JVMs: minutes on this loaded 2-core machine
     try:
         for t in (TOPIC, PROBE):
             cl.create_topic(t, "DELAY")
@@ -220,11 +238,18 @@ def run_apache(root: Path, n: int, probe: int) -> dict[str, Any]:
         out["rss_0_pending"] = rss(cl.procs["broker"].pid)
         start_ms = int(time.time() * 1000)
         out["load_avg_before_load"] = load_avg()
-        res = send_delayed(cl.broker_addr, TOPIC, n, lambda i: due_far(i, start_ms), window=256)
-        out["load_s"], out["load_rate"], out["load_failed"] = res["seconds"], res["rate"], res["failed"]
+        if loader == "go":
+            res = go_timer_load(rmqgo, cl.namesrv_addr, n, start_ms)
+            out["load_mode"] = "remoting, Apache's Go client (rmqgo timerload)"
+            out["load_retried"] = res["retried"]
+        else:
+            res = send_delayed(cl.broker_addr, TOPIC, n, lambda i: due_far(i, start_ms), window=256)
+        out["load_s"], out["load_rate"] = round(res["seconds"], 1), round(res["rate"])
+        out["load_failed"] = res["failed"]
+        out["load_avg_after_load"] = load_avg()
         if res["errors"]:
             out["load_errors"] = res["errors"]
-        log(f"Apache: {res['sent']} pending sent in {res['seconds']} s")
+        log(f"Apache: {res['sent']} pending sent in {res['seconds']:.1f} s")
         time.sleep(5)
         out["rss_pending"] = rss(cl.procs["broker"].pid)
         out["load_avg_before_restart"] = load_avg()
@@ -256,6 +281,9 @@ def main() -> None:
     ap.add_argument("--pending", type=int, default=1_000_000)
     ap.add_argument("--probe", type=int, default=300)
     ap.add_argument("--load", choices=("store", "remoting"), default="store")
+    ap.add_argument("--apache-loader", choices=("go", "python"), default="go",
+                    help="Apache's pending messages: rmqgo timerload (async sends) or tests/timer_load.py")
+    ap.add_argument("--rmqgo", type=Path, default=None, help="the rmqgo binary (default: the peers cache's)")
     ap.add_argument("--no-apache", action="store_true")
     ap.add_argument("--no-rocketscope", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS / "timer.json")
@@ -269,7 +297,7 @@ def main() -> None:
         if not args.no_apache:
             log("Apache RocketMQ")
             try:
-                rows.append(run_apache(Path(tmp) / "apache", args.pending, args.probe))
+                rows.append(run_apache(Path(tmp) / "apache", args.pending, args.probe, args.apache_loader, args.rmqgo))
             except Exception as exc:  # e.g. the proxy did not start in time on a loaded machine: keep the rest
                 rows.append({"broker": "Apache RocketMQ 5.3.3", "error": f"{type(exc).__name__}: {exc}"})
             print(json.dumps(rows[-1], indent=1), flush=True)

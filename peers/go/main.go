@@ -3,6 +3,7 @@
 //
 //	rmqgo send    -n 127.0.0.1:9876 -t Topic -c 10 [-trace]   prints one JSON line per message
 //	rmqgo consume -n 127.0.0.1:9876 -t Topic -g Group -c 10 [-timeout 60s]
+//	rmqgo timerload -n 127.0.0.1:9876 -t Topic -c 1000000 -start-ms MS   (timerload.go)
 //
 // Both print JSON lines ({"msgId": ..., "body": ...}) so a test can compare what was sent with
 // what came back; the exit code is non-zero when a send fails or the count is not reached.
@@ -32,8 +33,13 @@ type line struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: rmqgo send|consume [flags]")
+		fmt.Fprintln(os.Stderr, "usage: rmqgo send|consume|timerload [flags]")
 		os.Exit(2)
+	}
+	if os.Args[1] == "timerload" {
+		rlog.SetLogLevel("error")
+		timerLoad(os.Args[2:])
+		return
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	ns := fs.String("n", "127.0.0.1:9876", "name server address")
