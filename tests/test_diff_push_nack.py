@@ -15,7 +15,7 @@ unacked message. Here the official Python PushConsumer's listener answers FAILUR
 and the Settings answer of groups given a ``groupRetryPolicy`` (``updateSubGroup -p``: mqadmin on Apache,
 ``rocketscope admin`` on RocketScope), exponential and customized.
 
-Rows R4-R8 of docs/COMPATIBILITY.md.
+Rows N1-N5 of docs/COMPATIBILITY.md (the retry-policy table).
 
     .venv/bin/pytest -q -m long tests/test_diff_push_nack.py -s
 """
@@ -79,7 +79,7 @@ def test_group_retry_policy_in_the_settings_answer(sides: dict[str, d.Side], apa
     ours = policy_settings(sides["rocketscope"], lambda g, p: rocketscope.admin(
         "updateSubGroup", "-c", "DefaultCluster", "-g", g, "-r", "2", "-p", p))
     print(f"group retry policy\n  apache:      {apache}\n  rocketscope: {ours}")
-    assert apache == ours  # row R8
+    assert apache == ours  # row N5
     assert ours["exponential"]["backoffPolicy"] == {
         "maxAttempts": 3, "exponentialBackoff": {"initial": "2s", "max": "60s", "multiplier": 3.0}}
     assert ours["customized"]["backoffPolicy"] == {"maxAttempts": 3, "customizedBackoff": {"next": ["2s", "4s"]}}
@@ -140,9 +140,10 @@ def both(sides: dict[str, d.Side], fifo: bool) -> tuple[dict[str, Any], dict[str
 def test_push_consumer_nack_concurrent_group(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, fifo=False)
     same = ("settings_fifo", "settings_max_attempts", "settings_backoff_first", "listener_calls", "attempts", "dlq")
-    assert {k: apache[k] for k in same} == {k: ours[k] for k in same}  # rows R4, R5
+    assert {k: apache[k] for k in same} == {k: ours[k] for k in same}  # rows N1, N2
     assert ours["attempts"] == [1, 2, 3] and ours["dlq"] == 1
-    # row R5: no redelivery before the back-off the client asked for (1 s, then 5 s); Apache later (revive scan)
+    # row N2: no redelivery before the back-off the client asked for (1 s, then 5 s); Apache at the end of the
+    # consumer's 20 s long poll
     for side in (apache, ours):
         assert side["_gaps_s"][0] >= 0.9 and side["_gaps_s"][1] >= 4.9, (apache, ours)
 
@@ -150,7 +151,7 @@ def test_push_consumer_nack_concurrent_group(sides: dict[str, d.Side]) -> None:
 def test_push_consumer_nack_orderly_group(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, fifo=True)
     same = ("settings_fifo", "settings_max_attempts", "settings_backoff_first", "listener_calls", "attempts", "dlq")
-    assert {k: apache[k] for k in same} == {k: ours[k] for k in same}  # rows R6, R7
+    assert {k: apache[k] for k in same} == {k: ours[k] for k in same}  # rows N3, N4
     assert ours["settings_fifo"] is True and ours["listener_calls"] == 3 and ours["dlq"] == 1
     # local retries: the client sleeps the back-off itself, so the gaps are the same on both (1 s, 5 s)
     for side in (apache, ours):
