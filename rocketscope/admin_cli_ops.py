@@ -503,6 +503,12 @@ def stats_all(namesrv: str | None, topic: str | None, active: bool, as_json: boo
     run(go, namesrv)
 
 
+# statsAll asks the routed broker addresses over remoting, as mqadmin; a broker with enableRemoting=false
+# closes the connection (its port then speaks gRPC only), which reads as a bare I/O error without this
+REMOTING_HINT = (" (statsAll reads each master's counters over remoting, as mqadmin does: the brokers need "
+                 "enableRemoting=true, the default)")
+
+
 async def _stats_of_topic(counters: BrokerCounters, topic: str, masters: list[str], active: bool
                           ) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
     """mqadmin's printTopicDetail: one row per group (or a NO_CONSUMER row), counters summed over masters."""
@@ -512,7 +518,7 @@ async def _stats_of_topic(counters: BrokerCounters, topic: str, masters: list[st
             groups = sorted(set().union(*(counters.groups(a, topic) for a in masters)))
             got = {g: [counters.counter(a, GROUP_GET_NUMS, f"{topic}@{g}") for a in masters] for g in groups}
         except (OSError, ValueError, rc.RemotingCallError) as exc:
-            raise AdminError(f"statsAll {topic}: broker counters over remoting: {exc}") from None
+            raise AdminError(f"statsAll {topic}: broker counters over remoting: {exc}{REMOTING_HINT}") from None
         return (Counter(sum(x.tps for x in put), sum(x.day for x in put)),
                 {g: Counter(sum(x.tps for x in v), sum(x.day for x in v)) for g, v in got.items()})
 
@@ -528,7 +534,7 @@ async def _stats_of_topic(counters: BrokerCounters, topic: str, masters: list[st
         try:
             acc = sum([await asyncio.to_thread(counters.accumulation, a, g, topic) for a in masters])
         except (OSError, ValueError, rc.RemotingCallError) as exc:
-            raise AdminError(f"statsAll {topic}: consume stats of {g} over remoting: {exc}") from None
+            raise AdminError(f"statsAll {topic}: consume stats of {g} over remoting: {exc}{REMOTING_HINT}") from None
         acc = max(0, acc)
         if active and not (put.day or out.day):
             continue
