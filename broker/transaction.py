@@ -36,6 +36,7 @@ from rocketscope.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 from .convert import to_grpc
 from .errors import BrokerError, ErrorKind
+from .store.message_store import PutStatus
 from .store.record import TRANSACTION_COMMIT, TRANSACTION_PREPARED, StoredMessage
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ class TransactionService:
         old = self.pending
         self.pending = {}
         self._resolved = set()
+        # what this node committed as an earlier writer may have been truncated since; the store answers
+        self._committed_ids.clear()
         self._half_pos = self.store.min_offset(HALF_TOPIC, 0)
         self._op_pos = self.store.min_offset(OP_TOPIC, 0)
         self._ready_at = self.store.commit_log.max_offset
@@ -256,9 +259,13 @@ class TransactionService:
                     # the message and its op record in one write: a commit whose op record was lost with the
                     # writer left the half pending at the next writer, which checked it back and committed it again
                     res, op_res = await self.store.put([real, self._op(half.offset, "COMMIT_MESSAGE")])
-                    if res.message is None or op_res.message is None:
-                        raise TransactionError(ErrorKind.INTERNAL,
-                                               f"cannot store the committed message: {res.reason or op_res.reason}")
+                    if res.status is not PutStatus.PUT_OK or op_res.status is not PutStatus.PUT_OK:
+                        # not known to be stored (a DLedger entry not committed at a majority keeps its message
+                        # in the result, with this status): the half stays pending and is checked back; if the
+                        # write survives after all, that resolution finds it and writes the op record only.
+                        # Taking it for stored lost the commit (chaos DLedger one-way cut, session 13)
+                        raise TransactionError(ErrorKind.INTERNAL, "cannot store the committed message: "
+                                               f"{res.status.value} {res.reason or op_res.reason}".rstrip())
                     self._committed_ids[half.msg_id] = None
                     while len(self._committed_ids) > COMMITTED_IDS_KEPT:
                         del self._committed_ids[next(iter(self._committed_ids))]
@@ -272,9 +279,9 @@ class TransactionService:
             self.committed_total += 1
             kind = "COMMIT_MESSAGE"
         else:
-            self.rolled_back_total += 1
             kind = "ROLLBACK_MESSAGE"
             await self._write_op(half.offset, kind)
+            self.rolled_back_total += 1
         self._resolved.add(half.offset)
         self.pending.pop(tx_id, None)
         self.broker.on_transaction_resolved(half.topic, kind == "COMMIT_MESSAGE",
@@ -314,7 +321,11 @@ class TransactionService:
                                                                                            OP_KIND: kind})
 
     async def _write_op(self, offset: int, kind: str) -> None:
-        await self.store.put([self._op(offset, kind)])
+        """The op record that resolves a half; a write not known to be stored leaves the half pending."""
+        (res,) = await self.store.put([self._op(offset, kind)])
+        if res.status is not PutStatus.PUT_OK:
+            raise TransactionError(ErrorKind.INTERNAL, f"cannot store the {kind} record: {res.status.value} "
+                                                       f"{res.reason}".rstrip())
 
     def _unwrap(self, msg: StoredMessage) -> StoredMessage:
         drop = (REAL_TOPIC, REAL_QID, PRODUCER_CLIENT, "TRAN_MSG")
@@ -349,8 +360,8 @@ class TransactionService:
             if half.checks >= s.transactionCheckMax:
                 log.warning("transaction %s of message %s discarded after %d check-backs", tx_id, half.msg_id,
                             half.checks)
-                self.rolled_back_total += 1
                 await self._write_op(half.offset, "ROLLBACK_MESSAGE")
+                self.rolled_back_total += 1
                 self._resolved.add(half.offset)
                 self.pending.pop(tx_id, None)
                 self.broker.on_transaction_resolved(half.topic, False, max(0.0, (now - half.stored_ms) / 1000))
