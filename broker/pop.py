@@ -611,7 +611,9 @@ class PopService:
         msg = self.store.message_at(handle.topic, handle.queue_id, handle.offset)
         if msg is None:
             raise PopError(ErrorKind.MESSAGE_NOT_FOUND, "the message of this receipt_handle is no longer stored")
-        await self._to_dlq(group, msg)
+        if not await self._to_dlq(group, msg):
+            # not known to be stored: the message stays in flight (it comes back, or is moved again by revive)
+            raise PopError(ErrorKind.INTERNAL, f"cannot store message {msg.msg_id} in the dead-letter queue now")
         if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
         self._wake_topic(handle.topic)
@@ -690,7 +692,9 @@ class PopService:
         rtopic = retry_topic(group)
         self.topics.create_if_absent(rtopic, 1, system=True)
         (res,) = await self.store.put([self._copy(msg, rtopic, msg.reconsume_times + 1)])
-        if res.message is None:
+        # PUT_OK only: a DLedger entry not committed at a majority keeps its message in the result and may be
+        # truncated; taken for stored, the redelivery would be lost (a second copy is the safe side)
+        if res.status is not PutStatus.PUT_OK:
             log.error("cannot store retry copy of %s: %s", msg.msg_id, res.reason or res.status.value)
             return False
         log.debug("message %s of group %s will be redelivered (reconsume times %d)", msg.msg_id, group,
@@ -703,7 +707,7 @@ class PopService:
         copy = self._copy(msg, dtopic, msg.reconsume_times)
         copy.properties[DLQ_ORIGIN_TOPIC] = origin_topic(msg)
         (res,) = await self.store.put([copy])
-        if res.status is not PutStatus.PUT_OK and res.message is None:
+        if res.status is not PutStatus.PUT_OK:  # as _to_retry: not known to be stored
             log.error("cannot move %s to %s: %s", msg.msg_id, dtopic, res.reason or res.status.value)
             return False
         log.info("message %s of group %s moved to %s after %d deliveries", msg.msg_id, group, dtopic,

@@ -732,7 +732,7 @@ class TimerService:
                              properties={RECALL_OF: str(target.queue_offset), SLOT_MS: str(slot), REAL_TOPIC: topic,
                                          "UNIQ_KEY": f"{msg_id}-recall"})
         (res,) = await store.put([tomb])
-        if res.message is None:
+        if res.status is not PutStatus.PUT_OK:  # an uncommitted DLedger entry keeps its message: not recorded
             raise RecallError(ErrorKind.INTERNAL, f"cannot record the recall: {res.reason or res.status.value}")
         self.recalled[target.queue_offset] = slot
         self._wake.set()
