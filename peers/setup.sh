@@ -9,7 +9,7 @@
 #   rocketmq-5.3.3/lib/    server + tools + remoting client jars (the binary release's lib/)
 #   java-clients/lib/      the shaded gRPC client
 #   classes/remoting/      RemotingTool (peers/java/src), compiled against rocketmq-5.3.3/lib
-#   classes/grpc/          GrpcTool and GrpcLoad, compiled against java-clients/lib
+#   classes/grpc/          GrpcTool, GrpcLoad and GrpcDiffTool, compiled against java-clients/lib
 #   bin/rmqgo              peers/go, built with the Go client
 #   gomod/ gobuild/        Go's module and build caches
 set -euo pipefail
@@ -79,7 +79,8 @@ say "3/4 compiling peers/java/src"
 rm -rf "$CACHE/classes" && mkdir -p "$CACHE/classes/remoting" "$CACHE/classes/grpc"
 javac -nowarn -d "$CACHE/classes/remoting" -cp "$CACHE/rocketmq-5.3.3/lib/*" "$HERE/java/src/RemotingTool.java"
 javac -nowarn -d "$CACHE/classes/grpc" -cp "$CACHE/java-clients/lib/*" "$HERE/java/src/GrpcTool.java" \
-  "$HERE/java/src/GrpcLoad.java"  # GrpcLoad: the gRPC load generator of bench/datapath_bench.py
+  "$HERE/java/src/GrpcLoad.java" "$HERE/java/src/GrpcDiffTool.java"
+# GrpcLoad: the gRPC load generator of bench/datapath_bench.py; GrpcDiffTool: tests/test_diff_grpc.py's Java run
 
 say "4/4 Apache's Go client (github.com/apache/rocketmq-client-go/v2) and peers/go"
 if [ -x "$GO" ]; then

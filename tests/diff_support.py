@@ -414,33 +414,44 @@ def scenario_transaction(side: Side) -> dict[str, Any]:
             "checked": sorted({b.decode() for b in checker.checked})}
 
 
-# ---------------------------------------------------------------------------- Apache's Java gRPC client
-# The same scenarios run by Apache's rocketmq-client-java 5.0.8 (peers/java/src/GrpcTool.java, built by
-# `make peers`), one JVM per step: what the Java client observes of each server.
-def java_scenario_normal(side: Side) -> dict[str, Any]:
-    """The Java client sends three tagged, keyed messages and a Java simple consumer receives and acks them."""
+# ---------------------------------------------------------------------------- every scenario, one Java run
+# peers/java/src/GrpcDiffTool.java runs the scenarios above with Apache's Java client in one JVM (a JVM start
+# costs seconds, minutes under load): the topics and groups it expects, named after one prefix.
+JAVA_TOPICS = {"Normal": "NORMAL", "Fifo": "FIFO", "Delay": "DELAY", "Tx": "TRANSACTION", "Recall": "DELAY",
+               "Dlq": "NORMAL", "Inv": "NORMAL", "Change": "NORMAL", "Bad": "NORMAL", "BadFifo": "FIFO"}
+JAVA_GROUPS = {"normal": (False, 16), "fifo": (True, 5), "delay": (False, 16), "tx": (False, 16),
+               "recall": (False, 16), "dlq": (False, 1), "inv": (False, 16), "change": (False, 16),
+               "bad": (False, 16)}
+
+
+def _relative_all(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return relative(value, **names)
+    if isinstance(value, list):
+        return [_relative_all(v, names) for v in value]
+    if isinstance(value, dict):
+        return {relative(k, **names): _relative_all(v, names) for k, v in value.items()}
+    return value
+
+
+def java_scenarios(side: Side, scenarios: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """Every scenario of GrpcDiffTool (or ``scenarios``) in one JVM against ``side``: {scenario: result},
+    unique names made relative; ``retry_dlq`` also gets the topics named after its group afterwards."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from peers_support import java_tool, json_lines
 
-    topic, group = side.unique("DiffJava"), side.unique("GID_diff_java")
-    side.create_topic(topic, "NORMAL")
-    side.create_group(group, False, 16)
-    sent = java_tool("GrpcTool", "send", side.endpoint, topic, "3", timeout=400)
-    assert sent.returncode == 0, sent.stderr[-2000:]
-    got = java_tool("GrpcTool", "receive", side.endpoint, topic, group, "3", "120", timeout=400)
-    ids = [m["msgId"] for m in json_lines(sent.stdout)]
-    received = json_lines(got.stdout)
-    return {"exit": got.returncode, "sent": len(ids),
-            "same_ids": sorted(ids) == sorted(m["msgId"] for m in received),
-            "bodies": sorted(m["body"] for m in received),
-            "delivery_attempts": sorted(m["deliveryAttempt"] for m in received)}
-
-
-def java_scenario_send_to_missing_topic(side: Side) -> dict[str, Any]:
-    """The Java producer started on a topic the server does not have (no topic created first)."""
-    from peers_support import java_tool, json_lines
-
-    topic = side.unique("DiffJavaMissing")
-    res = java_tool("GrpcTool", "send", side.endpoint, topic, "1", timeout=400)
-    error = next((line for line in res.stderr.splitlines() if line.startswith("java.")), "")
-    return {"exit": res.returncode, "sent": len(json_lines(res.stdout)), "error_class": error.split(":")[0],
-            "topic_created": topic in side.topics()}
+    prefix = side.unique("DiffJ")
+    with ThreadPoolExecutor(4) as pool:  # each RocketScope admin call is a process start: side by side
+        list(pool.map(lambda kv: side.create_topic(prefix + kv[0], kv[1]), JAVA_TOPICS.items()))
+        list(pool.map(lambda kv: side.create_group(f"GID_{prefix}_{kv[0]}", *kv[1]), JAVA_GROUPS.items()))
+    res = java_tool("GrpcDiffTool", side.endpoint, prefix, *scenarios, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    names = {f"group_{g}": f"GID_{prefix}_{g}" for g in JAVA_GROUPS}
+    names |= {f"topic_{t}": prefix + t for t in JAVA_TOPICS} | {"prefix": prefix}
+    out = {r.pop("scenario"): _relative_all(r, names) for r in json_lines(res.stdout)}
+    if "retry_dlq" in out:
+        group = f"GID_{prefix}_dlq"
+        out["retry_dlq"]["topics_named_after_group"] = sorted(
+            relative(t, **names) for t in side.topics() if group in t)
+    return out

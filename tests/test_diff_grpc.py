@@ -1,7 +1,12 @@
-"""Differential tests: the official Python client runs one scenario against Apache RocketMQ 5.3.3
-(the reference cluster of `make peers`, through its proxy) and against RocketScope, and the
-observable results are compared (issue 18).  Every difference asserted here as a deviation is a
-row of docs/COMPATIBILITY.md; a new difference fails the test."""
+"""Differential tests: the official Python client, and Apache's Java gRPC client, run one scenario against
+Apache RocketMQ 5.3.3 (the reference cluster of `make peers`, through its proxy) and against RocketScope,
+and the observable results are compared (issue 18).  Every difference asserted here as a deviation is a
+row of docs/COMPATIBILITY.md; a new difference fails the test.
+
+`make test` runs the quick ones (about 30 s with the session's Apache cluster, which
+tests/test_peers_observe.py starts anyway); the scenarios that wait on invisible times, retries, delays
+and transaction checks are marked long:
+`.venv/bin/pytest tests/test_diff_grpc.py -m "long or not long"` (8-10 minutes on a loaded machine)."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import pytest
 from cluster import LocalCluster
 from peers_support import rc, remoting
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 @contextmanager
@@ -25,7 +30,9 @@ def rocketscope_like_the_reference(root: Path) -> Iterator[LocalCluster]:
     c = LocalCluster(root)
     try:
         c.start_namesrv()
-        c.start_broker("broker-a", **rc.TEST_BROKER_CONF,
+        # 8 MiB segments: maxMessageSize is lowered to what fits one segment (broker/broker_config.py), and the
+        # test harness's 1 MiB segments would tell clients 960 KiB where Apache tells them its 4 MiB
+        c.start_broker("broker-a", **rc.TEST_BROKER_CONF, mappedFileSizeCommitLog=8 << 20,
                        minInvisibleTimeMillsForRecv=rc.TEST_PROXY_CONF["minInvisibleTimeMillsForRecv"])
         yield c
     except BaseException:
@@ -118,6 +125,8 @@ CODE_DEVIATIONS = {
 }
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_bad_input_status_codes(sides: dict[str, d.Side]) -> None:
     """Every malformed request gets Apache's status code, except the recorded deviations.  The messages
     are compared by hand in docs/COMPATIBILITY.md: the codes match, the wording is RocketScope's own."""
@@ -133,6 +142,8 @@ def test_bad_input_status_codes(sides: dict[str, d.Side]) -> None:
     assert "1000" in apache["receive: invisible 100 ms"][1] and "1000" in ours["receive: invisible 100 ms"][1]
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_invisible_time(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, d.scenario_invisible_time)
     assert public(apache) == {"first": [(True, 1)], "within_invisible_time": 0, "second": [(True, 2)],
@@ -140,6 +151,8 @@ def test_invisible_time(sides: dict[str, d.Side]) -> None:
     assert public(ours) == public(apache)
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_retry_and_dead_letter_naming_and_counts(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, d.scenario_retry_and_dlq)
     assert apache["delivery_attempts"] == ours["delivery_attempts"] == [1, 2]  # retryMaxTimes=1
@@ -150,6 +163,8 @@ def test_retry_and_dead_letter_naming_and_counts(sides: dict[str, d.Side]) -> No
     assert ours["topics_named_after_group"] == ["%DLQ%{group}", "%RETRY%{group}"]
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_delay(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, d.scenario_delay)
     assert public(apache) == {"received": [True], "not_before_due": True, "delivery_timestamp_s": [0],
@@ -157,16 +172,21 @@ def test_delay(sides: dict[str, d.Side]) -> None:
     assert public(ours) == public(apache)
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_fifo(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, d.scenario_fifo)
     in_order = {g: [f"{g}{i}" for i in range(6)] for g in ("A", "B")}
     assert apache["order"] == ours["order"] == in_order
-    # deviation: Apache hands out several messages of one group in one receive (in order); RocketScope one
-    # message per group until it is acked.  The count for Apache depends on timing: at least one such batch.
+    # both hand out a run of one message group's consecutive messages in one receive (docs/COMPATIBILITY.md row
+    # 36): all 12 were sent before the consumer started, so RocketScope's first receive has both groups' six
+    # (10 beyond one per group); Apache's count depends on which queues its pops reach first
     assert apache["batches_with_two_of_one_group"] >= 1
-    assert ours["batches_with_two_of_one_group"] == 0
+    assert ours["batches_with_two_of_one_group"] == 10
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_transaction_with_check_back(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, d.scenario_transaction)
     for result in (apache, ours):
@@ -178,18 +198,144 @@ def test_transaction_with_check_back(sides: dict[str, d.Side]) -> None:
     # message again: seen once here with 3 copies of check-commit.  Not asserted: timing-dependent.
 
 
-# ---------------------------------------------------------------------------- Apache's Java gRPC client
-def test_java_client_normal_send_and_receive(sides: dict[str, d.Side]) -> None:
-    apache, ours = both(sides, d.java_scenario_normal)
-    assert apache == {"exit": 0, "sent": 3, "same_ids": True, "bodies": ["java-0", "java-1", "java-2"],
-                      "delivery_attempts": [1, 1, 1]}
+# ---------------------------------------------------------------------------- every scenario with the Java client
+# peers/java/src/GrpcDiffTool.java: the scenarios above run by Apache's Java client, all in one JVM per server,
+# both servers side by side (docs/COMPATIBILITY.md rows 45, 46, 48-62).  Two runs: the quick scenarios
+# (make test) and the ones that wait on the servers' timers (long).
+QUICK_JAVA = ("normal", "bad_input")
+LONG_JAVA = ("fifo", "delay", "transaction", "recall", "retry_dlq", "invisible_time", "change_invisible")
+
+
+def java_on_both(sides: dict[str, d.Side], scenarios: tuple[str, ...]) -> dict[str, dict[str, dict[str, Any]]]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = {name: pool.submit(d.java_scenarios, side, scenarios) for name, side in sides.items()}
+        out = {name: run.result() for name, run in runs.items()}
+    for scenario in out["apache"]:
+        print(f"java {scenario}\n  apache:      {out['apache'][scenario]}\n"
+              f"  rocketscope: {out['rocketscope'].get(scenario)}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def java_quick(sides: dict[str, d.Side]) -> dict[str, dict[str, dict[str, Any]]]:
+    return java_on_both(sides, QUICK_JAVA)
+
+
+@pytest.fixture(scope="module")
+def java(sides: dict[str, d.Side]) -> dict[str, dict[str, dict[str, Any]]]:
+    return java_on_both(sides, LONG_JAVA)
+
+
+def java_pair(java: dict[str, dict[str, dict[str, Any]]], scenario: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    apache, ours = java["apache"][scenario], java["rocketscope"][scenario]
+    assert "error" not in apache and "error" not in ours, (apache, ours)
+    return apache, ours
+
+
+def test_java_normal(java_quick: dict[str, dict[str, dict[str, Any]]]) -> None:
+    apache, ours = java_pair(java_quick, "normal")
+    # body, tag, keys, user property, topic as sent, delivery attempt, message group?, delivery timestamp?,
+    # born host set, born timestamp within 2 minutes
+    assert apache == {"sent": 3, "same_ids": True, "messages": [
+        [f"n{i}", "TagA", [f"k{i}"], str(i), True, 1, False, False, True, True] for i in range(3)]}
     assert ours == apache
 
 
-def test_java_client_send_to_missing_topic(sides: dict[str, d.Side]) -> None:
-    apache, ours = both(sides, d.java_scenario_send_to_missing_topic)
-    # Apache's proxy has no route for the topic: the Java producer fails to start (its route query is refused)
-    assert apache == {"exit": 1, "sent": 0, "error_class": "java.lang.IllegalStateException", "topic_created": False}
-    # deviation (as with the Python client, docs/COMPATIBILITY.md): RocketScope creates the topic on its first
-    # route query (autoCreateTopicEnable), so the Java producer starts and sends
-    assert ours == {"exit": 0, "sent": 1, "error_class": "", "topic_created": True}
+@pytest.mark.slow
+@pytest.mark.long
+def test_java_fifo(java: dict[str, dict[str, dict[str, Any]]]) -> None:
+    apache, ours = java_pair(java, "fifo")
+    assert apache["order"] == ours["order"] == {g: [f"{g}{i}" for i in range(6)] for g in ("A", "B")}
+    # both hand out a message group's consecutive messages together: all 12 were sent before the consumer
+    # started, so RocketScope's first receive has both groups' six (10 beyond one per group); Apache's count
+    # depends on which queues its pops reach first
+    assert apache["batches_with_two_of_one_group"] >= 1
+    assert ours["batches_with_two_of_one_group"] == 10
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_java_delay_invisible_time_and_change(java: dict[str, dict[str, dict[str, Any]]]) -> None:
+    for scenario, expected in {
+        "delay": {"received": [True], "not_before_due": True, "delivery_timestamp_minus_due_ms": [0]},
+        "invisible_time": {"first": [[True, 1]], "within_invisible_time": 0, "second": [[True, 2]],
+                           "second_not_before_invisible_time": True},
+        "change_invisible": {"change": {"outcome": "ok", "code": 0}, "first": [[True, 1]], "second": [[True, 2]],
+                             "second_before_the_first_invisible_time": True},
+    }.items():
+        apache, ours = java_pair(java, scenario)
+        assert public(apache) == expected, scenario
+        assert public(ours) == expected, scenario
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_java_transaction_with_check_back(java: dict[str, dict[str, dict[str, Any]]]) -> None:
+    apache, ours = java_pair(java, "transaction")
+    for result in (apache, ours):
+        assert set(result["received"]) == {"commit", "check-commit"}
+        assert {"check-commit", "check-rollback"} <= set(result["checked"])
+    assert public(ours) == {"received": ["check-commit", "commit"], "checked": ["check-commit", "check-rollback"]}
+    # Apache may also check back the messages the client had committed or rolled back, and each COMMIT of
+    # check-commit delivers it again (row 39; seen with 4 copies here): not asserted, timing-dependent
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_java_recall(java: dict[str, dict[str, dict[str, Any]]]) -> None:
+    apache, ours = java_pair(java, "recall")
+    # deviation: Apache 5.3.3's proxy gives the gRPC client no recall handle for a delayed message, so the Java
+    # client refuses the recall itself and the message is delivered; a made-up handle is INTERNAL_SERVER_ERROR
+    assert apache["has_recall_handle"] is False and apache["received"] == ["drop", "keep"]
+    assert apache["recall"] == apache["recall_again"] == {
+        "outcome": "client", "code": 0, "exception": "IllegalArgumentException", "message": "recall handle is invalid"}
+    assert (apache["recall_bad_handle"]["outcome"], apache["recall_bad_handle"]["code"]) == ("server", 50001)
+    assert ours["has_recall_handle"] is True and ours["received"] == ["keep"]
+    assert ours["recall"] == {"outcome": "ok", "code": 0}
+    assert (ours["recall_again"]["code"], ours["recall_again"]["exception"]) == (40400, "NotFoundException")
+    assert (ours["recall_bad_handle"]["code"], ours["recall_bad_handle"]["exception"]) == (40000, "BadRequestException")
+    assert "recall_handle" in ours["recall_bad_handle"]["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_java_retry_and_dead_letter(java: dict[str, dict[str, dict[str, Any]]]) -> None:
+    apache, ours = java_pair(java, "retry_dlq")
+    assert apache["delivery_attempts"] == ours["delivery_attempts"] == [1, 2]  # retryMaxTimes=1
+    assert {"%DLQ%{group_dlq}", "%RETRY%{group_dlq}"} <= set(apache["topics_named_after_group"])
+    assert set(apache["topics_named_after_group"]) - set(ours["topics_named_after_group"]) <= {
+        "%RETRY%{group_dlq}_{topic_Dlq}"}  # row 33
+    assert ours["topics_named_after_group"] == ["%DLQ%{group_dlq}", "%RETRY%{group_dlq}"]
+
+
+# (outcome, code) where the two servers differ, as docs/COMPATIBILITY.md records them: (Apache, RocketScope)
+JAVA_BAD_INPUT_DEVIATIONS = {
+    "send: topic nobody created": (("server", 40402), ("ok", 0)),  # row 5
+    "producer: started on a topic nobody created": (("client", 0), ("ok", 0)),  # row 46
+    "consumer: topic nobody created": (("client", 0), ("ok", 0)),  # row 5: Apache's route query fails
+    "receive: batch 2000": (("ok", 0), ("server", 40000)),  # row 24
+    "ack: the same receipt again": (("ok", 0), ("server", 40013)),
+    "changeInvisibleDuration: after the ack": (("ok", 0), ("server", 40013)),
+}
+
+
+def test_java_bad_input(java_quick: dict[str, dict[str, dict[str, Any]]]) -> None:
+    apache, ours = java_pair(java_quick, "bad_input")
+    assert apache.keys() == ours.keys()
+    differing = {case: ((apache[case]["outcome"], apache[case]["code"]), (ours[case]["outcome"], ours[case]["code"]))
+                 for case in apache if (apache[case]["outcome"], apache[case]["code"]) !=
+                 (ours[case]["outcome"], ours[case]["code"])}
+    assert differing == JAVA_BAD_INPUT_DEVIATIONS
+    # the Java client refuses these itself, from what each server's route and Settings told it (message types
+    # the topic accepts, the largest body): the same words on both, so the servers told it the same things
+    client_side = [case for case in apache if apache[case]["outcome"] == "client" and case not in differing]
+    assert len(client_side) == 9, client_side
+    for case in client_side:
+        assert ours[case] == apache[case], case
+    assert "max size=4194304" in apache["send: body of 4 MiB + 1"]["message"]
+    assert apache["receive: invisible 100 ms"]["code"] == ours["receive: invisible 100 ms"]["code"] == 40011
+    assert all("1000" in side["receive: invisible 100 ms"]["message"] for side in (apache, ours))
+    for case in ("ack: the same receipt again", "changeInvisibleDuration: after the ack"):
+        assert "receipt_handle" in ours[case]["message"]  # RocketScope names the field and why
