@@ -25,6 +25,7 @@ from typing import Any
 # request codes (org.apache.rocketmq.remoting.protocol.RequestCode)
 QUERY_MESSAGE = 12
 UPDATE_AND_CREATE_TOPIC = 17
+DELETE_TOPIC_IN_BROKER = 215
 GET_ROUTEINFO_BY_TOPIC = 105
 GET_BROKER_CLUSTER_INFO = 106
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
@@ -105,14 +106,20 @@ def topic_list(namesrv: str) -> set[str]:
     return set(call(namesrv, GET_ALL_TOPIC_LIST_FROM_NAMESERVER).json()["topicList"])
 
 
-def create_topic(broker: str, topic: str, queues: int = 4, message_type: str = "NORMAL",
+def create_topic(broker: str, topic: str, queues: int = 4, message_type: str | None = "NORMAL",
                  order: bool = False) -> None:
-    """Create ``topic`` on one broker with the 5.x ``message.type`` attribute (as mqadmin updateTopic)."""
+    """Create ``topic`` on one broker with the 5.x ``message.type`` attribute (as mqadmin updateTopic);
+    ``message_type=None``: without attributes (see peers/reference_cluster.py on DLedger groups)."""
     call(broker, UPDATE_AND_CREATE_TOPIC, {
         "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
         "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order,
-        "attributes": f"+message.type={message_type}",
+        **({"attributes": f"+message.type={message_type}"} if message_type else {}),
     })
+
+
+def delete_topic(broker: str, topic: str) -> None:
+    """DELETE_TOPIC_IN_BROKER: the topic's config and queues on one broker (as mqadmin deleteTopic does per broker)."""
+    call(broker, DELETE_TOPIC_IN_BROKER, {"topic": topic})
 
 
 def create_group(broker: str, group: str, orderly: bool = False, retry_max_times: int = 16) -> None:
