@@ -325,8 +325,9 @@ class ReferenceCluster:
             remoting.create_topic(self.broker_addr, topic, **kw)
             return
         for role, port in self.member_ports.items():
-            if self.alive(role):
-                remoting.create_topic(f"127.0.0.1:{port}", topic, **kw)
+            if self.alive(role):  # a member still starting may take its time to answer: asked again
+                wait_until(lambda p=port: remoting.create_topic(f"127.0.0.1:{p}", topic, **kw) or True, 180,
+                           f"{role} creating {topic}", lambda r=role: None if self.alive(r) else f"{r} died")
 
     def grpc_route(self, topic: str) -> list[Any]:
         """The message queues of a gRPC QueryRoute through the proxy; LookupError when not OK."""

@@ -422,6 +422,11 @@ JAVA_TOPICS = {"Normal": "NORMAL", "Fifo": "FIFO", "Delay": "DELAY", "Tx": "TRAN
 JAVA_GROUPS = {"normal": (False, 16), "fifo": (True, 5), "delay": (False, 16), "tx": (False, 16),
                "recall": (False, 16), "dlq": (False, 1), "inv": (False, 16), "change": (False, 16),
                "bad": (False, 16)}
+# what each scenario uses: only those are created (each RocketScope admin call starts a process)
+JAVA_NEEDS = {"normal": (("Normal",), "normal"), "fifo": (("Fifo",), "fifo"), "delay": (("Delay",), "delay"),
+              "transaction": (("Tx",), "tx"), "recall": (("Recall",), "recall"), "retry_dlq": (("Dlq",), "dlq"),
+              "invisible_time": (("Inv",), "inv"), "change_invisible": (("Change",), "change"),
+              "bad_input": (("Bad", "BadFifo"), "bad")}
 
 
 def _relative_all(value: Any, names: dict[str, str]) -> Any:
@@ -442,9 +447,11 @@ def java_scenarios(side: Side, scenarios: tuple[str, ...] = ()) -> dict[str, dic
     from peers_support import java_tool, json_lines
 
     prefix = side.unique("DiffJ")
+    needs = [JAVA_NEEDS[s] for s in scenarios or JAVA_NEEDS]
+    topics = [t for ts, _ in needs for t in ts]
     with ThreadPoolExecutor(4) as pool:  # each RocketScope admin call is a process start: side by side
-        list(pool.map(lambda kv: side.create_topic(prefix + kv[0], kv[1]), JAVA_TOPICS.items()))
-        list(pool.map(lambda kv: side.create_group(f"GID_{prefix}_{kv[0]}", *kv[1]), JAVA_GROUPS.items()))
+        list(pool.map(lambda t: side.create_topic(prefix + t, JAVA_TOPICS[t]), topics))
+        list(pool.map(lambda g: side.create_group(f"GID_{prefix}_{g}", *JAVA_GROUPS[g]), [g for _, g in needs]))
     res = java_tool("GrpcDiffTool", side.endpoint, prefix, *scenarios, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     names = {f"group_{g}": f"GID_{prefix}_{g}" for g in JAVA_GROUPS}

@@ -286,11 +286,13 @@ def test_java_transaction_with_check_back(java: dict[str, dict[str, dict[str, An
 @pytest.mark.long
 def test_java_recall(java: dict[str, dict[str, dict[str, Any]]]) -> None:
     apache, ours = java_pair(java, "recall")
-    # deviation: Apache 5.3.3's proxy gives the gRPC client no recall handle for a delayed message, so the Java
-    # client refuses the recall itself and the message is delivered; a made-up handle is INTERNAL_SERVER_ERROR
-    assert apache["has_recall_handle"] is False and apache["received"] == ["drop", "keep"]
-    assert apache["recall"] == apache["recall_again"] == {
-        "outcome": "client", "code": 0, "exception": "IllegalArgumentException", "message": "recall handle is invalid"}
+    # deviation: Apache 5.3.3 hands out a recall handle but refuses every recall while its broker's
+    # recallMessageEnable is false (the default): INTERNAL_SERVER_ERROR "recall failed, operation is forbidden",
+    # and the message is delivered; a made-up handle is INTERNAL_SERVER_ERROR too.  RocketScope serves recall.
+    forbidden = {"outcome": "server", "code": 50001, "exception": "InternalErrorException",
+                 "message": "recall failed, operation is forbidden"}
+    assert apache["has_recall_handle"] is True and apache["received"] == ["drop", "keep"]
+    assert apache["recall"] == apache["recall_again"] == forbidden
     assert (apache["recall_bad_handle"]["outcome"], apache["recall_bad_handle"]["code"]) == ("server", 50001)
     assert ours["has_recall_handle"] is True and ours["received"] == ["keep"]
     assert ours["recall"] == {"outcome": "ok", "code": 0}

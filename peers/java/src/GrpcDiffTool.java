@@ -303,9 +303,10 @@ public final class GrpcDiffTool {
     /** A message due in 4 s arrives no earlier, with its delivery timestamp. */
     Map<String, Object> delay() throws Exception {
         String t = topic("Delay");
-        long due = (System.currentTimeMillis() / 1000 + 4) * 1000;
+        long due;
         String id;
         try (Producer p = producer(t)) {
+            due = (System.currentTimeMillis() / 1000 + 4) * 1000;  // after the start-up, which took minutes under load
             id = p.send(message(t, "later").setDeliveryTimestamp(due).build()).getMessageId().toString();
         }
         List<MessageView> got;
@@ -368,13 +369,14 @@ public final class GrpcDiffTool {
         return out;
     }
 
-    /** Two delayed messages (due in 8 s); one is recalled, then recalled again; only the other arrives. */
+    /** Two delayed messages (due in 15 s); one is recalled, then recalled again; only the other arrives. */
     Map<String, Object> recall() throws Exception {
         String t = topic("Recall");
-        long due = System.currentTimeMillis() + 8_000;
         Map<String, Object> out = new LinkedHashMap<>();
         List<String> bodies = new ArrayList<>();
         try (Producer p = producer(t)) {
+            // after the producer's start-up (minutes under load: a due time taken before it had passed once)
+            long due = System.currentTimeMillis() + 15_000;
             p.send(message(t, "keep").setDeliveryTimestamp(due).build());
             SendReceipt drop = p.send(message(t, "drop").setDeliveryTimestamp(due).build());
             out.put("has_recall_handle", drop.getRecallHandle() != null && !drop.getRecallHandle().isEmpty());
@@ -389,7 +391,7 @@ public final class GrpcDiffTool {
             out.put("recall_bad_handle", outcome(() -> p.recallMessage(t, "not-a-handle")));
         }
         try (SimpleConsumer c = consumer(group("recall"), t)) {
-            for (MessageView v : drain(c, 2, 20_000, Duration.ofSeconds(30), true)) {
+            for (MessageView v : drain(c, 2, 30_000, Duration.ofSeconds(30), true)) {
                 bodies.add(body(v));
             }
         }
