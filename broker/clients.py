@@ -26,6 +26,7 @@ class ClientInfo:
     language: str = ""
     version: str = ""
     address: str = ""
+    protocol: str = "grpc"  # the front door it came through (grpc, remoting): the gauges' protocol_type label
     topics: set[str] = field(default_factory=set)
     last_seen: float = field(default_factory=time.time)
     outbox: asyncio.Queue[object] | None = None  # server-to-client Telemetry commands (the newest stream's)

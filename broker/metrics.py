@@ -437,20 +437,36 @@ class BrokerMetrics:
         self._snapshot = {name: tuple(points) for name, points in snap.items()}
 
     def _connections(self, snap: dict[str, list[tuple[float, Labels]]]) -> None:
-        producers: dict[tuple[str, str], int] = {}
-        consumers: dict[tuple[str, str, str, str], int] = {}
+        producers: dict[tuple[str, str, str], int] = {}
+        consumers: dict[tuple[str, str, str, str, str], int] = {}
         for c in self.broker.clients.clients.values():
+            if c.protocol == "remoting":
+                continue  # counted per group below: one remoting client id serves all its JVM's groups
             lang, ver = (c.language or "unknown").lower(), rocketmq_version(c.version)
             if c.client_type == pb.PRODUCER:
-                producers[(lang, ver)] = producers.get((lang, ver), 0) + 1
+                producers[(lang, ver, c.protocol)] = producers.get((lang, ver, c.protocol), 0) + 1
             elif c.client_type != pb.CLIENT_TYPE_UNSPECIFIED and c.group:
-                key = (c.group, lang, ver, _CONSUME_MODE.get(c.client_type, "pop"))
+                key = (c.group, lang, ver, _CONSUME_MODE.get(c.client_type, "pop"), c.protocol)
                 consumers[key] = consumers.get(key, 0) + 1
+        # remoting clients from the remoting front's group tables (broker/remoting/broker_handlers.py): Apache's
+        # Java client shares one client id among the producers and consumers of a JVM (one MQClientInstance),
+        # and Apache's broker counts a connection per group it heartbeats for
+        front = getattr(self.broker, "remoting", None)
+        for table, is_producer in ((getattr(front, "producers", {}), True), (getattr(front, "consumers", {}), False)):
+            for group, members in table.items():
+                for rc in members.values():
+                    lang, ver = (rc.language or "unknown").lower(), rocketmq_version(str(rc.version))
+                    if is_producer:
+                        producers[(lang, ver, "remoting")] = producers.get((lang, ver, "remoting"), 0) + 1
+                    else:
+                        ckey = (group, lang, ver, rc.consume_mode, "remoting")
+                        consumers[ckey] = consumers.get(ckey, 0) + 1
         snap["rocketmq_producer_connections"] = [
-            (n, {"language": lang, "version": ver, "protocol_type": "grpc"}) for (lang, ver), n in producers.items()]
+            (n, {"language": lang, "version": ver, "protocol_type": proto})
+            for (lang, ver, proto), n in producers.items()]
         snap["rocketmq_consumer_connections"] = [
-            (n, {"consumer_group": g, "language": lang, "version": ver, "consume_mode": mode, "protocol_type": "grpc",
-                 "is_system": is_system(g)}) for (g, lang, ver, mode), n in consumers.items()]
+            (n, {"consumer_group": g, "language": lang, "version": ver, "consume_mode": mode, "protocol_type": proto,
+                 "is_system": is_system(g)}) for (g, lang, ver, mode, proto), n in consumers.items()]
 
     def subscriptions(self) -> set[tuple[str, str]]:
         """(group, topic) pairs with an online consumer or a consumption state on this broker."""

@@ -701,10 +701,12 @@ class PopService:
                   msg.reconsume_times + 1)
         return True
 
-    async def _to_dlq(self, group: str, msg: StoredMessage) -> bool:
+    async def _to_dlq(self, group: str, msg: StoredMessage, copy_times: int | None = None) -> bool:
+        """``copy_times``: the DLQ copy's reconsume count (default the message's; a remoting send-back passes
+        one more, as Apache's consumerSendMsgBack stores it)."""
         dtopic = dlq_topic(group)
         self.topics.create_if_absent(dtopic, 1, system=True)
-        copy = self._copy(msg, dtopic, msg.reconsume_times)
+        copy = self._copy(msg, dtopic, msg.reconsume_times if copy_times is None else copy_times)
         copy.properties[DLQ_ORIGIN_TOPIC] = origin_topic(msg)
         (res,) = await self.store.put([copy])
         if res.status is not PutStatus.PUT_OK:  # as _to_retry: not known to be stored

@@ -95,11 +95,16 @@ class RequestModes:
         log.info("consume modes copied from the master: %d topic@group entries", len(new))
         return True
 
-    def _save(self) -> None:
+    def encode(self) -> dict[str, Any]:
+        """The table in Apache's MessageRequestModeManager layout: the file's content, and the body of
+        GET_ALL_MESSAGE_REQUEST_MODE (402), which Apache's slaves ask their master for."""
         table: dict[str, dict[str, Any]] = {}
         for (topic, group), mode in sorted(self.modes.items()):
             table.setdefault(topic, {})[group] = mode.body()
-        save_json(self.path, {"messageRequestModeMap": table})
+        return {"messageRequestModeMap": table}
+
+    def _save(self) -> None:
+        save_json(self.path, self.encode())
 
     def pops(self, group: str) -> bool:
         """Whether some topic of ``group`` is in POP mode here."""

@@ -64,6 +64,8 @@ json_opt = click.option("--json", "as_json", is_flag=True, help="print JSON inst
 ADMIN_LAZY_COMMANDS = {
     "queryMsgTraceById": ("rocketscope.trace.cli:query_msg_trace_by_id", "Show a message's trace."),
     "genCerts": ("rocketscope.broker.security.cli:gen_certs", "Generate a test CA and certificates for TLS."),
+    "setConsumeMode": ("rocketscope.admin_cli_consume_mode:set_consume_mode",
+                       "Set whether a topic@group's push consumers pull or pop (mqadmin setConsumeMode)."),
 }
 
 

@@ -108,7 +108,7 @@ EXPECTED = {
     "delay": ["delayed"],
     "retry": [("retry-ok", 0, "RECONSUME_LATER"), ("retry-ok", 1, "CONSUME_SUCCESS"),
               ("to-dlq", 0, "RECONSUME_LATER"), ("to-dlq", 1, "RECONSUME_LATER")],
-    "dlq": [("to-dlq", 1)],
+    "dlq": [("to-dlq", 2)],  # reconsumeTimes + 1 on the DLQ copy, as on a retry copy (Apache's, run)
     "waits": dict.fromkeys(("push", "orderly", "txconsume", "delayconsume", "retry", "dlq", "litepull"), True),
 }
 
@@ -159,4 +159,9 @@ def test_same_on_apache(apache_rocketmq: ReferenceCluster, tmp_path: Path) -> No
     """The same tool against Apache RocketMQ 5.3.3 (its default messageDelayLevel: level 2 is 5 s, a
     retry 10 s; its check-back after transactionTimeOut 3 s): the outcome is the same."""
     events = run_clients(apache_rocketmq.namesrv_addr, tmp_path, "A", timeout_s=150)
-    assert outcome(events) == EXPECTED, json.dumps(events[-40:], indent=None)
+    got = outcome(events)
+    # Apache's check-back may also ask about a half message whose commit or rollback it has not read from its
+    # op queue yet (seen once at load average 40: all three asked); the tool answers with the local decision
+    assert "check" in got["tx_checked"] and set(got["tx_checked"]) <= {"check", "commit", "rollback"}
+    got["tx_checked"] = ["check"]
+    assert got == EXPECTED, json.dumps(events[-40:], indent=None)

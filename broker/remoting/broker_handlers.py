@@ -180,6 +180,7 @@ class RemoteClient:
     version: int = 0
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
+    consume_mode: str = "push"  # the gauges' consume_mode: push (CONSUME_PASSIVELY) or pull (CONSUME_ACTIVELY)
 
 
 
@@ -694,7 +695,7 @@ class RemotingBroker:
                 continue
             self.producers.setdefault(group, {})[cid] = RemoteClient(cid, conn, cmd.language, cmd.version)
             info = b.clients.touch(cid, client_type=pb.PRODUCER, group=group, language=cmd.language,
-                                   version=str(cmd.version), address=conn.peer)
+                                   version=str(cmd.version), address=conn.peer, protocol="remoting")
             if info.outbox is None or isinstance(info.outbox, TransactionCheckOutbox):
                 info.outbox = TransactionCheckOutbox(self, conn, group)  # type: ignore[assignment]
         changed_sub = False
@@ -719,18 +720,20 @@ class RemotingBroker:
                     subs[sd["topic"]] = Subscription(sd["topic"], sub_string, parse_tags(sub_string),
                                                      str(sd.get("expressionType") or "TAG"),
                                                      int(sd.get("subVersion") or 0))
+            mode = "push" if cd.get("consumeType") == "CONSUME_PASSIVELY" else "pull"
             members = self.consumers.setdefault(group, {})
             old = members.get(cid)
             if old is not None and old.conn is conn:
                 changed_sub = changed_sub or {k: v.sub_string for k, v in old.subscriptions.items()} != {
                     k: v.sub_string for k, v in subs.items()}
-                old.subscriptions, old.last_seen = subs, time.monotonic()
+                old.subscriptions, old.last_seen, old.consume_mode = subs, time.monotonic(), mode
             else:
-                members[cid] = RemoteClient(cid, conn, cmd.language, cmd.version, subs)
+                members[cid] = RemoteClient(cid, conn, cmd.language, cmd.version, subs, consume_mode=mode)
                 self._notify_changed(group)
-            kind = pb.PUSH_CONSUMER if cd.get("consumeType") == "CONSUME_PASSIVELY" else pb.SIMPLE_CONSUMER
+            # consume_mode as Apache labels remoting consumers: CONSUME_PASSIVELY push, CONSUME_ACTIVELY pull
+            kind = pb.PUSH_CONSUMER if cd.get("consumeType") == "CONSUME_PASSIVELY" else pb.PULL_CONSUMER
             b.clients.touch(cid, client_type=kind, group=group, language=cmd.language, version=str(cmd.version),
-                            address=conn.peer, topics=set(subs))
+                            address=conn.peer, topics=set(subs), protocol="remoting")
         return cmd.response(ext_fields={"IS_SUPPORT_HEART_BEAT_V2": "false",
                                         "IS_SUB_CHANGE": "true" if changed_sub else "false"})
 
@@ -769,7 +772,9 @@ class RemotingBroker:
         if max_times < 0:
             max_times = gcfg.retry_max_times if gcfg is not None else 16
         if msg.reconsume_times >= max_times or delay_level < 0:
-            if not await b.pop._to_dlq(group, msg):
+            # Apache's consumerSendMsgBack stores reconsumeTimes + 1 on the DLQ copy as on a retry copy
+            # (seen: Apache's DLQ consumer reads 2 after deliveries 0 and 1, tests/test_remoting_java_clients.py)
+            if not await b.pop._to_dlq(group, msg, copy_times=msg.reconsume_times + 1):
                 return cmd.response(RC.SYSTEM_ERROR, "could not store the message in the dead-letter queue")
             return cmd.response()
         level = delay_level or 3 + msg.reconsume_times

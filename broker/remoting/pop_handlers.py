@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 POP_MESSAGE, ACK_MESSAGE = RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE
 SET_MESSAGE_REQUEST_MODE = 401
+GET_ALL_MESSAGE_REQUEST_MODE = 402
 CHANGE_MESSAGE_INVISIBLETIME = RequestCode.CHANGE_MESSAGE_INVISIBLETIME
 POLLING_TIMEOUT = 210  # ResponseCode.POLLING_TIMEOUT: the client reports POLLING_NOT_FOUND
 PROPERTY_POP_CK = "POP_CK"
@@ -102,7 +103,7 @@ class RemotingPop:
     def handlers(self) -> dict[int, Handler]:
         return {POP_MESSAGE: self.pop, ACK_MESSAGE: self.ack, CHANGE_MESSAGE_INVISIBLETIME: self.change,
                 RequestCode.BATCH_ACK_MESSAGE: self.batch_ack, RequestCode.QUERY_ASSIGNMENT: self.query_assignment,
-                SET_MESSAGE_REQUEST_MODE: self.set_mode}
+                SET_MESSAGE_REQUEST_MODE: self.set_mode, GET_ALL_MESSAGE_REQUEST_MODE: self.all_modes}
 
     async def query_assignment(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """QueryAssignmentRequestBody -> this client's queues of the topic and whether to PULL or POP them.
@@ -180,6 +181,13 @@ class RemotingPop:
         self.front.check_group(wanted.group)
         self.modes.set(wanted)
         return cmd.response()
+
+    async def all_modes(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_ALL_MESSAGE_REQUEST_MODE (402): every mode set here, as Apache's AdminBrokerProcessor answers
+        it (SUCCESS, body the MessageRequestModeManager JSON, ``{"messageRequestModeMap": {}}`` when none
+        is set). Apache's slaves ask their master for it (SlaveSynchronize); no mqadmin command or client
+        of 5.3.3 does. RocketScope's slaves copy the modes over the gRPC admin service (broker/ha/slave.py)."""
+        return cmd.response(body=json_body(self.modes.encode()))
 
     def _forget_old(self, now_ms: int) -> None:
         if len(self.receipts) < 4096:

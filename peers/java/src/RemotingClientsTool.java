@@ -204,7 +204,8 @@ public final class RemotingClientsTool {
                 String b = body(msg);
                 int n = checks.computeIfAbsent(b, x -> new AtomicInteger()).incrementAndGet();
                 emit("s", "txcheck", "body", b, "n", n, "topic", msg.getTopic());
-                return "check".equals(b) ? LocalTransactionState.COMMIT_MESSAGE : LocalTransactionState.ROLLBACK_MESSAGE;
+                // the local decision: "check" is committed now, the others as executeLocalTransaction decided
+                return "rollback".equals(b) ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.COMMIT_MESSAGE;
             }
         });
         tx.start();
