@@ -161,7 +161,11 @@ def test_same_on_apache(apache_rocketmq: ReferenceCluster, tmp_path: Path) -> No
     events = run_clients(apache_rocketmq.namesrv_addr, tmp_path, "A", timeout_s=150)
     got = outcome(events)
     # Apache's check-back may also ask about a half message whose commit or rollback it has not read from its
-    # op queue yet (seen once at load average 40: all three asked); the tool answers with the local decision
-    assert "check" in got["tx_checked"] and set(got["tx_checked"]) <= {"check", "commit", "rollback"}
-    got["tx_checked"] = ["check"]
+    # op queue yet, and a commit answered then is delivered again (seen under load averages of 25-40: all three
+    # asked; "commit" consumed 3 times and "check" twice in one run): compared as sets, the duplicates noted in
+    # docs/COMPATIBILITY.md R21; RocketScope's run above delivers each once and asks only about "check"
+    tx = [e for e in events if e["s"] in ("txcheck", "txconsume")]
+    assert "check" in got["tx_checked"] and set(got["tx_checked"]) <= {"check", "commit", "rollback"}, tx
+    assert sorted(set(got["tx_consumed"])) == ["check", "commit"], tx
+    got["tx_checked"], got["tx_consumed"] = ["check"], ["check", "commit"]
     assert got == EXPECTED, json.dumps(events[-40:], indent=None)
