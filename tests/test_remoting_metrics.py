@@ -53,7 +53,6 @@ def connections(url: str) -> dict[tuple[str, ...], float]:
 
 def test_remoting_clients_counted_with_protocol_type_remoting(cluster: LocalCluster) -> None:
     url = cluster.prom_url  # type: ignore[attr-defined]
-    cluster.admin("updateTopic", "-c", "DefaultCluster", "-t", "MetricsT", "-r", "1", "-w", "1")
     body = {"clientID": "metrics-client@1", "producerDataSet": [{"groupName": "MetricsPG"}],
             "consumerDataSet": [consumer("MetricsPushG", "CONSUME_PASSIVELY"),
                                 consumer("MetricsPullG", "CONSUME_ACTIVELY")]}

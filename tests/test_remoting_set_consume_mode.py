@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call
 from peers_support import ReferenceCluster, remoting
 
+from rocketscope.admin_cli import admin
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode
 
@@ -29,6 +31,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     with cluster_with_namesrv(tmp_path_factory.mktemp("set-consume-mode"), lambda: failed_call(request)) as c:
         c.start_broker("broker-a")
         yield c
+
+
+def set_consume_mode(namesrv: str, *args: str) -> Result:
+    """``rocketscope admin setConsumeMode ARGS`` in this process (a subprocess costs seconds of imports)."""
+    return CliRunner().invoke(admin, ["setConsumeMode", *args, "-n", namesrv])
 
 
 def all_modes(addr: str) -> Any:
@@ -45,8 +52,10 @@ def test_set_consume_mode_and_get_all_modes(cluster: LocalCluster) -> None:
         wait_until(lambda: ns.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "ModeT"}).code == 0,
                    what="route of ModeT")
     assert all_modes(node.admin_addr) == {"messageRequestModeMap": {}}  # nothing set yet
-    out = cluster.admin("setConsumeMode", "-c", "DefaultCluster", "-t", "ModeT", "-g", "ModeG", "-m", "POP",
-                        "-q", "1").stdout
+    res = set_consume_mode(cluster.namesrv_addr, "-c", "DefaultCluster", "-t", "ModeT", "-g", "ModeG", "-m", "POP",
+                           "-q", "1")
+    assert res.exit_code == 0, res.output
+    out = res.output
     assert f"set consume mode to {node.admin_addr} success." in out
     assert "topic[ModeT] group[ModeG] consume mode[POP] popShareQueueNum[1]" in out
     entry = {"consumerGroup": "ModeG", "mode": "POP", "popShareQueueNum": 1, "topic": "ModeT"}
@@ -54,20 +63,15 @@ def test_set_consume_mode_and_get_all_modes(cluster: LocalCluster) -> None:
     assert got == {"messageRequestModeMap": {"ModeT": {"ModeG": entry}}}
     assert json.loads((node.store / "config" / "messageRequestMode.json").read_text()) == got
     # -b one broker; PULL again
-    cluster.admin("setConsumeMode", "-b", node.admin_addr, "-t", "ModeT", "-g", "ModeG", "-m", "PULL")
+    assert set_consume_mode(cluster.namesrv_addr, "-b", node.admin_addr, "-t", "ModeT", "-g", "ModeG",
+                            "-m", "PULL").exit_code == 0
     assert all_modes(node.admin_addr)["messageRequestModeMap"]["ModeT"]["ModeG"]["mode"] == "PULL"
     # refusals name the cause, with the broker's code; nothing changes
-    res = cluster.admin("setConsumeMode", "-c", "DefaultCluster", "-t", "NoSuchT", "-g", "ModeG", "-m", "POP",
-                        check=False)
-    assert res.returncode == 1 and "topic[NoSuchT] not exist (code 17)" in res.stderr, res.stderr
-    res = cluster.admin("setConsumeMode", "-c", "DefaultCluster", "-t", "%RETRY%ModeG", "-g", "ModeG", "-m", "POP",
-                        check=False)
-    assert res.returncode == 1 and "retry topic is not allowed to set mode (code 16)" in res.stderr, res.stderr
-    res = cluster.admin("setConsumeMode", "-t", "ModeT", "-g", "ModeG", "-m", "POP", check=False)
-    assert res.returncode == 2 and "give -b (a broker) or -c (a cluster)" in res.stderr
-    res = cluster.admin("setConsumeMode", "-c", "DefaultCluster", "-t", "ModeT", "-g", "ModeG", "-m", "PUSH",
-                        check=False)
-    assert res.returncode == 2 and "-m" in res.stderr
+    res = set_consume_mode(cluster.namesrv_addr, "-c", "DefaultCluster", "-t", "NoSuchT", "-g", "ModeG", "-m", "POP")
+    assert res.exit_code == 1 and "topic[NoSuchT] not exist (code 17)" in res.output, res.output
+    res = set_consume_mode(cluster.namesrv_addr, "-c", "DefaultCluster", "-t", "%RETRY%ModeG", "-g", "ModeG",
+                           "-m", "POP")
+    assert res.exit_code == 1 and "retry topic is not allowed to set mode (code 16)" in res.output, res.output
     assert all_modes(node.admin_addr)["messageRequestModeMap"]["ModeT"]["ModeG"]["mode"] == "PULL"
 
 
@@ -76,15 +80,24 @@ def test_same_on_apache(apache_rocketmq: ReferenceCluster, cluster: LocalCluster
     """rocketscope admin setConsumeMode against Apache's broker, then 402 on both: the same body."""
     apache_rocketmq.create_topic("ModeApacheT")
     apache_rocketmq.create_group("ModeApacheG")
-    out = cluster.admin("setConsumeMode", "-c", "DefaultCluster", "-t", "ModeApacheT", "-g", "ModeApacheG",
-                        "-m", "POP", "-q", "1", "-n", apache_rocketmq.namesrv_addr, namesrv=False).stdout
+    out = set_consume_mode(apache_rocketmq.namesrv_addr, "-c", "DefaultCluster", "-t", "ModeApacheT", "-g",
+                           "ModeApacheG", "-m", "POP", "-q", "1").output
     assert f"set consume mode to {apache_rocketmq.broker_addr} success." in out, out
     apache = remoting.loads_fastjson(remoting.call(apache_rocketmq.broker_addr, GET_ALL_MESSAGE_REQUEST_MODE).body)
     cluster.admin("updateTopic", "-c", "DefaultCluster", "-t", "ModeApacheT", "-r", "2", "-w", "2")
     with RemotingClient(cluster.namesrv_addr) as ns:
         wait_until(lambda: ns.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "ModeApacheT"}).code == 0,
                    what="route of ModeApacheT")
-    cluster.admin("setConsumeMode", "-c", "DefaultCluster", "-t", "ModeApacheT", "-g", "ModeApacheG", "-m", "POP",
-                  "-q", "1")
+    assert set_consume_mode(cluster.namesrv_addr, "-c", "DefaultCluster", "-t", "ModeApacheT", "-g", "ModeApacheG",
+                            "-m", "POP", "-q", "1").exit_code == 0
     ours = all_modes(cluster.brokers["broker-a"].admin_addr)["messageRequestModeMap"]["ModeApacheT"]
     assert apache["messageRequestModeMap"]["ModeApacheT"] == ours, (apache, ours)
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["-t", "T", "-g", "G", "-m", "POP"], "give -b (a broker) or -c (a cluster)"),
+    (["-c", "C", "-t", "T", "-g", "G", "-m", "PUSH"], "'PUSH' is not one of")])
+def test_set_consume_mode_usage_errors_name_the_flag(args: list[str], named: str) -> None:
+    """Refused before any broker is asked."""
+    res = set_consume_mode("127.0.0.1:1", *args)
+    assert res.exit_code == 2 and named in res.output, res.output
