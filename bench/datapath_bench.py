@@ -1,7 +1,7 @@
 """The data path near the machine's limit (issue 20): every server, every path, one command, efficient clients.
 
     .venv/bin/python bench/datapath_bench.py [--messages 20000] [--depth 64] [--batch 32] [--only rs-async,js-r1]
-                                             [--profile DIR] [--quick]
+                                             [--profile DIR] [--quick] [--depths 1,64,256]
 
 1 KiB messages, ``--depth`` sends in flight, in the same run:
 
@@ -24,6 +24,9 @@ and, per setup, the load generators that are cheaper per message than the server
   ``depth / batch`` batches (rounded up to at least 2) in flight;
 * ``java gRPC``: Apache's rocketmq-client-java 5 (peers/java/src/GrpcLoad.java, ``sendAsync`` with
   ``depth`` in flight), against RocketScope's gRPC port and Apache's proxy;
+* ``java remoting``: Apache's remoting client 5.3.3 (peers/java/src/RemotingLoad.java, ``send`` with a
+  callback, ``depth`` in flight); ``java remoting batch``: batches of ``--batch`` from ``depth / batch``
+  threads (at least 2), against RocketScope's and Apache's name server (compiled on first use);
 * ``go nats``: nats.go (tests/clients/go natspub), ``depth`` goroutines each publishing to the
   JetStream stream and waiting for its ack (the ratios use this row);
 * ``nats-py``: JetStream publishes awaiting their acks, ``depth`` in flight split over
@@ -162,6 +165,25 @@ class Load:
     label: str
 
 
+def remoting_java_cmd() -> list[str]:
+    """peers/java/src/RemotingLoad.java compiled against rocketmq-5.3.3/lib once per source version."""
+    import hashlib
+
+    from reference_cluster import CACHE, JDK17_OPENS, LIB
+
+    source = HERE.parent / "peers" / "java" / "src" / "RemotingLoad.java"
+    out = CACHE / "classes" / f"RemotingLoad-{hashlib.sha1(source.read_bytes()).hexdigest()[:12]}"
+    if not (out / "RemotingLoad.class").exists():
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["javac", "-nowarn", "-d", str(tmp), "-cp", f"{LIB}/*", str(source)], check=True,
+                       capture_output=True, timeout=600)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    return ["java", "-Xms256m", "-Xmx256m", "-XX:+UseSerialGC", *JDK17_OPENS, "-Drocketmq.log.level=WARN",
+            "-cp", f"{out}:{LIB}/*", "RemotingLoad"]
+
+
 def generator_cmds(load: Load, t: Target, topic: str, n: int, depth: int, batch: int, warmup: int,
                    nats_procs: int, java_warmup: int = 0) -> list[list[str]]:
     if load.kind in ("go", "go-batch"):
@@ -171,6 +193,11 @@ def generator_cmds(load: Load, t: Target, topic: str, n: int, depth: int, batch:
                  "-depth", str(d), "-batch", str(b), "-warmup", str(warmup), "-quiet"]]
     if load.kind == "java":  # a JVM (client, and Apache's proxy) needs far more warm-up for its JIT
         return [[*java_cmd(), t.grpc, topic, str(n), str(depth), str(BODY), str(max(warmup, java_warmup))]]
+    if load.kind in ("java-remoting", "java-remoting-batch"):
+        b = batch if load.kind == "java-remoting-batch" else 1
+        d = max(2, -(-depth // b)) if b > 1 else depth
+        return [[*remoting_java_cmd(), t.namesrv, topic, str(n), str(d), str(BODY), str(max(warmup, java_warmup)),
+                 str(b)]]
     if load.kind == "natsgo":
         exe = str(Path(go_binary()).with_name("natspub"))
         return [[exe, "-url", t.nats[0], "-subject", SUBJECT, "-n", str(n), "-size", str(BODY), "-depth", str(depth),
@@ -182,14 +209,16 @@ def generator_cmds(load: Load, t: Target, topic: str, n: int, depth: int, batch:
     raise ValueError(load.kind)
 
 
-def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profile_to: Path | None
-             ) -> dict[str, Any]:
-    """Start the generator(s), wait for every ``warm`` line, read every process's CPU, wait for the summaries."""
+def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profile_to: Path | None,
+             depth: int | None = None) -> dict[str, Any]:
+    """Start the generator(s), wait for every ``warm`` line, read every process's CPU, wait for the summaries.
+    ``depth``: sends in flight (default ``--depth``)."""
+    depth = args.depth if depth is None else depth
     if t.create_topic is not None:
         t.create_topic(topic)
     # a JVM server (Apache's broker and proxy) needs the JIT's warm-up too, whatever the client
     warmup = max(args.warmup, args.java_warmup) if t.name == "apache" else args.warmup
-    cmds = generator_cmds(load, t, topic, args.messages, args.depth, args.batch, warmup, args.nats_procs,
+    cmds = generator_cmds(load, t, topic, args.messages, depth, args.batch, warmup, args.nats_procs,
                           args.java_warmup)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
              for c in cmds]
@@ -363,13 +392,15 @@ async def _js_stream(url: str, replicas: int) -> None:
 
 
 LOADS = {
-    "rs-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC")],
+    "rs-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC"),
+                 Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch")],
     "rs-sync": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "js-r1": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
     "js-r3": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
-    "apache": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC")],
+    "apache": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC"),
+               Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch")],
 }
 PEER_OF = {"rs-async": "js-r1", "rs-sync": "js-r1", "rs-master": "js-r3", "rs-dledger": "js-r3"}
 
@@ -378,11 +409,12 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     rows = []
     for key, r in results.items():
         setup_name, label = key.split(" / ")
+        at = label[label.index(" @"):] if " @" in label else ""  # " @<depth>" with --depths
         if "error" in r:
             rows.append([setup_name, label, "error", "", "", "", "", "", "", r["error"][:60]])
             continue
         peer = PEER_OF.get(setup_name)
-        js = results.get(f"{peer} / go nats") if peer else None  # the Go client: nats-py is the slower side
+        js = results.get(f"{peer} / go nats{at}") if peer else None  # the Go client: nats-py is the slower side
         js = js if js and "error" not in js else None
         ap = results.get(f"apache / {label}")
         ratio_js = f"{r['msgs_per_s'] / js['msgs_per_s']:.2f}" if js and setup_name.startswith("rs") else ""
@@ -405,6 +437,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2000)
     ap.add_argument("--depth", type=int, default=64)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--depths", default="", help="comma-separated depths run one after the other in each setup "
+                    "(e.g. 1,64,256; rows are labelled '<path> @<depth>'); default: --depth only")
     ap.add_argument("--java-warmup", type=int, default=10000,
                     help="untimed sends of the Java gRPC rows and of every row against Apache (JIT warm-up)")
     ap.add_argument("--nats-procs", type=int, default=2)
@@ -420,6 +454,7 @@ def main() -> None:
         args.only = args.only or "rs-async,js-r1"
     chosen = [s for s in SETUPS if not args.only or s in args.only.split(",")]
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    depths = [int(d) for d in args.depths.split(",") if d.strip()] or [args.depth]
     progress(f"load average {os.getloadavg()}; setups {chosen}")
     results: dict[str, dict[str, Any]] = {}
     for name in chosen:
@@ -427,15 +462,16 @@ def main() -> None:
         try:
             with setup(name) as t:
                 progress(f"{name} up: {t.pids}")
-                for i, load in enumerate(LOADS[name]):
+                rows = [(i, load, d) for i, load in enumerate(LOADS[name]) for d in depths]
+                for i, load, depth in rows:
                     if paths and load.label not in paths:
                         continue
                     topic = f"DP_{name.replace('-', '_')}_{i}"
                     prof = (args.profile / f"{name}-{load.label.replace(' ', '-')}.txt"
                             if args.profile and name.startswith("rs-") else None)
-                    key = f"{name} / {load.label}"
+                    key = f"{name} / {load.label}" + (f" @{depth}" if args.depths else "")
                     try:
-                        r = run_load(load, t, topic, args, prof)
+                        r = run_load(load, t, topic, args, prof, depth)
                         r["loadavg"] = os.getloadavg()
                         if r["failed"] and t.notable_logs is not None:
                             r["server_log_notes"] = t.notable_logs()[-40:]
@@ -452,7 +488,7 @@ def main() -> None:
             results[f"{name} / (setup)"] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
     text = report(results, args)
     print(text)
-    write_json({"messages": args.messages, "depth": args.depth, "batch": args.batch, "body": BODY,
+    write_json({"messages": args.messages, "depth": args.depth, "depths": depths, "batch": args.batch, "body": BODY,
                 "results": results, "table": text, "machine_end": machine_info()}, args.out)
     progress(f"wrote {args.out}")
 
