@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call
+from peers_support import remoting
 
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import RequestCode, ResponseCode, decode_messages, properties_to_string
@@ -26,8 +27,8 @@ TOPIC, GROUP = "CodesT", "CodesG"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     with cluster_with_namesrv(tmp_path_factory.mktemp("remoting-codes"), lambda: failed_call(request)) as c:
-        c.start_broker("broker-a")
-        c.admin("updateTopic", "-c", "DefaultCluster", "-t", TOPIC, "-r", "1", "-w", "1")
+        node = c.start_broker("broker-a")
+        remoting.create_topic(node.admin_addr, TOPIC, queues=1)  # mqadmin updateTopic's frame, no subprocess
         yield c
 
 
