@@ -541,6 +541,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self._group(request.group.name)
         check_topic(request.topic.name)
         invisible = self._invisible_ms(request.invisible_duration.ToMilliseconds(), "invisible_duration", 0)
+        acting = self.broker.slave_reader.acting
+        if acting.forwards_acks():  # slaveReadEnable: as AckMessage, this slave's hand-outs belong to the master
+            forwarded = await acting.forward_change_invisible(request, context)
+            if forwarded is not None:
+                return forwarded
         await self.broker.pop.until_ready(ACK_WAIT_S)
         try:
             handle = self.broker.change_invisible(request.group.name, request.receipt_handle, invisible,

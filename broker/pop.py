@@ -403,8 +403,10 @@ class PopService:
         got = self.store.get(topic, queue_id, st.next_pop, batch)
         moved = False
         for msg in got.messages:
-            if msg.queue_offset in st.acked:
-                continue  # acknowledged before this node handed it out (a hand-out of its acting slave)
+            if msg.queue_offset in st.acked or msg.queue_offset in st.inflight:
+                # acknowledged before this node handed it out, or given a new invisible time: both are hand-outs of
+                # its acting slave (slaveReadEnable), forwarded here; the second comes back through revive
+                continue
             if tags is not None and not accepts(tags, msg):
                 moved |= self._mark_acked(group, topic, queue_id, st, msg.queue_offset)
                 continue
@@ -595,7 +597,19 @@ class PopService:
                  handle.offset, handle.queue_id, group)
 
     def change_invisible(self, group: str, handle_text: str, invisible_ms: int) -> str:
-        handle, st = self._resolve(group, handle_text)
+        try:
+            handle, st = self._resolve(group, handle_text)
+        except PopError:
+            slave = self._slave_receipt(handle_text)
+            if slave is None:
+                raise
+            # a hand-out of the acting slave (slaveReadEnable), forwarded once this node writes again: from now on
+            # it is in flight here, until the new deadline, so it is not handed out again before the consumer's
+            # retry time (broker/slave_read.py forward_change_invisible)
+            handle, st = slave, self.state(group, slave.topic, slave.queue_id)
+            if handle.offset < st.committed or handle.offset in st.acked:
+                raise PopError(ErrorKind.INVALID_RECEIPT_HANDLE, "the slave's hand-out of this receipt_handle "
+                                                                 "is already acknowledged") from None
         seq = next(self._seq)
         deadline = self.now_ms() + invisible_ms
         st.inflight[handle.offset] = Inflight(seq, deadline)

@@ -57,6 +57,7 @@ SLAVE_READ_HEADER = "x-rocketscope-slave-read"  # marks a pull relayed by the ma
 SUGGEST_HEADER = "x-rocketscope-suggest-broker"
 PULL_PATH = "/apache.rocketmq.v2.MessagingService/PullMessage"
 ACK_PATH = "/apache.rocketmq.v2.MessagingService/AckMessage"
+CHANGE_INVISIBLE_PATH = "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
 
 
 def physical_memory_bytes() -> int:
@@ -133,6 +134,7 @@ class SlaveActing:
         self.back_since = 0.0  # when the link came back after acting; 0: nothing to hand back
         self.handed_back = 0  # queue offsets set on the master
         self.forwarded_acks = 0  # acks of its hand-outs passed on to the master after acting
+        self.forwarded_changes = 0  # new invisible times of its hand-outs passed on likewise
         self.periods = 0
         self._checked = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -167,7 +169,8 @@ class SlaveActing:
     def status(self) -> dict[str, Any]:
         return {"slaveReadActing": self.acting, "slaveReadPeriods": self.periods,
                 "slaveReadHandedBack": self.handed_back, "slaveReadHandingBack": self.back_since > 0,
-                "slaveReadForwardedAcks": self.forwarded_acks}
+                "slaveReadForwardedAcks": self.forwarded_acks,
+                "slaveReadForwardedInvisibleChanges": self.forwarded_changes}
 
     async def _watch(self) -> None:
         while True:
@@ -250,23 +253,39 @@ class SlaveActing:
     async def forward_ack(self, request: svc.AckMessageRequest,
                           context: grpc.aio.ServicerContext) -> svc.AckMessageResponse | None:
         """The master's answer to ``request`` (the client's metadata passed on); None when no master is registered."""
+        resp = await self._to_master(ACK_PATH, request, svc.AckMessageResponse, context)
+        if resp is None:
+            return None
+        self.forwarded_acks += len(request.entries)
+        log.info("slaveReadEnable: %d ack(s) of %s/%s forwarded to the master (%d so far): %s",
+                 len(request.entries), request.group.name, request.topic.name, self.forwarded_acks, resp.status.code)
+        return resp
+
+    async def forward_change_invisible(self, request: svc.ChangeInvisibleDurationRequest,
+                                       context: grpc.aio.ServicerContext) -> svc.ChangeInvisibleDurationResponse | None:
+        """As ``forward_ack``, for a new invisible time of one of this slave's hand-outs (a consumer's retry
+        back-off): the master takes the slave's receipt by offset and answers with a receipt of its own; kept
+        here, the master would hand the message out again at once."""
+        resp = await self._to_master(CHANGE_INVISIBLE_PATH, request, svc.ChangeInvisibleDurationResponse, context)
+        if resp is None:
+            return None
+        self.forwarded_changes += 1
+        log.info("slaveReadEnable: invisible time of a hand-out of %s/%s forwarded to the master (%d so far): %s",
+                 request.group.name, request.topic.name, self.forwarded_changes, resp.status.code)
+        return resp
+
+    async def _to_master(self, path: str, request: Any, response: Any,
+                         context: grpc.aio.ServicerContext) -> Any | None:
+        """``request`` sent on to the registered master with the client's metadata; None when there is none."""
         r = await self._master_registration()
         if r is None or not r.grpc_addr:
             return None
-        b = self.broker
         metadata = [(k, v) for k, v in (context.invocation_metadata() or ())
                     if not k.startswith((":", "grpc-")) and isinstance(v, str)]
-        call = b.forwarder.channel(r.grpc_addr).unary_unary(
-            ACK_PATH, request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=svc.AckMessageResponse.FromString)
+        call = self.broker.forwarder.channel(r.grpc_addr).unary_unary(
+            path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=response.FromString)
         remaining = context.time_remaining()
-        resp: svc.AckMessageResponse = await call(request, metadata=metadata,
-                                                  timeout=5.0 if remaining is None else max(0.1, remaining - 0.05))
-        self.forwarded_acks += len(request.entries)
-        log.info("slaveReadEnable: %d ack(s) of %s/%s forwarded to the master %s (%d so far): %s",
-                 len(request.entries), request.group.name, request.topic.name, r.grpc_addr, self.forwarded_acks,
-                 resp.status.code)
-        return resp
+        return await call(request, metadata=metadata, timeout=5.0 if remaining is None else max(0.1, remaining - 0.05))
 
     async def hand_back(self) -> int:
         """Set on the master every queue offset this slave advanced beyond the master's; the number set."""

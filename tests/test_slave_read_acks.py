@@ -6,9 +6,11 @@ registers again, an ack of such a hand-out reaches the slave (a client acks wher
 the client's route refresh, the master. The slave forwards the first kind to the master; the master takes
 both by offset (the slave's receipts say they are the slave's), so nothing acknowledged comes again.
 Before, an ack reaching the master was refused (INVALID_RECEIPT_HANDLE) and the master redelivered
-the message. Ground truth: 6 messages sent, all 6 received from the acting slave and acked (2 at the
-slave while acting, 2 at the slave after the master's return, 2 at the master); none of them comes
-from the master again, and the 2 sent after its return do. Raw gRPC requests stand for the clients,
+the message. The same holds for a new invisible time (ChangeInvisibleDuration, a consumer's retry
+back-off): the slave forwards it and the master keeps the message in flight until then. Ground truth:
+6 messages sent, all 6 received from the acting slave (2 acked at the slave while acting, 2 at the
+slave after the master's return, 1 given 120 s more at the slave, 1 acked at the master); none of them
+comes from the master again, and the 2 sent after its return do. Raw gRPC requests stand for the clients,
 so which node each ack reaches is chosen, not left to a route refresh (30 s in the official clients).
 Before the kill, the consume mode set on the master (SET_MESSAGE_REQUEST_MODE) is seen copied to the slave.
 """
@@ -92,6 +94,15 @@ def ack(endpoint: str, handles: list[str]) -> Any:
         return svc_grpc.MessagingServiceStub(ch).AckMessage(req, metadata=MD, timeout=10)
 
 
+def change_invisible(endpoint: str, handle: str, seconds: int) -> Any:
+    with grpc.insecure_channel(endpoint) as ch:
+        req = svc.ChangeInvisibleDurationRequest(receipt_handle=handle, message_id="m4")
+        req.group.name = GROUP
+        req.topic.name = TOPIC
+        req.invisible_duration.FromSeconds(seconds)
+        return svc_grpc.MessagingServiceStub(ch).ChangeInvisibleDuration(req, metadata=MD, timeout=10)
+
+
 def assignment(addr: str, group: str) -> list[tuple[int, str]] | None:
     """QUERY_ASSIGNMENT of TOPIC for ``group`` at ``addr``, after a heartbeat of one consumer there."""
     with RemotingClient(addr) as b:
@@ -131,11 +142,19 @@ def test_acks_of_the_acting_slaves_hand_outs_reach_the_returned_master(ms: Local
                what="the slave no longer acting (the master registered again)")
     assert ack(slave.endpoint, handles[2:4]).status.code == pb.OK  # a client still routed to the slave
     assert ha_status(slave.admin_addr)["slaveReadForwardedAcks"] == 2
-    at_master = ack(master.endpoint, handles[4:])  # a client whose route moved to the master
+    # a consumer still routed to the slave asks for more time (a retry back-off): forwarded too, the master
+    # answers with a receipt of its own and keeps the message in flight until then
+    changed = change_invisible(slave.endpoint, handles[4], 120)
+    assert changed.status.code == pb.OK, changed.status.message
+    assert not changed.receipt_handle.endswith(" slave"), "the answer should be the master's receipt"
+    at_master = ack(master.endpoint, handles[5:])  # a client whose route moved to the master
     assert at_master.status.code == pb.OK, at_master.status.message
 
     after = ["after-0", "after-1"]
     send(master.admin_addr, after)
-    # what the master hands out (from its committed offset up, so an unacknowledged old message would come first)
-    again = receive(master.endpoint, len(after), 10, within_s=10)
+    # what the master hands out (from its committed offset up, so an unacknowledged old message would come
+    # first; s-4 is invisible for its new 120 s: before, the change stayed on the slave and s-4 came here at once)
+    again = receive(master.endpoint, len(after) + 1, 60, within_s=10)  # none of them expires meanwhile
     assert sorted(b for b, _ in again) == after, again
+    assert ack(master.endpoint, [changed.receipt_handle]).status.code == pb.OK  # the master's own in-flight
+    assert ha_status(slave.admin_addr)["slaveReadForwardedInvisibleChanges"] == 1
