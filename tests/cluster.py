@@ -2,18 +2,20 @@
 
 Every process is a `rocketscope ...` subprocess with its own log file (printed when a
 test fails), started and waited for by polling a condition with a timeout, and always
-stopped (SIGTERM, then SIGKILL) so no process outlives a test.
+stopped (SIGTERM, then SIGKILL) so no process outlives a test.  A cluster's processes are
+stopped together (:func:`stop_together`), not one after the other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +112,29 @@ class Proc:
             return ""
 
 
+def stop_together(procs: Iterable[Proc | None], timeout: float = 10.0) -> None:
+    """SIGTERM every running process first, then wait for each (SIGKILL what is left after ``timeout``):
+    the graceful shutdowns overlap instead of adding up.
+
+    Why: a broker takes 1-4 s from SIGTERM to exit (its gRPC servers' 1 s grace, the interpreter's
+    exit) and a name server 0.5-2.5 s; one after the other, a name server and a DLedger group took
+    11.9 s to stop, together 5.9 s (scripted, load ~30; the brokers' part 10.2 -> 3.3 s).  Each
+    process still gets the same SIGTERM and the same ``timeout`` as :meth:`Proc.stop`.
+    """
+    running = [p for p in procs if p is not None and p.alive]
+    for p in running:
+        assert p.popen is not None
+        with contextlib.suppress(ProcessLookupError):
+            p.popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in running:
+        assert p.popen is not None
+        try:
+            p.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill9()
+
+
 @dataclass
 class BrokerNode:
     name: str
@@ -202,10 +227,9 @@ class LocalCluster:
         return json.loads(self.admin(*args, "--json").stdout)
 
     def stop(self) -> None:
-        for node in self.brokers.values():
-            node.proc.stop()
-        for proc in self.namesrvs:
-            proc.stop()
+        """The brokers together, then the name servers together (a broker unregisters from them as it stops)."""
+        stop_together(node.proc for node in self.brokers.values())
+        stop_together(self.namesrvs)
 
     def logs(self) -> str:
         parts = [f"----- {p.name} -----\n{p.log()[-6000:]}" for p in self.namesrvs]

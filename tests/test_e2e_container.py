@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import BIN, LocalCluster, Proc, _port_open, wait_until
+from cluster import BIN, LocalCluster, Proc, _port_open, stop_together, wait_until
 from conftest import free_port
 from rmq import drain, message, producer, simple_consumer
 
@@ -51,8 +51,7 @@ def containers(tmp_path: Path) -> Iterator[dict[str, object]]:
         print(c.logs(), *(p.log()[-4000:] for p in procs))
         raise
     finally:
-        for p in procs:
-            p.stop()
+        stop_together(procs)
         c.stop()
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, ha_status, wait_until
+from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, ha_status, stop_together, wait_until
 from conftest import failed_call, free_port
 from faultproxy import FaultProxy, ProxyLoop, proxy_loop
 from rmq import drain, drain_ids, message, producer, simple_consumer
@@ -108,8 +108,7 @@ class ControllerGroup:
         return json.loads(self.c.admin(*args, "-a", addrs, "--json", namesrv=False).stdout)
 
     def stop(self) -> None:
-        for p in self.controllers:
-            p.stop()
+        stop_together(self.controllers)
 
     def logs(self) -> str:
         return "\n".join(f"----- {p.name} -----\n{p.log()[-5000:]}" for p in self.controllers)

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import LocalCluster, start_dledger_group, wait_until
+from cluster import LocalCluster, start_dledger_group, stop_together, wait_until
 from rmq import simple_consumer
 from rocketmq.v5.exception.client_exception import ClientException
 from timer_load import send_delayed
@@ -267,5 +267,4 @@ def test_controller_master_kill_with_pending_delays_delivers_each_once(cluster: 
             assert f["late_max_s"] <= 1 + PRECISION_S + LATE_SLACK_S, f
             assert f["receive_late_max_s"] <= 1 + PRECISION_S + RECEIVE_SLACK_S, f
     finally:
-        for p in controllers:
-            p.stop()
+        stop_together(controllers)

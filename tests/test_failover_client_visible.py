@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, start_dledger_group, wait_until
+from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, start_dledger_group, stop_together, wait_until
 from conftest import failed_call
 from rmq import config, message, producer, simple_consumer
 from rocketmq import TransactionChecker
@@ -352,8 +352,7 @@ def test_controller_mode_default_timing_fails_over_within_a_second(cluster: Loca
         assert gap <= bound, f"no successful send for {gap:.2f} s after kill -9 (bound {bound:.2f} s)"
         assert not failures, f"{len(failures)} sends failed: {failures[:3]}"
     finally:
-        for p in procs:
-            p.stop()
+        stop_together(procs)
 
 
 RECEIVE_BATCH = 32  # messages one receive hands out (in flight until acked)
@@ -528,5 +527,4 @@ def test_controller_mode_sends_to_a_slave_or_deposed_master_wait_for_the_new_mas
         print(f"controller mode, sends during the change: {len(results)}, failed {len(failed)}")
         assert not failed, f"{len(failed)} of {len(results)} sends failed: {failed[:3]}"
     finally:
-        for p in procs:
-            p.stop()
+        stop_together(procs)

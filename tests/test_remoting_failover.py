@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import LocalCluster, cluster_with_namesrv, ha_status, start_dledger_group, wait_until
+from cluster import LocalCluster, cluster_with_namesrv, ha_status, start_dledger_group, stop_together, wait_until
 from conftest import failed_call
 from test_e2e_controller import BROKER_TIMING, start_controllers
 from test_remoting_java_secure import java_classes
@@ -111,8 +111,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
             if failed_call(request):
                 print("\n".join(p.log()[-5000:] for p in controllers))
         finally:
-            for p in controllers:
-                p.stop()
+            stop_together(controllers)
 
 
 def wait_replicated(c: LocalCluster, addr: str) -> None:
