@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, wait_until
+from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, stop_together, wait_until
 from conftest import failed_call, free_port
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
@@ -111,8 +111,7 @@ def test_a_batch_is_one_raft_entry_and_offsets_survive_a_restart_of_the_group(cl
                what="every member's consume queue holding every message")
     assert bodies(ld, len(sent)) == sent
 
-    for n in nodes:
-        n.proc.stop()
+    stop_together(n.proc for n in nodes)  # the whole group down before any member starts
     for n in nodes:
         n.proc.start()
     wait_until(lambda: all(_up(n) for n in nodes), timeout=90, what="the members back")

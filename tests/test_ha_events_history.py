@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, wait_until
+from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, stop_together, wait_until
 from conftest import failed_call, free_port
 from rmq import message, producer
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -202,8 +202,7 @@ def test_ha_events_survive_restarts_with_follower_truncations_and_terms(cluster:
     assert len(terms_before) >= 2, terms_before
 
     # --- 1b. restart every node: the history comes back from the topic, not from memory
-    for n in nodes:
-        n.proc.stop()
+    stop_together(n.proc for n in nodes)  # the whole group down before any member starts
     for n in nodes:
         n.proc.start()
     third = await_leader(timeout=90)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from cluster import BIN, BrokerNode, LocalCluster, Proc, wait_until
+from cluster import BIN, BrokerNode, LocalCluster, Proc, stop_together, wait_until
 from cluster import ha_status as cluster_ha_status
 from conftest import free_port
 
@@ -333,8 +333,7 @@ class ChaosCluster:
                 self.pause(i, False)
         finally:
             self.c.stop()
-            for p in self.controllers:
-                p.stop()
+            stop_together(self.controllers)
 
     def logs(self) -> str:
         return self.c.logs() + "\n".join(f"----- {p.name} -----\n{p.log()[-4000:]}" for p in self.controllers)
