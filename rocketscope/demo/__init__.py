@@ -8,7 +8,7 @@ Steps, each printed with the elapsed time:
 3. after ``--failover-after`` seconds (about a minute by default), kill -9 of the
    leader, a new leader, and the old one restarted;
 4. `rocketscope analyze all --namesrv` (Spark, local mode) over the trace topic and
-   RMQ_SYS_HA_EVENTS;
+   RMQ_SYS_HA_EVENTS (the dashboard starts meanwhile);
 5. the dashboard, its URL and message IDs worth looking up; then it runs until Ctrl-C.
 
 ``--quick`` shortens every wait (seconds, not minutes), checks that each part came up
@@ -109,13 +109,26 @@ def run_demo(options: DemoOptions) -> int:
         new = cluster.wait_leader(60, exclude=old)
         failover_s = time.monotonic() - killed_at
         p.step(f"new leader {new.self_id} after {failover_s:.2f} s (term {old_term} -> {cluster.term()})")
-        cluster.start_node(old)
-        p.step(f"restarted {old.self_id}; it rejoins as a follower")
+        # the traffic after the failover goes on while the old leader restarts (a broker's start-up is
+        # seconds of imports): the wait below counts from the restart, not from when it is listening
+        cluster.start_node(old, wait=False)
         _sleep(5 if options.quick else 20, p, workload)
+        cluster.wait_node(old)
+        p.step(f"restarted {old.self_id}; it rejoins as a follower")
         workload.stop()
         p.step(f"traffic stopped: {workload.summary()}")
 
         analytics = work / "analytics"
+        url = ""
+        if options.dashboard:
+            # started now and waited for after Spark: its start-up (Python imports, a few CPU seconds) runs
+            # while Spark's driver is busy on one core; it reads the tables per page view, not at start
+            port = options.dashboard_port or free_port()
+            args = ["dashboard", "--namesrv", cluster.namesrv, "--analytics", str(analytics), "--port", str(port)]
+            if cluster.prometheus_url:
+                args += ["--prometheus", cluster.prometheus_url]
+            spawn(args, work / "dashboard.log")
+            url = f"http://127.0.0.1:{port}"
         p.step("Spark: rocketscope analyze all --namesrv (local mode, reads the trace topic and RMQ_SYS_HA_EVENTS)")
         # its own process group like every other child, so Ctrl-C here also stops Spark's JVM
         spark = spawn(["analyze", "all", "--namesrv", cluster.namesrv, "--output", str(analytics),
@@ -127,14 +140,7 @@ def run_demo(options: DemoOptions) -> int:
         tables = sorted(d.name for d in analytics.iterdir() if d.is_dir())
         p.step(f"Spark tables in {analytics}: {', '.join(tables)}")
 
-        url = ""
-        if options.dashboard:
-            port = options.dashboard_port or free_port()
-            args = ["dashboard", "--namesrv", cluster.namesrv, "--analytics", str(analytics), "--port", str(port)]
-            if cluster.prometheus_url:
-                args += ["--prometheus", cluster.prometheus_url]
-            spawn(args, work / "dashboard.log")
-            url = f"http://127.0.0.1:{port}"
+        if url:
             wait_for(lambda: _http_ok(f"{url}/_stcore/health"), 90, "the dashboard")
             p.step(f"dashboard: {url}")
         s = workload.stats

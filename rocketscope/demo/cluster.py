@@ -87,9 +87,14 @@ class DemoCluster:
         for node in self.nodes:
             self.start_node(node)
 
-    def start_node(self, node: Node) -> None:
+    def start_node(self, node: Node, wait: bool = True) -> None:
+        """Start a member; ``wait=False`` returns at once (:meth:`wait_node` later), so a restart overlaps a wait."""
         node.proc = spawn(["broker", "-c", str(node.conf)], self.work / f"broker-{node.self_id}.log")
-        wait_for(lambda: port_open(node.grpc_port) and port_open(node.listen_port), 60, f"broker {node.self_id}")
+        if wait:
+            self.wait_node(node)
+
+    def wait_node(self, node: Node, timeout: float = 60) -> None:
+        wait_for(lambda: port_open(node.grpc_port) and port_open(node.listen_port), timeout, f"broker {node.self_id}")
 
     def start_prometheus(self) -> bool:
         """A real Prometheus scraping every node each second, when the Debian package is installed."""
