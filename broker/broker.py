@@ -378,6 +378,8 @@ class Broker:
         the gRPC grace; new calls are refused, so the clients retry at the other members.
         """
         log.info("broker %s shutting down", self.broker_name)
+        if self.dledger is not None:  # while clients are still served: the new leader takes over at once
+            await self._stop_step("DLedger leadership hand-off", self.dledger.hand_off())
         client_server = getattr(self, "client_server", None)
         if client_server is not None:
             await self._stop_step("client gRPC server", client_server.stop(grace=1))

@@ -291,6 +291,34 @@ class DLedgerNode(DrivenMember):
         assert self.driver is not None
         self.driver.start()
 
+    async def hand_off(self, timeout_s: float = 1.0) -> str | None:
+        """A leader about to stop first hands leadership to its most caught-up live follower (Raft's
+        leadership transfer: it campaigns at once, without pre-vote or lease), and waits until it leads or
+        ``timeout_s`` passed; returns the new leader's id, None when this node did not lead or nobody took over.
+
+        Why: a graceful stop used to leave the group leaderless until the followers' election timeout after
+        the last heartbeat, 1.4 s without a successful send in the chaos harness's restarts (session 13),
+        where a kill -9 cost 0.5 s; etcd transfers leadership on stop for the same reason.
+        """
+        driver = self.driver
+        node = driver.node if driver is not None else None
+        if driver is None or node is None or not driver.is_leader:
+            return None
+        target = node.most_caught_up_peer()
+        if target is None:
+            return None
+        log.info("dledger %s/%s: stopping: handing leadership to %s", self.group, self.self_id, target)
+        node.transfer_leadership(target)
+        driver.kick()
+        deadline = self.clock.now() + timeout_s
+        while driver.is_leader and self.clock.now() < deadline:
+            await asyncio.sleep(0.01)
+        if driver.is_leader:
+            log.info("dledger %s/%s: %s did not take leadership within %.1f s; stopping as leader", self.group,
+                     self.self_id, target, timeout_s)
+            return None
+        return self.leader_id
+
     async def stop(self) -> None:
         if self.driver is not None:
             self.driver.stop("the broker is shutting down")

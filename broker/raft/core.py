@@ -190,6 +190,14 @@ class RaftNode:
             self._maybe_commit()
         return first
 
+    def most_caught_up_peer(self) -> str | None:
+        """The recently active follower holding the most of the log (None when no follower is heard from):
+        where a leader about to stop hands its leadership, so the group need not wait out an election timeout."""
+        if self.role is not _LEADER:
+            return None
+        live = [(pr.match, p) for p in self.peers if (pr := self._prs[p]).recent_active]
+        return max(live)[1] if live else None
+
     def transfer_leadership(self, target: str) -> None:
         """Hand leadership to ``target`` once its log is caught up (abort after a timeout)."""
         if self.role is not _LEADER:
