@@ -378,8 +378,11 @@ class Broker:
         the gRPC grace; new calls are refused, so the clients retry at the other members.
         """
         log.info("broker %s shutting down", self.broker_name)
-        if self.dledger is not None:  # while clients are still served: the new leader takes over at once
+        # while clients are still served: the new writer takes over at once, without a timeout waited out
+        if self.dledger is not None:
             await self._stop_step("DLedger leadership hand-off", self.dledger.hand_off())
+        if self.replicas is not None:
+            await self._stop_step("controller-mode master hand-off", self.replicas.hand_off())
         client_server = getattr(self, "client_server", None)
         if client_server is not None:
             await self._stop_step("client gRPC server", client_server.stop(grace=1))
