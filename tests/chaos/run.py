@@ -146,7 +146,8 @@ def report(result: dict[str, Any]) -> str:
                  f"{t['duplicates']} duplicates ({t.get('stored_twice', 0)} stored twice by a retried send), "
                  f"{t['checkbacks']} check-backs, delayed messages first delivered "
                  f"{t.get('delay_late_p50_s')}/{t.get('delay_late_p99_s')}/{t['delay_max_late_s']} s late "
-                 f"(p50/p99/max); {t.get('must_found_in_store')} must-keys found in the store")
+                 f"(p50/p99/max; by group {t.get('delay_late_by_group')}); "
+                 f"{t.get('must_found_in_store')} must-keys found in the store")
     for g, f in result.get("liveness", {}).items():
         lines.append(f"  backlog {g}: {f['stored_unconsumed']} stored, not yet consumed {f['by_kind']}; "
                      f"{'still consuming' if f['progressing'] else 'STOPPED'} at {f['rate_per_s']}/s over the "

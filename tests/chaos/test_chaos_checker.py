@@ -227,3 +227,14 @@ def test_delay_lateness_counts_each_groups_first_delivery_not_a_redelivery_after
     h.deliver("A", "d-2", wall=1060.0)  # redelivered 60 s later after an ack that did not come in time
     t = verdict(h)["totals"]
     assert (t["delay_late_p50_s"], t["delay_max_late_s"]) == (0.4, 0.6)
+    assert t["delay_late_by_group"]["A"] == {"p50": 0.4, "p99": 0.6, "max": 0.6}
+
+
+def test_delay_lateness_is_also_given_per_group() -> None:
+    h = H()
+    for i in range(3):
+        h.send(f"d-{i}", kind="delay", due=1000.0 + i)
+        h.deliver("A", f"d-{i}", wall=1000.0 + i + 0.1)  # A polls eagerly
+        h.deliver("B", f"d-{i}", wall=1000.0 + i + 9.0)  # B works through a backlog first
+    by_group = verdict(h)["totals"]["delay_late_by_group"]
+    assert by_group["A"]["max"] == 0.1 and by_group["B"]["p50"] == 9.0
