@@ -58,6 +58,10 @@ APACHE_TARGETS = {
     "rocketscope-consumers#1 A", "rocketscope-consumers#2 A", "rocketscope-consumers#3 A",
     "rocketscope-consumers#3 B", "rocketscope-consumers#4 A", "rocketscope-consumers#5 A",
 }
+# Targets that answer on Apache only once a POP consumer (a gRPC client through its proxy) has a retry topic:
+# "Retry lag" (is_retry="true").  Whether one has depends on which tests used the shared reference cluster
+# before (tests/test_diff_grpc.py's Java and Python gRPC consumers do), so either answer is right here.
+APACHE_TARGETS_WITH_POP = {"rocketscope-consumers#8 A"}
 
 
 @dataclass
@@ -264,6 +268,6 @@ def test_grafana_targets_over_apaches_broker_metrics(traffic: Traffic) -> None:
         # every target Apache's catalogue should feed returns data (rates need two scrapes of new traffic)
         got = wait_until(lambda: (lambda a: a if a >= APACHE_TARGETS else None)(answering()), timeout=90,
                          interval=1.0, what=f"the Grafana targets {sorted(APACHE_TARGETS)} over Apache's series")
-        assert got == APACHE_TARGETS, sorted(got - APACHE_TARGETS)
+        assert got - APACHE_TARGETS <= APACHE_TARGETS_WITH_POP, sorted(got - APACHE_TARGETS)
     finally:
         prom.stop()
