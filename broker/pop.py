@@ -556,16 +556,24 @@ class PopService:
                            "redelivered, or it was already acknowledged")
         return handle, st
 
-    def ack(self, group: str, handle_text: str) -> tuple[ReceiptHandle, int]:
-        """Acknowledge one hand-out; return its handle and when it was handed out (ms)."""
+    def _resolve_or_slave(self, group: str, handle_text: str) -> tuple[ReceiptHandle, QueueState, bool]:
+        """``_resolve``, or, when this node writes again, a receipt its acting slave issued (the third value
+        True): acks and new invisible times of such hand-outs reach the master (broker/slave_read.py)."""
         try:
             handle, st = self._resolve(group, handle_text)
         except PopError:
             slave = self._slave_receipt(handle_text)
             if slave is None:
                 raise
-            self._ack_slave_hand_out(group, slave)
-            return slave, 0
+            return slave, self.state(group, slave.topic, slave.queue_id), True
+        return handle, st, False
+
+    def ack(self, group: str, handle_text: str) -> tuple[ReceiptHandle, int]:
+        """Acknowledge one hand-out; return its handle and when it was handed out (ms)."""
+        handle, st, from_slave = self._resolve_or_slave(group, handle_text)
+        if from_slave:
+            self._ack_slave_hand_out(group, handle)
+            return handle, 0
         handed_ms = st.inflight[handle.offset].handed_ms
         if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
             self._commit(group, handle.topic, handle.queue_id, st)
@@ -597,19 +605,12 @@ class PopService:
                  handle.offset, handle.queue_id, group)
 
     def change_invisible(self, group: str, handle_text: str, invisible_ms: int) -> str:
-        try:
-            handle, st = self._resolve(group, handle_text)
-        except PopError:
-            slave = self._slave_receipt(handle_text)
-            if slave is None:
-                raise
-            # a hand-out of the acting slave (slaveReadEnable), forwarded once this node writes again: from now on
-            # it is in flight here, until the new deadline, so it is not handed out again before the consumer's
-            # retry time (broker/slave_read.py forward_change_invisible)
-            handle, st = slave, self.state(group, slave.topic, slave.queue_id)
-            if handle.offset < st.committed or handle.offset in st.acked:
-                raise PopError(ErrorKind.INVALID_RECEIPT_HANDLE, "the slave's hand-out of this receipt_handle "
-                                                                 "is already acknowledged") from None
+        handle, st, from_slave = self._resolve_or_slave(group, handle_text)
+        # a hand-out of the acting slave (slaveReadEnable) is in flight here from now on, until the new deadline,
+        # so it is not handed out again before the consumer's retry time (slave_read.py forward_change_invisible)
+        if from_slave and (handle.offset < st.committed or handle.offset in st.acked):
+            raise PopError(ErrorKind.INVALID_RECEIPT_HANDLE, "the slave's hand-out of this receipt_handle is "
+                                                             "already acknowledged")
         seq = next(self._seq)
         deadline = self.now_ms() + invisible_ms
         st.inflight[handle.offset] = Inflight(seq, deadline)

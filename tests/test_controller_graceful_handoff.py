@@ -18,7 +18,7 @@ import pytest
 from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call
 from rmq import drain_ids, message, producer, simple_consumer
-from test_failover_client_visible import ha_status, leader_index, start_default_controllers
+from test_failover_client_visible import controller_set, ha_status, leader_index, start_default_controllers
 
 pytestmark = pytest.mark.e2e
 TOPIC, GROUP = "TopicHandOff", "GroupHandOff"
@@ -35,20 +35,14 @@ def test_a_stopping_master_has_its_caught_up_slave_elected_before_it_goes(cluste
     c = cluster
     procs = start_default_controllers(c)
     try:
-        addrs = ";".join(f"127.0.0.1:{p}" for p in c.controller_ports)  # type: ignore[attr-defined]
-        nodes = [c.start_broker(f"h{i}", brokerName="broker-h", enableControllerMode="true", controllerAddr=addrs)
-                 for i in range(3)]
-        (m,) = wait_until(lambda: leader_index(c, nodes, "MASTER"), timeout=60, what="a master")
-        master = nodes[m]
-        wait_until(lambda: len(ha_status(c, master)["syncStateSet"]) == 3, timeout=60,
-                   what="all three brokers in the SyncStateSet")
+        nodes, master = controller_set(c, "broker-h")
         c.admin("updateTopic", "-b", master.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
         with producer(master.endpoint, TOPIC) as p:
             acked = {p.send(message(TOPIC, f"m-{i}".encode())).message_id for i in range(20)}
 
         master.proc.stop()  # SIGTERM, and wait for the process to end
 
-        others = [n for i, n in enumerate(nodes) if i != m]
+        others = [n for n in nodes if n is not master]
         (k,) = wait_until(lambda: leader_index(c, others, "MASTER"), timeout=60, what="a new master")
         new_id = ha_status(c, others[k])["brokerId"]
         assert f"asking the controller to elect broker {new_id} master" in master.proc.log(), \

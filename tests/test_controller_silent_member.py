@@ -19,7 +19,7 @@ import pytest
 from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call
 from rmq import message, producer, simple_consumer
-from test_failover_client_visible import ha_status, leader_index, start_default_controllers
+from test_failover_client_visible import controller_set, ha_status, start_default_controllers
 
 TOPIC = "TopicSilent"
 GROUP = "GroupSilent"
@@ -49,15 +49,9 @@ def test_a_paused_in_sync_slave_leaves_the_set_and_no_longer_holds_consumers(clu
     c = cluster
     procs = start_default_controllers(c)
     try:
-        addrs = ";".join(f"127.0.0.1:{p}" for p in c.controller_ports)  # type: ignore[attr-defined]
-        nodes = [c.start_broker(f"s{i}", brokerName="broker-s", enableControllerMode="true", controllerAddr=addrs,
-                                haMaxTimeSlaveNotCatchup=600_000) for i in range(3)]
-        (m,) = wait_until(lambda: leader_index(c, nodes, "MASTER"), timeout=60, what="a master")
-        master = nodes[m]
-        wait_until(lambda: len(ha_status(c, master)["syncStateSet"]) == 3, timeout=60,
-                   what="all three brokers in the SyncStateSet")
+        nodes, master = controller_set(c, "broker-s", haMaxTimeSlaveNotCatchup=600_000)
         c.admin("updateTopic", "-b", master.admin_addr, "-t", TOPIC, "-r", "2", "-w", "2")
-        slave = next(n for i, n in enumerate(nodes) if i != m)
+        slave = next(n for n in nodes if n is not master)
         slave_id = ha_status(c, slave)["brokerId"]
         with producer(master.endpoint, TOPIC) as p, simple_consumer(master.endpoint, GROUP, TOPIC) as consumer:
             p.send(message(TOPIC, b"before"))

@@ -282,6 +282,18 @@ SCHEDULING_ALLOWANCE_S = 0.6
 DETECTION_TARGET_S = 1.0
 
 
+def controller_set(c: LocalCluster, name: str, **conf: Any) -> tuple[list[BrokerNode], BrokerNode]:
+    """Three controller-mode brokers of set ``name`` on the controllers of ``start_default_controllers``;
+    returns them and their master once every one is in the SyncStateSet."""
+    addrs = ";".join(f"127.0.0.1:{p}" for p in c.controller_ports)  # type: ignore[attr-defined]
+    nodes = [c.start_broker(f"{name}-{i}", brokerName=name, enableControllerMode="true", controllerAddr=addrs,
+                            **conf) for i in range(3)]
+    (m,) = wait_until(lambda: leader_index(c, nodes, "MASTER"), timeout=60, what="a master")
+    wait_until(lambda: len(ha_status(c, nodes[m])["syncStateSet"]) == 3, timeout=60,
+               what="all three brokers in the SyncStateSet")
+    return nodes, nodes[m]
+
+
 def start_default_controllers(c: LocalCluster, n: int = 3) -> list[Any]:
     """Three controllers with no timing key set (only identity, peers, ports and store)."""
     from cluster import BIN, Proc, _port_open
