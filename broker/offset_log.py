@@ -29,7 +29,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .store.message_store import PutStatus
 from .store.record import StoredMessage
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ class OffsetLog:
         body = json.dumps({"o": [[g, t, q, o] for (g, t, q), o in sorted(changed.items())]},
                           separators=(",", ":")).encode()
         (res,) = await self.store.put([StoredMessage(topic=OFFSET_TOPIC, queue_id=0, body=body)])
-        if res.status is not PutStatus.PUT_OK:  # not known to be replicated: written again next interval
+        if not res.stored:  # not known to be replicated: written again next interval
             log.debug("consumer offsets not replicated now (%s); next interval retries", res.reason or res.status)
             return 0
         self._written.update(changed)

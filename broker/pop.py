@@ -31,7 +31,7 @@ from .groups import GroupManager
 from .offsets import OffsetManager
 from .persistence import load_json, save_json
 from .receipt import SLAVE_ORIGIN, ReceiptHandle, ReceiptHandleError
-from .store.message_store import MessageStore, PutStatus
+from .store.message_store import MessageStore
 from .store.record import StoredMessage
 from .topics import TopicManager
 from .trace_hooks import NoTrace, TraceHooks
@@ -707,9 +707,7 @@ class PopService:
         rtopic = retry_topic(group)
         self.topics.create_if_absent(rtopic, 1, system=True)
         (res,) = await self.store.put([self._copy(msg, rtopic, msg.reconsume_times + 1)])
-        # PUT_OK only: a DLedger entry not committed at a majority keeps its message in the result and may be
-        # truncated; taken for stored, the redelivery would be lost (a second copy is the safe side)
-        if res.status is not PutStatus.PUT_OK:
+        if not res.stored:  # not known to be stored (PutResult.stored): a second copy later is the safe side
             log.error("cannot store retry copy of %s: %s", msg.msg_id, res.reason or res.status.value)
             return False
         log.debug("message %s of group %s will be redelivered (reconsume times %d)", msg.msg_id, group,
@@ -724,7 +722,7 @@ class PopService:
         copy = self._copy(msg, dtopic, msg.reconsume_times if copy_times is None else copy_times)
         copy.properties[DLQ_ORIGIN_TOPIC] = origin_topic(msg)
         (res,) = await self.store.put([copy])
-        if res.status is not PutStatus.PUT_OK:  # as _to_retry: not known to be stored
+        if not res.stored:
             log.error("cannot move %s to %s: %s", msg.msg_id, dtopic, res.reason or res.status.value)
             return False
         log.info("message %s of group %s moved to %s after %d deliveries", msg.msg_id, group, dtopic,

@@ -55,7 +55,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .pop import Inflight, QueueState
-from .store.message_store import PutStatus
 from .store.record import StoredMessage
 
 if TYPE_CHECKING:
@@ -316,7 +315,7 @@ class PopStateLog:
         except Exception:
             log.exception("writing POP state to the replicated log failed")
             return False
-        ok = res.message is not None and res.status == PutStatus.PUT_OK
+        ok = res.stored
         if not ok:
             log.debug("POP state record not replicated (%s): %d ops", res.reason or res.status, ops)
         return ok

@@ -691,7 +691,7 @@ class TimerService:
         rec = StoredMessage(topic=TIMER_TOPIC, queue_id=0, body=b"",
                             properties={CHECKPOINT: f"{claim[0]},{claim[1]}", "UNIQ_KEY": uuid.uuid4().hex.upper()})
         (res,) = await self.store.put([rec])
-        if res.message is not None and res.status is PutStatus.PUT_OK:
+        if res.stored:
             self._recorded_claim = claim
             self._delivered_since_record = 0
 
@@ -732,7 +732,7 @@ class TimerService:
                              properties={RECALL_OF: str(target.queue_offset), SLOT_MS: str(slot), REAL_TOPIC: topic,
                                          "UNIQ_KEY": f"{msg_id}-recall"})
         (res,) = await store.put([tomb])
-        if res.status is not PutStatus.PUT_OK:  # an uncommitted DLedger entry keeps its message: not recorded
+        if not res.stored:
             raise RecallError(ErrorKind.INTERNAL, f"cannot record the recall: {res.reason or res.status.value}")
         self.recalled[target.queue_offset] = slot
         self._wake.set()

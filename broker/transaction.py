@@ -36,7 +36,6 @@ from rocketscope.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 from .convert import to_grpc
 from .errors import BrokerError, ErrorKind
-from .store.message_store import PutStatus
 from .store.record import TRANSACTION_COMMIT, TRANSACTION_PREPARED, StoredMessage
 
 if TYPE_CHECKING:
@@ -259,7 +258,7 @@ class TransactionService:
                     # the message and its op record in one write: a commit whose op record was lost with the
                     # writer left the half pending at the next writer, which checked it back and committed it again
                     res, op_res = await self.store.put([real, self._op(half.offset, "COMMIT_MESSAGE")])
-                    if res.status is not PutStatus.PUT_OK or op_res.status is not PutStatus.PUT_OK:
+                    if not (res.stored and op_res.stored):
                         # not known to be stored (a DLedger entry not committed at a majority keeps its message
                         # in the result, with this status): the half stays pending and is checked back; if the
                         # write survives after all, that resolution finds it and writes the op record only.
@@ -323,7 +322,7 @@ class TransactionService:
     async def _write_op(self, offset: int, kind: str) -> None:
         """The op record that resolves a half; a write not known to be stored leaves the half pending."""
         (res,) = await self.store.put([self._op(offset, kind)])
-        if res.status is not PutStatus.PUT_OK:
+        if not res.stored:
             raise TransactionError(ErrorKind.INTERNAL, f"cannot store the {kind} record: {res.status.value} "
                                                        f"{res.reason}".rstrip())
 

@@ -67,6 +67,15 @@ class PutResult:
     message: StoredMessage | None = None
     reason: str = ""
 
+    @property
+    def stored(self) -> bool:
+        """Whether the write is known to be stored (and replicated as the mode requires): PUT_OK only.
+
+        ``message`` alone does not say so: a DLedger entry not committed at a majority keeps its message in the
+        result (status IN_SYNC_REPLICAS_NOT_ENOUGH) and may be truncated later; internal writers that took such
+        a write for stored lost a transaction's commit (tests/test_transaction_uncommitted.py)."""
+        return self.status is PutStatus.PUT_OK and self.message is not None
+
 
 @dataclass
 class StoreConfig:
