@@ -86,6 +86,19 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def group_running(pgids: list[int]) -> list[str]:
+    """The processes still running in any of the process groups ``pgids``, as "pid comm (group)".
+
+    Read from /proc rather than ``killpg(pgid, 0)``: that also answers for a group whose last members are zombies,
+    a SIGKILLed grandchild (Spark's JVM, Streamlit's server) that has exited and waits for PID 1 to reap it.
+    """
+    wanted, running = set(pgids), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) and st[1] in wanted:
+            running.append(f"{entry.name} {_comm(int(entry.name))} (group {st[1]})")
+    return running
+
+
 def http_status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -166,7 +179,10 @@ def test_quick_demo_every_part_comes_up_and_ctrl_c_stops_everything(tmp_path: Pa
     # nothing left: by PID (all descendants ever seen), by process group, and by work directory
     # SIGKILLed processes vanish within moments, not necessarily before the demo's own exit
     wait_until(lambda: not still_alive(seen), timeout=15, what=f"every process of the demo gone: {still_alive(seen)}")
-    assert not [pgid for pgid in children if group_alive(pgid)], "a process group of the demo is still alive"
+    try:
+        wait_until(lambda: not group_running(children), timeout=15, what="every process group of the demo gone")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still running: {group_running(children)}") from None
     assert not processes_mentioning(str(work)), "a process of the demo is still running"
 
 
