@@ -8,6 +8,7 @@ stored before, byte for byte.
 
 from __future__ import annotations
 
+import base64
 import string
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,6 +226,17 @@ def test_fuzz_recall_handle_decoder(text: str) -> None:
         parse_recall_handle(text)
     except RecallError:
         pass
+
+
+@pytest.mark.parametrize("text", ["not-a-handle", "a", base64.urlsafe_b64encode(b"r1 b t soon id").decode(),
+                                  base64.urlsafe_b64encode(b"\xff\xfe").decode()])
+def test_a_bad_recall_handle_is_named_in_the_clients_terms(text: str) -> None:
+    """BAD_REQUEST naming the field, never the decoder's exception text (row 55 of docs/COMPATIBILITY.md)."""
+    with pytest.raises(RecallError) as caught:
+        parse_recall_handle(text)
+    message = str(caught.value)
+    assert message.startswith("recall_handle is not one this broker issued"), message
+    assert "padding" not in message and "codec" not in message and "invalid literal" not in message, message
 
 
 @given(st.binary(max_size=300))
