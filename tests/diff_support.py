@@ -8,6 +8,7 @@ are equal, or that each side does what docs/COMPATIBILITY.md records for a delib
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -36,6 +37,7 @@ class Side:
     create_topic: Callable[[str, str], None]  # (topic, message.type)
     create_group: Callable[[str, bool, int], None]  # (group, orderly, retryMaxTimes)
     topics: Callable[[], set[str]]
+    broker_remoting: str = ""  # the broker's remoting address (consumer progress is read there, as mqadmin does)
 
     def unique(self, prefix: str) -> str:
         return f"{prefix}{uuid.uuid4().hex[:8]}"
@@ -427,6 +429,97 @@ JAVA_NEEDS = {"normal": (("Normal",), "normal"), "fifo": (("Fifo",), "fifo"), "d
               "transaction": (("Tx",), "tx"), "recall": (("Recall",), "recall"), "retry_dlq": (("Dlq",), "dlq"),
               "invisible_time": (("Inv",), "inv"), "change_invisible": (("Change",), "change"),
               "bad_input": (("Bad", "BadFifo"), "bad")}
+
+
+def settings_answer(side: Side, cmd: svc.TelemetryCommand) -> dict[str, Any]:
+    """The Settings the server answers a client's first Settings with, as JSON (what the client adopts).
+
+    The access point, the client's own subscription entries and resource names are dropped: they are what the
+    client sent, not the server's answer."""
+    from google.protobuf import json_format
+
+    done = threading.Event()
+
+    def requests() -> Iterator[svc.TelemetryCommand]:
+        yield cmd
+        done.wait(60)
+
+    with grpc.insecure_channel(side.endpoint) as ch:
+        stream = svc_grpc.MessagingServiceStub(ch).Telemetry(requests(), metadata=MD, timeout=60)
+        try:
+            answer = next(stream)
+        finally:
+            done.set()
+            stream.cancel()
+    got = json_format.MessageToDict(answer.settings)
+    got.pop("accessPoint", None)
+    for part in ("subscription", "publishing"):
+        got.get(part, {}).pop("subscriptions", None)
+        got.get(part, {}).pop("group", None)
+        got.get(part, {}).pop("topics", None)
+    metric = got.get("metric", {})
+    if "endpoints" in metric:  # where to push client metrics: an address of the side itself, compared as a fact
+        metric["endpoints"] = "<the server's own address>" if any(
+            a.get("port") == int(side.endpoint.rsplit(":", 1)[1]) for a in metric["endpoints"].get("addresses", [])
+        ) else "<another address>"
+    return {"status": pb.Code.Name(answer.status.code) if answer.HasField("status") else None, "settings": got}
+
+
+def scenario_settings_answers(side: Side) -> dict[str, Any]:
+    """The Settings each client type is answered with (its retry policy, batch and polling, the publishing
+    limits, and ``metric``: whether and where the client should push its client metrics)."""
+    topic, group = side.unique("DiffSettings"), side.unique("GID_diff_settings")
+    side.create_topic(topic, "NORMAL")
+    side.create_group(group, False, 16)
+    producer = svc.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.PRODUCER, access_point=endpoints(side),
+        publishing=pb.Publishing(topics=[pb.Resource(name=topic)])))
+    producer.settings.request_timeout.FromSeconds(3)
+    return {"producer": settings_answer(side, producer),
+            "simple": settings_answer(side, consumer_settings(side, group, topic, pb.SIMPLE_CONSUMER)),
+            "push": settings_answer(side, consumer_settings(side, group, topic, pb.PUSH_CONSUMER))}
+
+
+GET_CONSUME_STATS = 208  # mqadmin consumerProgress asks each broker this (ConsumeStats: offsetTable, consumeTps)
+
+
+def consume_stats(side: Side, group: str, topic: str) -> dict[str, Any]:
+    """Per queue (brokerOffset, consumerOffset) and the diff total, read from the broker over remoting."""
+    from peers_support import remoting
+
+    body = remoting.call(side.broker_remoting, GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic}).body
+    raw = body.decode()
+    # the offsetTable's keys are MessageQueue objects (not valid JSON); each value follows its key's queueId
+    queues = re.findall(r'"queueId":(\d+)[^}]*}\s*:\s*\{([^}]*)\}', raw)
+    table = {}
+    for qid, value in queues:
+        fields = dict(re.findall(r'"(\w+)":(-?\d+)', value))
+        table[int(qid)] = (int(fields.get("brokerOffset", -1)), int(fields.get("consumerOffset", -1)))
+    return {"queues": dict(sorted(table.items())),
+            "diff_total": sum(b - c for b, c in table.values())}
+
+
+def scenario_consumer_progress(side: Side) -> dict[str, Any]:
+    """Consumer progress as mqadmin's consumerProgress reads it from the broker: 12 messages sent to a 4-queue
+    topic; after a SimpleConsumer group received and acked all of them, every queue's consumer offset reaches
+    its broker offset (ground truth: the 12 sends and the 12 acks counted here)."""
+    topic, group = side.unique("DiffProgress"), side.unique("GID_diff_progress")
+    side.create_topic(topic, "NORMAL")
+    side.create_group(group, False, 16)
+    with rmq.producer(side.endpoint, topic) as p:
+        for i in range(12):
+            p.send(rmq.message(topic, f"p{i}".encode()))
+    with consumer(side, group, topic) as c:
+        got = drain(c, 12, timeout=60)
+    acked = len(got)
+    # offsets are committed after the acks (Apache: by the POP checkpoint; both asynchronously): wait for them
+    deadline, stats = time.monotonic() + 30, consume_stats(side, group, topic)
+    while stats["diff_total"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+        stats = consume_stats(side, group, topic)
+    brokers = sum(b for b, _ in stats["queues"].values())
+    return {"acked": acked, "broker_offsets_total": brokers, "diff_total_after_acks": stats["diff_total"],
+            "queues": sorted(stats["queues"])}
 
 
 def _relative_all(value: Any, names: dict[str, str]) -> Any:

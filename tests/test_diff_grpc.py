@@ -51,7 +51,7 @@ def rocketscope(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
 def apache_side(cluster: rc.ReferenceCluster) -> d.Side:
     return d.Side("apache", cluster.endpoint, cluster.create_topic,
                   lambda g, orderly, retry: cluster.create_group(g, orderly, retry),
-                  lambda: remoting.topic_list(cluster.namesrv_addr))
+                  lambda: remoting.topic_list(cluster.namesrv_addr), cluster.broker_addr)
 
 
 def rocketscope_side(c: LocalCluster) -> d.Side:
@@ -63,7 +63,7 @@ def rocketscope_side(c: LocalCluster) -> d.Side:
         c.admin("updateSubGroup", "-c", "DefaultCluster", "-g", group, "-o", str(orderly).lower(), "-r", str(retry))
 
     return d.Side("rocketscope", c.brokers["broker-a"].endpoint, create_topic, create_group,
-                  lambda: set(c.admin_json("topicList")))
+                  lambda: set(c.admin_json("topicList")), c.brokers["broker-a"].admin_addr)
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +111,18 @@ def test_topic_and_group_auto_creation(sides: dict[str, d.Side]) -> None:
     assert apache["send_to_missing_topic"][0] == "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"
     assert not apache["topic_created_by_the_send"]
     assert ours["send_to_missing_topic"][0] == "OK" and ours["topic_created_by_the_send"]
+
+
+def test_settings_answers_and_client_metrics(sides: dict[str, d.Side]) -> None:
+    apache, ours = both(sides, d.scenario_settings_answers)
+    print("differences:", {k: (apache[k], ours[k]) for k in apache if apache[k] != ours[k]})
+    assert ours == apache
+
+
+def test_consumer_progress(sides: dict[str, d.Side]) -> None:
+    apache, ours = both(sides, d.scenario_consumer_progress)
+    assert apache["acked"] == 12 and apache["broker_offsets_total"] == 12
+    assert ours == apache
 
 
 # Cases whose status code differs, as docs/COMPATIBILITY.md records them: (Apache, RocketScope)
