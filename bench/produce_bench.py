@@ -1,6 +1,7 @@
 """Produce throughput and latency: RocketScope (official client) against NATS JetStream R1 (issue 3).
 
     .venv/bin/python bench/produce_bench.py [--seconds 8] [--rounds 2] [--producers 1] [--quick] [--no-profile]
+                                            [--no-apache]
 
 What is measured, side by side in one run:
 
@@ -9,6 +10,10 @@ What is measured, side by side in one run:
   acknowledged after the fdatasync that covers it).  Client: the official
   rocketmq-python-client, 1 KiB bodies, depth 1 = synchronous ``send`` one at a time,
   depth 64/256 = that many ``send_async`` futures in flight.
+* Apache RocketMQ 5.3.3 (issue 18; ``--no-apache`` leaves it out): one broker, its default
+  ASYNC_FLUSH, behind its proxy (``make peers``, peers/reference_cluster.py), reached by the
+  same official client as RocketScope; its CPU per message is the broker's plus the proxy's.
+  The cluster starts once for every round (its JVMs take a minute or more to start here).
 * NATS JetStream (Debian nats-server 2.9), one server, an R1 stream with file storage.
   Client: nats-py, same body, depth 1 = one ``publish`` awaited at a time, depth 64/256 =
   that many publishes awaiting their ack.  2.9 has no ``sync_interval`` (it refuses the
@@ -39,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import queue
 import statistics
 import sys
@@ -55,7 +61,7 @@ BODY = common.BODY_1K
 TOPIC = "Bench"
 SUBJECT = "bench"
 DEPTHS = (1, 64, 256)
-SYSTEMS = ("rocketscope_async_flush", "rocketscope_sync_flush", "jetstream_r1")
+SYSTEMS = ("rocketscope_async_flush", "rocketscope_sync_flush", "jetstream_r1", "apache_async_flush")
 WARMUP = 50
 progress = common.Progress("produce")
 
@@ -159,9 +165,12 @@ def _collect(out: Any, procs: list[Any], count: int, timeout: float, what: str) 
     return got
 
 
-def drive(kind: str, target: str, server_pid: int, depth: int, producers: int, seconds: float,
+def drive(kind: str, target: str, server_pid: int | list[int], depth: int, producers: int, seconds: float,
           max_messages: int) -> dict[str, Any]:
-    """Run one phase with ``producers`` load processes sharing ``depth``; aggregate throughput, latency and CPU."""
+    """Run one phase with ``producers`` load processes sharing ``depth``; aggregate throughput, latency and CPU.
+
+    ``server_pid`` may be several processes (Apache's broker and proxy): their CPU is added up."""
+    pids = server_pid if isinstance(server_pid, list) else [server_pid]
     ctx = mp.get_context("spawn")
     k = 1 if depth == 1 else max(1, min(producers, depth))
     go = ctx.Event()  # set once every generator is connected and warmed up: they start together
@@ -173,11 +182,11 @@ def drive(kind: str, target: str, server_pid: int, depth: int, producers: int, s
         p.start()
     try:
         _collect(out, procs, k, 180, "start-up")
-        cpu0, t0 = common.proc_cpu_s(server_pid), time.perf_counter()
+        cpu0, t0 = sum(common.proc_cpu_s(pid) for pid in pids), time.perf_counter()
         go.set()
         results = _collect(out, procs, k, seconds + 120, "results")
         wall = time.perf_counter() - t0
-        server_cpu = common.proc_cpu_s(server_pid) - cpu0
+        server_cpu = sum(common.proc_cpu_s(pid) for pid in pids) - cpu0
     finally:
         for p in procs:
             p.join(10)
@@ -256,6 +265,45 @@ def run_jetstream(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+class ApacheStandalone:
+    """Apache RocketMQ's broker (ASYNC_FLUSH, its default) and proxy, started once for all rounds."""
+
+    def __init__(self) -> None:
+        import shutil
+        import tempfile
+
+        sys.path.insert(0, str(common.ROOT / "peers"))
+        import reference_cluster as rc
+
+        why = rc.missing()
+        if why:
+            raise RuntimeError(f"{why} (or run with --no-apache)")
+        self._rmtree = shutil.rmtree
+        self.root = Path(tempfile.mkdtemp(prefix="rs-produce-apache-"))
+        self.cluster = rc.ReferenceCluster(self.root, broker_conf={"mappedFileSizeCommitLog": 256 * 1024 * 1024})
+
+    def start(self) -> ApacheStandalone:
+        t0 = time.monotonic()
+        self.cluster.start(timeout=900)
+        self.cluster.create_topic(TOPIC, queues=8)
+        progress(f"Apache RocketMQ broker + proxy ready in {time.monotonic() - t0:.0f} s")
+        return self
+
+    def stop(self) -> None:
+        self.cluster.stop()
+        self._rmtree(self.root, ignore_errors=True)
+
+    def run(self, args: argparse.Namespace) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        c = self.cluster
+        for depth in DEPTHS:
+            secs = args.seconds * (0.6 if depth == 1 else 1.0)
+            out[str(depth)] = r = drive("rocketmq", c.endpoint, [c.pids["broker"], c.pids["proxy"]], depth,
+                                        args.producers, secs, args.max_messages)
+            progress(_line("Apache ASYNC_FLUSH", depth, r))
+        return out
+
+
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per depth, the median of each figure over the rounds (the rounds themselves are kept too)."""
     keys = ("msgs_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_msg", "client_cpu_us_per_msg", "server_cpu_cores")
@@ -272,34 +320,50 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--quick", action="store_true", help="smoke test: one short round, no profile")
     ap.add_argument("--out", type=Path, default=common.RESULTS / "produce.json")
+    ap.add_argument("--no-apache", action="store_true", help="leave out the Apache RocketMQ column")
     args = ap.parse_args()
     if args.quick:
         args.seconds, args.rounds, args.no_profile, args.max_messages = 1.5, 1, True, min(args.max_messages, 20_000)
 
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
-    for r in range(args.rounds):
-        order = list(SYSTEMS) if r % 2 == 0 else list(reversed(SYSTEMS))
-        progress(f"round {r + 1}/{args.rounds}: {', '.join(order)}")
-        for system in order:
-            if system == "jetstream_r1":
-                runs[system].append(run_jetstream(args))
-            else:
-                runs[system].append(run_rocketscope("ASYNC_FLUSH" if "async" in system else "SYNC_FLUSH", args))
+    systems = [s for s in SYSTEMS if not (args.no_apache and s.startswith("apache"))]
+    apache = None if args.no_apache else ApacheStandalone().start()
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    try:
+        for r in range(args.rounds):
+            order = list(systems) if r % 2 == 0 else list(reversed(systems))
+            progress(f"round {r + 1}/{args.rounds}: {', '.join(order)}")
+            for system in order:
+                if system == "jetstream_r1":
+                    runs[system].append(run_jetstream(args))
+                elif apache is not None and system == "apache_async_flush":
+                    runs[system].append(apache.run(args))
+                else:
+                    runs[system].append(run_rocketscope("ASYNC_FLUSH" if "async" in system else "SYNC_FLUSH", args))
+    finally:
+        if apache is not None:
+            apache.stop()
     med = {s: median_of(v) for s, v in runs.items()}
     js = med["jetstream_r1"]
     ratios = {f"{s}_vs_jetstream": {d: round(med[s][d]["msgs_per_s"] / js[d]["msgs_per_s"], 3) for d in js}
               for s in SYSTEMS[:2]}
+    if "apache_async_flush" in med:
+        ratios["rocketscope_async_flush_vs_apache"] = {
+            d: round(med["rocketscope_async_flush"][d]["msgs_per_s"] / med["apache_async_flush"][d]["msgs_per_s"], 3)
+            for d in js}
     doc: dict[str, Any] = {
         "body_bytes": len(BODY), "depths": list(DEPTHS), "rounds": args.rounds, "seconds_per_phase": args.seconds,
         "producers": args.producers, "quick": args.quick,
         "durability": {"rocketscope_async_flush": "ack after write to the page cache; fdatasync every 500 ms",
                        "rocketscope_sync_flush": "ack after the fdatasync covering the message (group commit)",
                        "jetstream_r1": "nats-server 2.9.10 file store: ack after write to the page cache; fsync in "
-                                       "the background (2.9 has no sync_interval setting)"},
+                                       "the background (2.9 has no sync_interval setting)",
+                       "apache_async_flush": "Apache RocketMQ 5.3.3 broker, ASYNC_FLUSH (its default), through its "
+                                             "proxy: ack after write to the page cache"},
         "compared": "rocketscope_async_flush vs jetstream_r1 (same promise: page cache at ack time)",
         "median": med, "ratios": ratios, "target": "ratio >= 1.0 at every depth",
         "target_met": all(v >= 1.0 for v in ratios["rocketscope_async_flush_vs_jetstream"].values()),
         "runs": runs}
+    doc["load_average_1m_at_end"] = os.getloadavg()[0]
     if not args.no_profile:
         doc["profile"] = {}
         for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
@@ -321,6 +385,15 @@ def main() -> None:
     print(common.table(["depth", "RS ASYNC", "RS SYNC", "JS R1", "ASYNC/JS", "SYNC/JS", "RS ASYNC lat",
                         "RS SYNC lat", "JS lat", "server cpu", "client cpu"], rows))
     print(f"target ASYNC_FLUSH >= 1.0x JetStream R1 at every depth: {'met' if doc['target_met'] else 'NOT met'}")
+    if "apache_async_flush" in med:
+        for d in js:
+            a, x = med["rocketscope_async_flush"][d], med["apache_async_flush"][d]
+            print(f"depth {d}: Apache ASYNC_FLUSH {x['msgs_per_s']:.0f} msg/s, p50/p99 {x['p50_ms']:.1f}/"
+                  f"{x['p99_ms']:.1f} ms, broker+proxy {x['server_cpu_us_per_msg']:.0f} us/msg, client "
+                  f"{x['client_cpu_us_per_msg']:.0f} us/msg; RocketScope / Apache "
+                  f"{ratios['rocketscope_async_flush_vs_apache'][d]:.2f}x (RocketScope broker "
+                  f"{a['server_cpu_us_per_msg']:.0f} us/msg)")
+    print(f"load average at the end: {doc['load_average_1m_at_end']:.1f}")
     for flush, summary in doc.get("profile", {}).items():
         common.print_profile(summary, f"broker profile {flush}, depth 64")
     print(f"results in {args.out}")
