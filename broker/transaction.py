@@ -160,7 +160,7 @@ class TransactionService:
         entry commits; until then an op record written by the predecessor may be invisible.
         """
         store = self.store
-        return store.confirm_offset >= min(self._ready_at, store.commit_log.max_offset)
+        return min(store.confirm_offset, store.dispatched) >= min(self._ready_at, store.commit_log.max_offset)
 
     def may_check_back(self) -> bool:
         """Only a writer sure of its role, that sees what earlier writers resolved, checks back."""
@@ -212,12 +212,20 @@ class TransactionService:
 
     # ------------------------------------------------------------------- end
     async def end(self, tx_id: str, msg_id: str, resolution: int, from_check: bool) -> str:
+        # A writer that just took over resolves nothing before it sees its predecessors' log confirmed: a
+        # predecessor may have stored this very commit (message and op record, one entry) that this node holds
+        # but has not confirmed yet, so neither its op record nor its message is visible, and committing again
+        # stored the message twice (chaos DLedger, preferred leader returning under load, session 14: two
+        # check-backs answered COMMIT, one at each of two successive leaders)
+        await self._catch_up()
         half = self.pending.get(tx_id)
-        if half is None:
-            half = await self._find_replicated(tx_id)
         if half is None:
             raise TransactionError(ErrorKind.INVALID_TRANSACTION_ID,
                                    f"transaction_id {tx_id} is unknown or already resolved")
+        if not self.writer_caught_up():
+            raise TransactionError(ErrorKind.INTERNAL, "this broker has just become the writer and has not yet "
+                                   f"confirmed its predecessors' log; transaction {tx_id} stays pending and is "
+                                   "checked back")
         if msg_id and msg_id != half.msg_id:
             raise TransactionError(ErrorKind.ILLEGAL_MESSAGE_ID,
                                    f"message_id {msg_id} does not belong to transaction {tx_id}")
@@ -293,18 +301,18 @@ class TransactionService:
                  " (answer to a check-back)" if from_check else "")
         return kind
 
-    async def _find_replicated(self, tx_id: str) -> Half | None:
-        """A half message written under an earlier writer, once this writer confirms what it took over.
+    async def _catch_up(self) -> None:
+        """Wait (up to CATCH_UP_WAIT_S) until this writer confirms the log it took over, reading what it resolves.
 
-        A new leader confirms its predecessors' tail only when its own first entry commits;
-        an EndTransaction arriving before that must wait for it, not be refused.
+        A new leader confirms its predecessors' tail only when its own first entry commits; an EndTransaction
+        arriving before that waits for it (the half it names, or the op record resolving it, may be in that
+        tail), rather than being refused or acting on what it sees so far.
         """
         self.refresh()
         deadline = time.monotonic() + CATCH_UP_WAIT_S
-        while tx_id not in self.pending and not self.writer_caught_up() and time.monotonic() < deadline:
+        while not self.writer_caught_up() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
             self.refresh()
-        return self.pending.get(tx_id)
 
     def _already_committed(self, real: StoredMessage, half: StoredMessage) -> bool:
         """Whether the real topic already holds this message's commit: the same message ID, from this half
