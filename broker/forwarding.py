@@ -547,6 +547,11 @@ class StreamRelay:
         finally:
             with contextlib.suppress(Exception):
                 stream.cancel()
+            # the call's own task reading ``up`` must end too: cancel() leaves it waiting when the writer ended
+            # the stream first (the call is over, so grpc does not cancel it), and an abandoned pending task is
+            # reported by asyncio as an ERROR ("Task was destroyed but it is pending!") when it is collected,
+            # a burst of them at every leader change (chaos DLedger run, session 14)
+            up.put_nowait(None)
 
     async def _attempts(self) -> None:
         first = True
