@@ -120,6 +120,8 @@ class PopJournal(Protocol):
     def op(self, kind: str, group: str, topic: str, queue_id: int, offset: int, committed: int,
            *extra: int) -> None: ...
 
+    def mark_ordered(self, group: str, topic: str) -> None: ...
+
     def ready(self) -> bool: ...
 
     def serving(self) -> bool: ...
@@ -150,7 +152,8 @@ class PopService:
         self.clock = clock
         self.states: dict[tuple[str, str, int], QueueState] = {}
         # (group, topic) popped with order=true over remoting (Apache's ordered POP): FIFO by queue, see pop();
-        # kept in <store>/config/popOrdered.json so that a restarted broker redelivers their hand-outs in place
+        # kept in <store>/config/popOrdered.json so that a restarted broker redelivers their hand-outs in place,
+        # and written to the POP journal with the hand-outs, so that every replica knows them (learn_ordered)
         root = getattr(store, "root", None)
         self._ordered_path = Path(root) / "config" / "popOrdered.json" if root is not None else None
         self.ordered: set[tuple[str, str]] = set()
@@ -299,9 +302,9 @@ class PopService:
         if not self.serving():
             return []  # a new writer: what its predecessors handed out and acked is not all known yet
         if order and (group, topic) not in self.ordered:
-            self.ordered.add((group, topic))
-            if self._ordered_path is not None:
-                save_json(self._ordered_path, sorted(self.ordered))
+            self._add_ordered([(group, topic)])
+            if self.journal is not None:  # before this pop's hand-out ops: a replica knowing those knows this
+                self.journal.mark_ordered(group, topic)
             log.info("group %s pops %s in order (remoting order=true): its redeliveries stay in place", group, topic)
         fifo = order or self.fifo(group, topic)
         out = [] if fifo else self._pop_retries(group, topic, batch, invisible_ms, tags)
@@ -314,6 +317,23 @@ class PopService:
                 break
             out.extend(pop_queue(group, topic, queue_id, batch - len(out), invisible_ms, tags))
         return out
+
+    def _add_ordered(self, marks: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Add ordered-POP marks, persisted when any is new; returns the new ones."""
+        new = [m for m in marks if m not in self.ordered]
+        if new:
+            self.ordered.update(new)
+            if self._ordered_path is not None:
+                save_json(self._ordered_path, sorted(self.ordered))
+        return new
+
+    def learn_ordered(self, marks: list[tuple[str, str]]) -> None:
+        """Marks read from the replicated POP journal (broker/pop_log.py): a slave or follower that becomes
+        the writer, or a slave handing out for its master, then redelivers those groups' hand-outs in place
+        as the old writer would have, even before the group's next ordered pop reaches it."""
+        for group, topic in self._add_ordered(marks):
+            log.info("group %s pops %s in order (learnt from the replicated POP state): its redeliveries stay "
+                     "in place", group, topic)
 
     def is_fifo(self, group: str) -> bool:
         cfg = self.groups.get(group)

@@ -17,6 +17,14 @@ spirit, every change of that state is an *op* appended to the system topic
 * ``r`` a FIFO message put back in place for redelivery;
 * ``c`` an offset reset.
 
+A record also carries, in ``m``, the (group, topic) pairs first popped in order (remoting
+``order=true``) since the last record, and a snapshot record all of them: the marks that make
+a writer redeliver such a group's hand-outs in place (broker/pop.py ``ordered``).  They travel
+with the hand-outs they govern, so a node that adopts an ordered hand-out also knows to keep it
+in place; the metadata copy every few seconds (broker/ha/slave.py) would leave a window in which
+the new writer knows the hand-out but not the mark and sends it to the retry topic, which ordered
+pops never read.
+
 Ops are grouped into one record per write: the ops made in one event-loop turn (acks
 arriving together) share a record and its commit wait; records are pipelined (up to
 ``MAX_INFLIGHT`` in flight, then the ops gather into the next), so an ack waits for one
@@ -131,6 +139,7 @@ class PopStateLog:
         self.shadow: States = {}
         self.token = ""  # this node's writer incarnation: records carrying it are its own
         self._ops: list[list[Any]] = []
+        self._marks: list[list[str]] = []  # ordered-POP marks not written yet
         self._appended = 0  # ops handed to the journal so far
         self._durable = 0  # ops known to be in the committed log
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
@@ -228,6 +237,14 @@ class PopStateLog:
         self._dirty = True
         self._wake.set()
 
+    def mark_ordered(self, group: str, topic: str) -> None:
+        """``group`` pops ``topic`` in order: into the next record, ahead of that pop's hand-out ops."""
+        if self._slave_acting():
+            return
+        self._marks.append([group, topic])
+        self._dirty = True
+        self._wake.set()
+
     async def durable(self, timeout_s: float) -> bool:
         """True once every op so far is committed; False when that did not happen within ``timeout_s``."""
         target = self._appended
@@ -284,10 +301,11 @@ class PopStateLog:
         """
         b = self.broker
         if not b.is_master:
-            self._ops = []
+            self._ops, self._marks = [], []
             self._fail_waiters()
             return
         batch, self._ops = self._ops, []
+        marks, self._marks = self._marks, []
         upto = self._appended
         snap = None
         now = time.monotonic()
@@ -295,11 +313,14 @@ class PopStateLog:
         if ready and self._dirty and now - self._last_snapshot >= self.snapshot_s:
             snap = snapshot_of(b.pop.states)  # taken with the batch: it covers exactly the ops written so far
             self._last_snapshot, self._dirty = now, False
-        if not batch and snap is None and ready:
+        if not batch and not marks and snap is None and ready:
             return
         body: dict[str, Any] = {"w": self.token, "o": batch}
         if snap is not None:
             body["s"] = snap
+            marks = [[g, t] for g, t in sorted(b.pop.ordered)]  # a replay starts at a snapshot: all of them
+        if marks:
+            body["m"] = marks
         msg = StoredMessage(topic=POP_STATE_TOPIC, queue_id=0, body=json.dumps(body, separators=(",", ":")).encode(),
                             properties={"TAGS": SNAPSHOT_TAG if snap is not None else OPS_TAG})
         task = asyncio.get_running_loop().create_task(self._put(msg, len(batch)), name="pop-state-record")
@@ -343,10 +364,13 @@ class PopStateLog:
             rec = json.loads(msg.body)
             ops = rec.get("o", [])
             snap = rec.get("s")
+            marks = rec.get("m") or []
         except (ValueError, AttributeError):
             log.warning("bad POP state record at queue offset %d; skipped", msg.queue_offset)
             return
         try:
+            if marks:
+                self.broker.pop.learn_ordered([(str(g), str(t)) for g, t in marks])
             if snap is not None:
                 self.shadow = states_of(snap)  # taken after this record's ops: it already holds them
             else:

@@ -21,8 +21,11 @@ import org.apache.rocketmq.common.message.MessageExt;
  * (tests/test_remoting_failover.py).
  *
  * <pre>
- * RemotingFailoverTool NAMESRV TOPIC PRODUCER_GROUP CONSUMER_GROUP COUNT INTERVAL_MS TIMEOUT_S
+ * RemotingFailoverTool NAMESRV TOPIC PRODUCER_GROUP CONSUMER_GROUP COUNT INTERVAL_MS TIMEOUT_S [GO_FILE]
  * </pre>
+ * CONSUMER_GROUP "-" starts no consumer ("missing" is then -1). With GO_FILE the clients start at once and the sends wait until that file exists: a test starts the
+ * JVM (seconds on a loaded machine) while its brokers start, and creates the file once the topic exists;
+ * the route is then read once before the first send.
  * One JSON line per send ({"event":"sent"|"failed", "i", "t" (ms since start), "broker" or "error"}),
  * one per first delivery of a key ({"event":"consumed", "key"}), then a summary once every acknowledged
  * key was consumed or TIMEOUT_S passed after the last send. retryTimesWhenSendFailed stays at its default
@@ -54,26 +57,30 @@ public final class RemotingFailoverTool {
         int count = Integer.parseInt(args[4]);
         long intervalMs = Long.parseLong(args[5]);
         long timeoutS = Long.parseLong(args[6]);
+        java.nio.file.Path goFile = args.length > 7 ? java.nio.file.Paths.get(args[7]) : null;
         long start = System.currentTimeMillis();
 
         Set<String> acked = ConcurrentHashMap.newKeySet();
         Map<String, AtomicInteger> deliveries = new ConcurrentHashMap<>();
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(cgroup);
-        consumer.setNamesrvAddr(namesrv);
-        consumer.setPollNameServerInterval(1000);
-        consumer.setMqClientApiTimeout(30_000);
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
-            for (MessageExt m : msgs) {
-                String key = m.getKeys();
-                if (deliveries.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet() == 1) {
-                    emit("{\"event\":\"consumed\",\"key\":" + quote(key) + ",\"t\":" + (System.currentTimeMillis() - start) + "}");
+        // CONSUMER_GROUP "-": no consumer (a test that reads the stored messages itself)
+        DefaultMQPushConsumer consumer = "-".equals(cgroup) ? null : new DefaultMQPushConsumer(cgroup);
+        if (consumer != null) {
+            consumer.setNamesrvAddr(namesrv);
+            consumer.setPollNameServerInterval(1000);
+            consumer.setMqClientApiTimeout(30_000);
+            consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            consumer.subscribe(topic, "*");
+            consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    String key = m.getKeys();
+                    if (deliveries.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet() == 1) {
+                        emit("{\"event\":\"consumed\",\"key\":" + quote(key) + ",\"t\":" + (System.currentTimeMillis() - start) + "}");
+                    }
                 }
-            }
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            consumer.start();
+        }
 
         DefaultMQProducer producer = new DefaultMQProducer(pgroup);
         producer.setNamesrvAddr(namesrv);
@@ -81,6 +88,17 @@ public final class RemotingFailoverTool {
         producer.start();
         emit("{\"event\":\"started\",\"retryTimesWhenSendFailed\":" + producer.getRetryTimesWhenSendFailed()
             + ",\"sendMsgTimeout\":" + producer.getSendMsgTimeout() + "}");
+        while (goFile != null && !java.nio.file.Files.exists(goFile)) {
+            Thread.sleep(20);
+        }
+        for (int tries = 0; goFile != null && tries < 20; tries++) {
+            try {  // the route once before the first timed send: a cold JVM's first name server call took 2 s
+                producer.fetchPublishMessageQueues(topic);
+                break;
+            } catch (Exception e) {
+                Thread.sleep(100);
+            }
+        }
         int failed = 0;
         for (int i = 0; i < count; i++) {
             String key = "fo-" + i;
@@ -108,14 +126,16 @@ public final class RemotingFailoverTool {
         }
         producer.shutdown();
         long deadline = System.currentTimeMillis() + TimeUnit.SECONDS.toMillis(timeoutS);
-        while (System.currentTimeMillis() < deadline && !deliveries.keySet().containsAll(acked)) {
+        while (consumer != null && System.currentTimeMillis() < deadline && !deliveries.keySet().containsAll(acked)) {
             Thread.sleep(100);
         }
-        consumer.shutdown();
-        int missing = 0;
+        if (consumer != null) {
+            consumer.shutdown();
+        }
+        int missing = consumer == null ? -1 : 0;
         int duplicates = 0;
         for (String key : acked) {
-            if (!deliveries.containsKey(key)) {
+            if (consumer != null && !deliveries.containsKey(key)) {
                 missing++;
             }
         }
