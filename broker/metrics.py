@@ -37,6 +37,7 @@ from rocketscope.telemetry import Telemetry
 
 from .broker_stats import BrokerStats
 from .pop import RETRY_PREFIX, Delivery, origin_topic, retry_topic
+from .remoting.mq_version import version_desc
 from .store.message_store import PutResult, PutStatus
 from .store.record import StoredMessage
 
@@ -88,7 +89,8 @@ def is_tool_group(group: str) -> bool:
 
 
 def rocketmq_version(version: str) -> str:
-    """RocketMQ's form of a client version for the connection gauges: lower-cased MQVersion name, "v5_1_2"."""
+    """RocketMQ's form of a client version for the connection gauges: lower-cased MQVersion name, "v5_1_2" (a
+    remoting client's ordinal is named first, broker/remoting/mq_version.py; a gRPC client sends "5.1.2")."""
     v = (version or "").strip().lower()
     if not v:
         return "unknown"
@@ -455,7 +457,7 @@ class BrokerMetrics:
         for table, is_producer in ((getattr(front, "producers", {}), True), (getattr(front, "consumers", {}), False)):
             for group, members in table.items():
                 for rc in members.values():
-                    lang, ver = (rc.language or "unknown").lower(), rocketmq_version(str(rc.version))
+                    lang, ver = (rc.language or "unknown").lower(), rocketmq_version(version_desc(rc.version))
                     if is_producer:
                         producers[(lang, ver, "remoting")] = producers.get((lang, ver, "remoting"), 0) + 1
                     else:

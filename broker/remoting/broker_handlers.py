@@ -48,6 +48,7 @@ from .codec import (
 )
 from .compression import SYSFLAG_COMPRESSED, inflate
 from .config import parse_delay_levels
+from .mq_version import version_desc
 from .server import Connection, Handler, RemotingServer
 from .tags import parse_tags
 
@@ -695,7 +696,7 @@ class RemotingBroker:
                 continue
             self.producers.setdefault(group, {})[cid] = RemoteClient(cid, conn, cmd.language, cmd.version)
             info = b.clients.touch(cid, client_type=pb.PRODUCER, group=group, language=cmd.language,
-                                   version=str(cmd.version), address=conn.peer, protocol="remoting")
+                                   version=version_desc(cmd.version), address=conn.peer, protocol="remoting")
             if info.outbox is None or isinstance(info.outbox, TransactionCheckOutbox):
                 info.outbox = TransactionCheckOutbox(self, conn, group)  # type: ignore[assignment]
         changed_sub = False
@@ -732,8 +733,8 @@ class RemotingBroker:
                 self._notify_changed(group)
             # consume_mode as Apache labels remoting consumers: CONSUME_PASSIVELY push, CONSUME_ACTIVELY pull
             kind = pb.PUSH_CONSUMER if cd.get("consumeType") == "CONSUME_PASSIVELY" else pb.PULL_CONSUMER
-            b.clients.touch(cid, client_type=kind, group=group, language=cmd.language, version=str(cmd.version),
-                            address=conn.peer, topics=set(subs), protocol="remoting")
+            b.clients.touch(cid, client_type=kind, group=group, language=cmd.language,
+                            version=version_desc(cmd.version), address=conn.peer, topics=set(subs), protocol="remoting")
         return cmd.response(ext_fields={"IS_SUPPORT_HEART_BEAT_V2": "false",
                                         "IS_SUB_CHANGE": "true" if changed_sub else "false"})
 
