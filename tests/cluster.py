@@ -116,8 +116,9 @@ def stop_together(procs: Iterable[Proc | None], timeout: float = 10.0) -> None:
     """SIGTERM every running process first, then wait for each (SIGKILL what is left after ``timeout``):
     the graceful shutdowns overlap instead of adding up.
 
-    Why: a broker takes 1-4 s from SIGTERM to exit (its gRPC servers' 1 s grace, the interpreter's
-    exit) and a name server 0.5-2.5 s; one after the other, a name server and a DLedger group took
+    Why: a broker took 1-4 s from SIGTERM to exit (its gRPC servers' 1 s grace while clients are
+    connected, the interpreter's exit: 0.6-1.3 s, gone since rocketscope/fast_exit.py) and a name server
+    0.5-2.5 s; one after the other, a name server and a DLedger group took
     11.9 s to stop, together 5.9 s (scripted, load ~30; the brokers' part 10.2 -> 3.3 s).  Each
     process still gets the same SIGTERM and the same ``timeout`` as :meth:`Proc.stop`.
     """
