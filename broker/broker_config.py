@@ -88,6 +88,13 @@ BROKER_KEYS: list[Key] = [
         "RocketMQ's proxy does (a FIFO message group's consistent hash over the write queues, otherwise round "
         "robin) and ignores the client's system_properties.queue_id; `CLIENT` stores the message in the queue the "
         "client chose (RocketScope)", choices=("PROXY", "CLIENT")),
+    Key("priorityOrderAsc", bool, True, "priority messages (topic message.type PRIORITY, broker/priority.py): true, "
+        "a larger priority is more urgent and a POP reads the topic's queues from the highest id down; false, the "
+        "lowest first. A message of priority p is stored in queue min(p, writeQueueNums - 1) either way (Apache "
+        "RocketMQ 5.4's key)"),
+    Key("popFromRetryProbabilityForPriority", int, 0, "percent of POPs of a PRIORITY topic that read the group's "
+        "retry topic before the topic's queues (otherwise after them, when the batch is not full); Apache RocketMQ "
+        "5.4's key", check=lambda v: None if 0 <= v <= 100 else "must be a percentage"),
     Key("defaultTopicQueueNums", int, 8, "queues of an auto-created topic", check=positive),
     Key("brokerPermission", int, 6, "6 read-write, 4 read-only, 2 write-only",
         check=lambda v: None if v in (2, 4, 6) else "must be 2, 4 or 6"),

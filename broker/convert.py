@@ -12,6 +12,7 @@ import zlib
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from .priority import LITE_TOPIC_PROPERTY, PRIORITY_PROPERTY, priority_of
 from .store.record import StoredMessage
 
 UNIQ_KEY = "UNIQ_KEY"
@@ -32,6 +33,7 @@ RESERVED_PROPERTIES = frozenset({
     "DLQ_ORIGIN_TOPIC", "WAIT", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "TRANSACTION_ID", "TRAN_PREPARED_QUEUE_OFFSET",
     "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "CHECK_IMMUNITY_TIME_IN_SECONDS", "__RECALL_HANDLE",
     "CLUSTER", "INNER_NUM", "INNER_BASE", "TRANSFER_FLAG", "CORRECTION_FLAG", "MSG_TYPE", "TRACE_SWITCH",
+    PRIORITY_PROPERTY, LITE_TOPIC_PROPERTY,
 })
 
 _TYPE_NAMES = {pb.NORMAL: "NORMAL", pb.FIFO: "FIFO", pb.DELAY: "DELAY", pb.TRANSACTION: "TRANSACTION",
@@ -67,6 +69,10 @@ def to_stored(msg: pb.Message, queue_id: int, peer_host: str) -> StoredMessage:
         props[TRAN_MSG] = "true"
     if sp.trace_context:
         props[TRACE_CONTEXT] = sp.trace_context
+    if sp.HasField("priority"):
+        props[PRIORITY_PROPERTY] = str(sp.priority)
+    if sp.lite_topic:
+        props[LITE_TOPIC_PROPERTY] = sp.lite_topic
     props[MESSAGE_TYPE] = message_type_name(sp.message_type)
     born_host = sp.born_host or peer_host
     return StoredMessage(topic=msg.topic.name, queue_id=queue_id, body=msg.body, properties=props,
@@ -111,4 +117,9 @@ def to_grpc(stored: StoredMessage, topic: str, namespace: str = "", receipt_hand
         sp.message_group = props[SHARDING_KEY]
     if props.get(TRACE_CONTEXT):
         sp.trace_context = props[TRACE_CONTEXT]
+    priority = priority_of(props)
+    if priority is not None and priority >= 0:
+        sp.priority = priority
+    if props.get(LITE_TOPIC_PROPERTY):
+        sp.lite_topic = props[LITE_TOPIC_PROPERTY]
     return out

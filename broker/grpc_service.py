@@ -24,6 +24,7 @@ from .convert import to_grpc, to_stored
 from .errors import grpc_code
 from .grpc_registration import Unparseable
 from .pop import PopError, retry_topic
+from .priority import place
 from .request_metadata import request_metadata
 from .retry_policy import fill_backoff
 from .route_view import message_queues
@@ -117,12 +118,8 @@ def check_send_type(settings: Settings, msg: pb.Message, index: int, topic: Topi
     sp = msg.system_properties
     mtype = sp.message_type
     where = f"messages[{index}].system_properties"
-    if mtype in (pb.LITE, pb.PRIORITY):
-        # Apache RocketMQ 5.3.3 stores these as normal messages, lite_topic and priority dropped
-        # (docs/COMPATIBILITY.md): the request's message is rewritten so it is stored that way
-        mtype = sp.message_type = pb.NORMAL
-        sp.ClearField("lite_topic")
-        sp.ClearField("priority")
+    if mtype in (pb.LITE, pb.PRIORITY) or sp.HasField("priority") or sp.lite_topic:
+        mtype = sp.message_type = derived_type(sp, where)
     has_delay = sp.HasField("delivery_timestamp")
     if mtype == pb.DELAY and not has_delay:
         raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{where}: a DELAY message needs "
@@ -145,6 +142,26 @@ def check_send_type(settings: Settings, msg: pb.Message, index: int, topic: Topi
             raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                                f"{where}.message_type {name} does not match topic {topic.name}, whose "
                                f"message.type is {topic.message_type}")
+
+
+def derived_type(sp: pb.SystemProperties, where: str) -> int:
+    """The type of a message with a priority or a lite topic, from what it carries rather than what the client
+    declared: Apache RocketMQ 5.5's proxy checks the topic against the type its properties give (a transaction,
+    a delay, a message group, a priority, a lite topic, in that order; broker/priority.py)."""
+    if sp.message_type == pb.TRANSACTION:
+        return pb.TRANSACTION
+    if sp.HasField("delivery_timestamp"):
+        return pb.DELAY
+    if sp.message_group:
+        return pb.FIFO
+    if sp.HasField("priority"):
+        if sp.priority < 0:
+            raise RequestError(Code.BAD_REQUEST, f"{where}.priority {sp.priority} is negative: a priority must be "
+                                                 "0 or more")
+        return pb.PRIORITY
+    if sp.lite_topic:
+        return pb.LITE
+    return pb.NORMAL
 
 
 def send_kind(msg: pb.Message) -> SendKind:
@@ -386,7 +403,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 cfg = await b.topic_for_send(msg.topic.name)
                 check_send_type(b.settings, msg, i, cfg)
                 queue_id = b.select_queue(cfg, msg.system_properties.message_group, msg.system_properties.queue_id)
-                stored.append(to_stored(msg, queue_id, host))
+                one = to_stored(msg, queue_id, host)
+                one.queue_id = place(one.properties, cfg.write_queue_nums, queue_id)  # a priority's own queue
+                stored.append(one)
         except RequestError as exc:
             for msg in request.messages:
                 b.trace_hooks.on_send_failed(msg.topic.name, msg.system_properties.message_id,

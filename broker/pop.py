@@ -17,6 +17,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from .filter import MessageFilter, accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
 from .persistence import load_json, save_json
+from .priority import PRIORITY_TOPIC_TYPE, pop_order
 from .receipt import SLAVE_ORIGIN, ReceiptHandle, ReceiptHandleError
 from .store.message_store import MessageStore
 from .store.record import StoredMessage
@@ -167,6 +169,10 @@ class PopService:
         self._deadlines: list[tuple[int, int, str, str, int, int]] = []
         self._topic_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._rotation = itertools.count()
+        # priority messages (broker/priority.py): the broker sets these from priorityOrderAsc and
+        # popFromRetryProbabilityForPriority
+        self.priority_highest_first = True
+        self.priority_retry_first_percent = 0
         self._group_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._revive_task: asyncio.Task[None] | None = None
         self.dlq_total: dict[tuple[str, str], int] = {}
@@ -307,15 +313,24 @@ class PopService:
                 self.journal.mark_ordered(group, topic)
             log.info("group %s pops %s in order (remoting order=true): its redeliveries stay in place", group, topic)
         fifo = order or self.fifo(group, topic)
-        out = [] if fifo else self._pop_retries(group, topic, batch, invisible_ms, tags)
-        if not queue_ids:
-            return out
-        start = next(self._rotation) % len(queue_ids)
-        pop_queue = self._pop_ordered_queue if order else self._pop_fifo_queue if fifo else self._pop_queue
-        for queue_id in queue_ids[start:] + queue_ids[:start]:
-            if len(out) >= batch:
-                break
-            out.extend(pop_queue(group, topic, queue_id, batch - len(out), invisible_ms, tags))
+        cfg = self.topics.get(topic)
+        # a PRIORITY topic: its queues from the most urgent down, retries after them (broker/priority.py)
+        by_priority = not fifo and cfg is not None and cfg.message_type == PRIORITY_TOPIC_TYPE
+        retries_first = not fifo and (not by_priority or random.randrange(100) < self.priority_retry_first_percent)
+        out = self._pop_retries(group, topic, batch, invisible_ms, tags) if retries_first else []
+        if queue_ids:
+            if by_priority:
+                queue_ids = pop_order(queue_ids, self.priority_highest_first)
+            else:
+                start = next(self._rotation) % len(queue_ids)
+                queue_ids = queue_ids[start:] + queue_ids[:start]
+            pop_queue = self._pop_ordered_queue if order else self._pop_fifo_queue if fifo else self._pop_queue
+            for queue_id in queue_ids:
+                if len(out) >= batch:
+                    break
+                out.extend(pop_queue(group, topic, queue_id, batch - len(out), invisible_ms, tags))
+        if by_priority and not retries_first and len(out) < batch:
+            out.extend(self._pop_retries(group, topic, batch - len(out), invisible_ms, tags))
         return out
 
     def _add_ordered(self, marks: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ ACCEPT = {
     "FIFO": [pb.FIFO],
     "DELAY": [pb.DELAY],
     "TRANSACTION": [pb.TRANSACTION],
+    "PRIORITY": [pb.PRIORITY],
     "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
 }
 

@@ -19,7 +19,7 @@ TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 PERM_READ, PERM_WRITE = 4, 2
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
-MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "MIXED")  # LITE: not yet (COMPATIBILITY.md)
 
 
 def topic_name_problem(name: str) -> str | None:

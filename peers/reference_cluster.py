@@ -1,4 +1,5 @@
-"""An Apache RocketMQ 5.3.3 reference cluster (name server + broker + proxy) on loopback.
+"""An Apache RocketMQ reference cluster (name server + broker + proxy) on loopback: 5.3.3 by default,
+or 5.5.0 (``version="5.5.0"``, ``--version 5.5.0``), the second reference for priority messages and Lite mode.
 
 Built from the jars ``make peers`` caches (peers/setup.sh).  Each process is one JVM with its own
 ``user.home`` (logs and stores land under it), its own logback file from inside the jars, small
@@ -10,6 +11,7 @@ JVMs' shutdown hooks unregister and flush) and SIGKILLs whatever is left, so no 
 As a command (see docs/PEERS.md)::
 
     python peers/reference_cluster.py start --dir /tmp/rmq [--grpc-port 18081 ...]   # detached
+    python peers/reference_cluster.py start --dir /tmp/rmq55 --version 5.5.0          # the second reference
     python peers/reference_cluster.py stop --dir /tmp/rmq
     python peers/reference_cluster.py run  --dir /tmp/rmq                             # until Ctrl-C
     python peers/reference_cluster.py mqadmin --dir /tmp/rmq clusterList
@@ -35,9 +37,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import remoting  # a sibling module: peers/ is not a package
 
-VERSION = "5.3.3"
+VERSION = "5.3.3"  # the default reference, which every comparison uses unless it names another
+# 5.5.0: priority messages (Apache 5.4.0) and Lite mode (5.5.0); 5.5.1 is not resolvable from Maven Central here
+# (rocketmq-all:pom:5.5.1 and rocketmq-proxy:jar:5.5.1 are not found; docs/PEERS.md)
+VERSIONS = ("5.3.3", "5.5.0")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rocketscope" / "peers"
 LIB = CACHE / f"rocketmq-{VERSION}" / "lib"
+
+
+def lib_of(version: str) -> Path:
+    """The jars of one Apache RocketMQ release as `make peers` caches them (peers/setup.sh)."""
+    return CACHE / f"rocketmq-{version}" / "lib"
+
 GRPC_CLIENT_LIB = CACHE / "java-clients" / "lib"
 CLASSES = CACHE / "classes"
 RMQGO = CACHE / "bin" / "rmqgo"
@@ -67,10 +78,10 @@ MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
 DLEDGER_MEMBERS = (("broker", "n0"), ("broker-n1", "n1"), ("broker-n2", "n2"))
 
 
-def missing() -> str | None:
+def missing(version: str = VERSION) -> str | None:
     """Why the reference cluster cannot run here, or None: `make peers` has not run, or no java."""
-    if not any(CACHE.glob(".ready-*")) or not LIB.is_dir():
-        return f"Apache RocketMQ {VERSION} is not in {CACHE}: run `make peers`"
+    if not any(CACHE.glob(".ready-*")) or not lib_of(version).is_dir():
+        return f"Apache RocketMQ {version} is not in {CACHE}: run `make peers`"
     if not _which("java"):
         return "java is not installed: run `make peers` as root"
     return None
@@ -167,6 +178,11 @@ class ReferenceCluster:
     dledger: bool = False
     member_ports: dict[str, int] = field(default_factory=dict)  # DLedger: role -> listenPort (broker: broker_port)
     dledger_ports: dict[str, int] = field(default_factory=dict)  # DLedger: role -> its DLedger port
+    version: str = VERSION  # which release's jars (VERSIONS)
+
+    @property
+    def lib(self) -> Path:
+        return lib_of(self.version)
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -198,7 +214,7 @@ class ReferenceCluster:
     def describe(self) -> dict[str, Any]:
         return {"root": str(self.root), "namesrv": self.namesrv_addr, "broker": self.broker_addr,
                 "grpc": self.endpoint, "proxyRemoting": self.proxy_remoting_addr, "metrics": self.metrics_url,
-                "cluster": CLUSTER, "brokerName": BROKER, "pids": self.pids,
+                "cluster": CLUSTER, "brokerName": BROKER, "pids": self.pids, "version": self.version,
                 **({"slave": self.slave_addr} if self.slave else {}),
                 **({"members": {r: f"127.0.0.1:{p}" for r, p in self.member_ports.items()},
                     "dledgerPorts": self.dledger_ports} if self.dledger else {})}
@@ -209,7 +225,7 @@ class ReferenceCluster:
 
         ``detach`` keeps the JVMs running after this Python process exits (the CLI's ``start``).
         """
-        why = missing()
+        why = missing(self.version)
         if why:
             raise RuntimeError(why)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -404,7 +420,7 @@ class ReferenceCluster:
         cmd = ["java", "-server", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseSerialGC", *JDK17_OPENS, *(extra or []),
                f"-Duser.home={home}",
                f"-Drmq.logback.configurationFile=rmq.{'broker' if MAIN[role] == MAIN['broker'] else role}.logback.xml",
-               "-cp", f"{LIB}/*", MAIN[role], *args]
+               "-cp", f"{self.lib}/*", MAIN[role], *args]
         env = dict(os.environ, ROCKETMQ_HOME=str(self.root), RMQ_PROXY_HOME=str(self.root))
         with open(self.root / f"{role}.out", "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -456,6 +472,7 @@ class ReferenceCluster:
         c = cls(root, namesrv_port=port("namesrv"), broker_port=port("broker"), grpc_port=port("grpc"),
                 proxy_remoting_port=port("proxyRemoting"), prom_port=int(data["metrics"].split(":")[2].split("/")[0]))
         c.pids = {k: int(v) for k, v in data["pids"].items()}
+        c.version = data.get("version", VERSION)
         if "slave" in data:
             c.slave, c.slave_port = True, port("slave")
         if "members" in data:
@@ -470,7 +487,8 @@ class ReferenceCluster:
         command fails, so a stack trace in the output raises instead."""
         cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *JDK17_OPENS,
                f"-Duser.home={self.root / 'mqadmin'}", "-Drmq.logback.configurationFile=rmq.tools.logback.xml",
-               "-cp", f"{LIB}/*", "org.apache.rocketmq.tools.command.MQAdminStartup", *args, "-n", self.namesrv_addr]
+               "-cp", f"{self.lib}/*", "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
+               "-n", self.namesrv_addr]
         env = dict(os.environ, ROCKETMQ_HOME=str(self.root))
         for _ in range(3):  # its remoting calls time out after 2-3 s on a heavily loaded machine: try again
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
@@ -522,13 +540,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slave", action="store_true", help="also start a SLAVE of broker-a (brokerId 1)")
     ap.add_argument("--dledger", action="store_true",
                     help="broker-a as a DLedger group of three brokers (n0-n2) instead of one broker")
+    ap.add_argument("--version", choices=VERSIONS, default=VERSION,
+                    help=f"which Apache RocketMQ (default {VERSION}; 5.5.0 has priority messages and Lite mode)")
     ap.add_argument("--test-conf", action="store_true",
                     help="the settings of the test clusters (TEST_BROKER_CONF, TEST_PROXY_CONF)")
     args, rest = ap.parse_known_args(argv)
     root = args.dir.resolve()
     if args.command in ("start", "run"):
         c = ReferenceCluster(root, args.namesrv_port, args.broker_port, args.grpc_port, args.proxy_remoting_port,
-                             args.prom_port, heap=args.heap, slave=args.slave, dledger=args.dledger)
+                             args.prom_port, heap=args.heap, slave=args.slave, dledger=args.dledger,
+                             version=args.version)
         if args.test_conf:
             c.broker_conf, c.proxy_conf = dict(TEST_BROKER_CONF), dict(TEST_PROXY_CONF)
         t0 = time.monotonic()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make peers`: Apache RocketMQ 5.3.3 (name server, broker, proxy, mqadmin), Apache's Java clients
+# `make peers`: Apache RocketMQ 5.3.3 (name server, broker, proxy, mqadmin) and 5.5.0 (the second reference:
+# priority messages and Lite mode; peers/rocketmq-5.5.0/pom.xml), Apache's Java clients
 # (remoting rocketmq-client 5.3.3 with its trace hook; gRPC rocketmq-client-java 5.0.8) and the Go
 # client (rocketmq-client-go/v2), all from package registries, cached under
 # ${XDG_CACHE_HOME:-~/.cache}/rocketscope/peers.  Idempotent: a stamp named after the hash of the
@@ -7,6 +8,7 @@
 # Layout of the cache (read by peers/reference_cluster.py):
 #   m2/                    Maven's local repository (shared by both poms)
 #   rocketmq-5.3.3/lib/    server + tools + remoting client jars (the binary release's lib/)
+#   rocketmq-5.5.0/lib/    the same for 5.5.0 (`reference_cluster.py --version 5.5.0`)
 #   java-clients/lib/      the shaded gRPC client
 #   classes/remoting/      RemotingTool (peers/java/src), compiled against rocketmq-5.3.3/lib
 #   classes/grpc/          GrpcTool, GrpcLoad and GrpcDiffTool, compiled against java-clients/lib
@@ -16,7 +18,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/rocketscope/peers"
-KEY="$(cat "$HERE"/rocketmq/pom.xml "$HERE"/java-clients/pom.xml "$HERE"/go/go.mod "$HERE"/go/go.sum \
+KEY="$(cat "$HERE"/rocketmq/pom.xml "$HERE"/rocketmq-5.5.0/pom.xml "$HERE"/java-clients/pom.xml "$HERE"/go/go.mod "$HERE"/go/go.sum \
         "$HERE"/go/*.go "$HERE"/java/src/*.java "$HERE"/setup.sh | sha1sum | cut -c1-12)"
 STAMP="$CACHE/.ready-$KEY"
 START=$(date +%s)
@@ -71,6 +73,9 @@ copy_deps() {  # copy_deps POM_DIR OUT_DIR: resolve into a fresh dir, then swap 
 say "1/4 Apache RocketMQ 5.3.3 (namesrv, broker, proxy, tools, remoting client) from Maven Central"
 run_step "RocketMQ jars" copy_deps "$HERE/rocketmq" "$CACHE/rocketmq-5.3.3/lib"
 say "    $(ls "$CACHE/rocketmq-5.3.3/lib" | wc -l) jars"
+say "1b/4 Apache RocketMQ 5.5.0, the second reference (priority messages, Lite mode)"
+run_step "RocketMQ 5.5.0 jars" copy_deps "$HERE/rocketmq-5.5.0" "$CACHE/rocketmq-5.5.0/lib"
+say "    $(ls "$CACHE/rocketmq-5.5.0/lib" | wc -l) jars"
 
 say "2/4 Apache's gRPC Java client rocketmq-client-java 5.0.8"
 run_step "gRPC client" copy_deps "$HERE/java-clients" "$CACHE/java-clients/lib"

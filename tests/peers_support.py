@@ -64,6 +64,35 @@ def reference_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refe
         cluster.stop(graceful=False)  # a throwaway cluster: no 27 s of graceful JVM shutdowns
 
 
+# The second reference: priority messages (Apache 5.4) and Lite mode (5.5); tests/test_diff_priority.py
+VERSION_55 = "5.5.0"
+
+
+def reference_cluster_55(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCluster]:
+    """Like :func:`reference_cluster`, for Apache RocketMQ 5.5.0 (``ROCKETSCOPE_APACHE55_DIR``: a cluster that
+    ``reference_cluster.py start --version 5.5.0 --test-conf --dir DIR`` left running)."""
+    why = rc.missing(VERSION_55)
+    if why is not None:
+        missing_install(why)
+    attached = os.environ.get("ROCKETSCOPE_APACHE55_DIR")
+    if attached:
+        cluster = ReferenceCluster.attach(Path(attached))
+        assert cluster.version == VERSION_55, f"{attached} runs Apache RocketMQ {cluster.version}"
+        yield cluster
+        return
+    cluster = ReferenceCluster(tmp_path_factory.mktemp("apache-rocketmq-55"), proxy_conf=dict(PROXY_TEST_CONF),
+                               broker_conf=dict(BROKER_TEST_CONF), version=VERSION_55)
+    try:
+        cluster.start(timeout=START_TIMEOUT)
+    except BaseException:
+        print(cluster.logs())
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.stop(graceful=False)
+
+
 def java_tool(tool: str, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
     """Run peers/java/src/<tool>.java (RemotingTool: Apache's remoting client with trace;
     GrpcTool: Apache's gRPC Java client) as built by `make peers`."""

@@ -23,6 +23,7 @@ from rocketscope.names import RETRY_PREFIX, TRANS_HALF_TOPIC
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
+from ..priority import PRIORITY_PROPERTY, place
 from ..sends import PLAIN, SendKind, new_uniq_key
 from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
@@ -431,6 +432,8 @@ class RemotingBroker:
                                   f"{max_size}", RC.MESSAGE_ILLEGAL)
             if not props.get("UNIQ_KEY"):
                 props["UNIQ_KEY"] = new_uniq_key()
+            if not batch and PRIORITY_PROPERTY in props:  # Apache's single send: a priority's own queue
+                queue_id = place(props, cfg.write_queue_nums, queue_id)
             deliver_ms = None if _TIMER_KEYS.isdisjoint(props) else self._deliver_ms(props, now_ms)
             if deliver_ms is not None:
                 if batch:
