@@ -62,6 +62,11 @@ def scenario_priority_backlog(side: d.Side) -> dict[str, Any]:
     topic, group = side.unique("DiffPrio"), side.unique("GID_diff_prio")
     side.create_topic(topic, "PRIORITY")
     side.create_group(group, False, 16)
+    return backlog_on(side, topic, group)
+
+
+def backlog_on(side: d.Side, topic: str, group: str) -> dict[str, Any]:
+    """scenario_priority_backlog on a PRIORITY topic (with 4 queues) and a group that exist."""
     receipts = []
     with rmq.producer(side.endpoint, topic) as p:
         for i, prio in enumerate(PRIORITIES):
@@ -82,7 +87,7 @@ def scenario_priority_backlog(side: d.Side) -> dict[str, Any]:
             "types": sorted({Message.message_type_desc(m.message_type) for m in got})}
 
 
-def _receive_raw(side: d.Side, topic: str, want: int) -> list[pb.Message]:
+def receive_raw(side: d.Side, topic: str, want: int) -> list[pb.Message]:
     group = side.unique("GID_diff_prio_raw")
     got: list[pb.Message] = []
     deadline = time.monotonic() + 40
@@ -124,7 +129,7 @@ def scenario_priority_rules(side: d.Side) -> dict[str, Any]:
                                                             endpoints=d.endpoints(side)))
     out["route_accepts"] = sorted({pb.MessageType.Name(t) for q in route.message_queues
                                    for t in q.accept_message_types})
-    got = _receive_raw(side, ptopic, 2)
+    got = receive_raw(side, ptopic, 2)
     out["stored"] = sorted((m.body.decode(), m.system_properties.queue_id, m.system_properties.priority,
                             pb.MessageType.Name(m.system_properties.message_type)) for m in got)
     return codes(out) | {"_texts": {k: v[1] for k, v in out.items() if isinstance(v, tuple) and v[1]}}

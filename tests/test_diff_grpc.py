@@ -104,6 +104,30 @@ def test_query_route_and_assignment(sides: dict[str, d.Side]) -> None:
     assert ours["missing_topic.route"][0] == "OK"
 
 
+def test_priority_as_recorded_from_apache_55(rocketscope: LocalCluster) -> None:
+    """RocketScope alone against Apache RocketMQ 5.5.0's recorded answers (tests/diff_priority.py; compared live,
+    with the type rules on NORMAL topics and the Lite refusals, by the long tests/test_diff_priority.py): a
+    priority backlog drains most urgent first, a priority past the last queue lands in it, a negative one and
+    a type mismatch are refused.  Here because this module's broker is already running; one topic, one admin
+    call (each is a process start)."""
+    import diff_priority as prio
+
+    side = rocketscope_side(rocketscope)
+    topic = side.unique("QuickPrio")
+    side.create_topic(topic, "PRIORITY")
+    ours = prio.backlog_on(side, topic, side.unique("GID_quick_prio"))  # the group is auto-created
+    assert ours["drained"] == prio.expected_drain() and ours["types"] == ["PRIORITY"], ours
+    for mtype, priority, want in ((d.pb.PRIORITY, 100, "OK"), (d.pb.PRIORITY, -1, prio.OURS_NEGATIVE_PRIORITY),
+                                  (d.pb.NORMAL, None, prio.APACHE_55_RULES["normal_on_priority_topic"])):
+        m = d.raw_message(topic, body=b"p100", mtype=mtype)
+        if priority is not None:
+            m.system_properties.priority = priority
+        assert d.send_status(side, m)[0] == want, (mtype, priority)
+    got = prio.receive_raw(side, topic, len(prio.PRIORITIES) + 1)  # a new group: the backlog again, and p100
+    assert [(m.body, m.system_properties.queue_id, m.system_properties.priority) for m in got
+            if m.body == b"p100"] == [(b"p100", 3, 100)]
+
+
 def test_topic_and_group_auto_creation(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, d.scenario_auto_creation)
     assert apache["new_group_receives"] == ours["new_group_receives"] == [True]
