@@ -74,7 +74,7 @@ demo: setup
 go-clients:
 	@bash tests/clients/go/build.sh >/dev/null || echo "the Go remoting client is not built: its tests will say why"
 
-# Apache RocketMQ 5.3.3, Apache's Java and Go clients, cached under ~/.cache/rocketscope/peers (docs/PEERS.md).
+# Apache RocketMQ 5.3.3 and 5.5.0, Apache's Java and Go clients, cached under ~/.cache/rocketscope/peers (docs/PEERS.md).
 peers:
 	bash peers/setup.sh
 

@@ -8,6 +8,7 @@ queue first, each queue in the order sent)."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import diff_support as d
@@ -37,6 +38,9 @@ APACHE_55_RULES: dict[str, Any] = {
     "route_accepts": ["PRIORITY"],
     "stored": [("p0", 0, 0, "PRIORITY"), ("p100", 3, 100, "PRIORITY")],  # priority 100: the last queue
 }
+# a remoting single send (remoting_priority_queues) on a PRIORITY and on a NORMAL topic: the broker does not look
+# at the topic's type (only the proxy does)
+APACHE_55_REMOTING = {"None": 0, "1": 1, "9": 3}
 OURS_NEGATIVE_PRIORITY = "BAD_REQUEST"  # deviation P6
 OURS_SYNC_LITE = "RPC_UNIMPLEMENTED"  # deviation P9
 APACHE_55_LITE = {"lite_on_normal_topic": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
@@ -152,3 +156,23 @@ def scenario_lite_refusals(side: d.Side) -> dict[str, Any]:
         code = getattr(exc, "code", lambda: None)()
         out["sync_lite_subscription"] = ("RPC_" + (code.name if code else type(exc).__name__), "")
     return codes(out) | {"_texts": {k: d.relative(v[1], topic=topic) for k, v in out.items()}}
+
+
+def remoting_priority_queues(broker_addr: str, topic: str, queues: int = QUEUES) -> dict[str, int]:
+    """The queue a remoting SEND_MESSAGE_V2 (a single message naming queue 0, as Apache's Java client sends) lands
+    in, by the priority in its properties: Apache's broker moves it to ``min(priority, writeQueueNums - 1)``."""
+    from rocketscope.broker.remoting.client import RemotingClient
+    from rocketscope.broker.remoting.codec import RequestCode, ResponseCode, properties_to_string
+
+    out = {}
+    with RemotingClient(broker_addr) as b:
+        for priority in (None, 1, 9):
+            props = {"UNIQ_KEY": uuid.uuid4().hex.upper()}
+            if priority is not None:
+                props["_SYS_MSG_PRIORITY_"] = str(priority)
+            header = {"a": "PrioPG", "b": topic, "c": "TBW102", "d": str(queues), "e": "0", "f": "0",
+                      "g": str(int(time.time() * 1000)), "h": "0", "i": properties_to_string(props), "m": "false"}
+            resp = b.invoke(RequestCode.SEND_MESSAGE_V2, header, b"remoting")
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            out[str(priority)] = int(resp.fields["queueId"])
+    return out

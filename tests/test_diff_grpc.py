@@ -126,6 +126,7 @@ def test_priority_as_recorded_from_apache_55(rocketscope: LocalCluster) -> None:
     got = prio.receive_raw(side, topic, len(prio.PRIORITIES) + 1)  # a new group: the backlog again, and p100
     assert [(m.body, m.system_properties.queue_id, m.system_properties.priority) for m in got
             if m.body == b"p100"] == [(b"p100", 3, 100)]
+    assert prio.remoting_priority_queues(rocketscope.brokers["broker-a"].admin_addr, topic) == prio.APACHE_55_REMOTING
 
 
 def test_topic_and_group_auto_creation(sides: dict[str, d.Side]) -> None:

@@ -62,3 +62,14 @@ def test_lite_without_lite_topics(sides55) -> None:  # type: ignore[no-untyped-d
     assert ours["lite_on_normal_topic"] == apache["lite_on_normal_topic"]
     # deviation P9: Lite mode is not implemented: the lite consumers' call is not served
     assert ours["sync_lite_subscription"] == f.OURS_SYNC_LITE
+
+
+def test_remoting_single_send_goes_to_the_priority_queue(apache55, rocketscope) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    for mtype in ("PRIORITY", "NORMAL"):
+        apache_side(apache55).create_topic(ta := f"RemPrio{mtype}", mtype)
+        rocketscope_side(rocketscope).create_topic(ts := f"RemPrio{mtype}", mtype)
+        apache = f.remoting_priority_queues(apache55.broker_addr, ta)
+        ours = f.remoting_priority_queues(rocketscope.brokers["broker-a"].admin_addr, ts)
+        print(mtype, apache, ours)
+        assert apache == f.APACHE_55_REMOTING
+        assert ours == apache
