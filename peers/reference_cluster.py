@@ -542,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="broker-a as a DLedger group of three brokers (n0-n2) instead of one broker")
     ap.add_argument("--version", choices=VERSIONS, default=VERSION,
                     help=f"which Apache RocketMQ (default {VERSION}; 5.5.0 has priority messages and Lite mode)")
+    ap.add_argument("--broker-conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra broker key, repeatable (Lite mode on 5.5.0: enableLmq=true, "
+                         "enableMultiDispatch=true)")
     ap.add_argument("--test-conf", action="store_true",
                     help="the settings of the test clusters (TEST_BROKER_CONF, TEST_PROXY_CONF)")
     args, rest = ap.parse_known_args(argv)
@@ -552,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
                              version=args.version)
         if args.test_conf:
             c.broker_conf, c.proxy_conf = dict(TEST_BROKER_CONF), dict(TEST_PROXY_CONF)
+        c.broker_conf.update(kv.split("=", 1) for kv in args.broker_conf)
         t0 = time.monotonic()
         c.start(timeout=args.timeout, detach=args.command == "start")
         print(json.dumps(dict(c.describe(), readySeconds=round(time.monotonic() - t0, 1)), indent=2), flush=True)
