@@ -43,6 +43,7 @@ APACHE_55_RULES: dict[str, Any] = {
 APACHE_55_REMOTING = {"None": 0, "1": 1, "9": 3}
 OURS_NEGATIVE_PRIORITY = "BAD_REQUEST"  # deviation P6
 OURS_SYNC_LITE = "RPC_UNIMPLEMENTED"  # deviation P9
+OURS_LITE_SUBSCRIBE = "IllegalStateException"  # deviation P9: the official LitePushConsumer's subscribe_lite against RocketScope
 APACHE_55_LITE = {"lite_on_normal_topic": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
                   # "lite group G is expected to bind topic null, but actual is T": the group has no lite bind topic
                   "sync_lite_subscription": "ILLEGAL_TOPIC"}
@@ -176,3 +177,47 @@ def remoting_priority_queues(broker_addr: str, topic: str, queues: int = QUEUES)
             assert resp.code == ResponseCode.SUCCESS, resp.remark
             out[str(priority)] = int(resp.fields["queueId"])
     return out
+
+
+def scenario_lite_push_consumer(side: d.Side, create_lite_topic: Any, bind_group: Any) -> dict[str, Any]:
+    """The official LitePushConsumer subscribes to lite topic ``a`` of a LITE topic, then the official Producer sends
+    4 lite messages (lite topics a, b, a, c): which arrive.  ``create_lite_topic(topic)`` and
+    ``bind_group(group, topic)`` are the side's admin steps (mqadmin on Apache)."""
+    import threading
+
+    from rocketmq import ConsumeResult, LitePushConsumer, MessageListener
+
+    topic, group = side.unique("DiffLiteT"), side.unique("GID_diff_litepush")
+    create_lite_topic(topic)
+    bind_group(group, topic)
+    got: list[tuple[str, str, str]] = []
+    lock = threading.Lock()
+
+    class Listener(MessageListener):
+        def consume(self, message):  # type: ignore[no-untyped-def]
+            with lock:
+                got.append((message.body.decode(), message.lite_topic, Message.message_type_desc(message.message_type)))
+            return ConsumeResult.SUCCESS
+
+    c = LitePushConsumer(rmq.config(side.endpoint), group, topic, Listener())
+    c.startup()
+    try:
+        subscribed, why = "OK", ""
+        try:
+            c.subscribe_lite("a")
+        except Exception as exc:  # what the server answered the lite subscription
+            subscribed, why = type(exc).__name__, str(exc)[:300]
+        if subscribed == "OK":
+            with rmq.producer(side.endpoint, topic) as p:
+                for i, lite in enumerate("abac"):
+                    m = Message()
+                    m.topic, m.body, m.lite_topic = topic, f"L{i}".encode(), lite
+                    p.send(m)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(got) < 2:
+                time.sleep(0.2)
+            time.sleep(1)  # a third message (of b or c) would be a wrong delivery: give it a moment to show
+    finally:
+        c.shutdown()
+        close_client_metrics(c)
+    return {"subscribe_lite": subscribed, "received": sorted(got), "_why": why}

@@ -66,11 +66,14 @@ def reference_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refe
 
 # The second reference: priority messages (Apache 5.4) and Lite mode (5.5); tests/test_diff_priority.py
 VERSION_55 = "5.5.0"
+# Lite mode needs these (both false by default: a lite consumer then gets nothing; docs/COMPATIBILITY.md P9)
+LITE_BROKER_CONF = {"enableLmq": "true", "enableMultiDispatch": "true"}
 
 
 def reference_cluster_55(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCluster]:
     """Like :func:`reference_cluster`, for Apache RocketMQ 5.5.0 (``ROCKETSCOPE_APACHE55_DIR``: a cluster that
-    ``reference_cluster.py start --version 5.5.0 --test-conf --dir DIR`` left running)."""
+    ``reference_cluster.py start --version 5.5.0 --test-conf --broker-conf enableLmq=true --broker-conf
+    enableMultiDispatch=true --dir DIR`` left running)."""
     why = rc.missing(VERSION_55)
     if why is not None:
         missing_install(why)
@@ -81,7 +84,7 @@ def reference_cluster_55(tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
         yield cluster
         return
     cluster = ReferenceCluster(tmp_path_factory.mktemp("apache-rocketmq-55"), proxy_conf=dict(PROXY_TEST_CONF),
-                               broker_conf=dict(BROKER_TEST_CONF), version=VERSION_55)
+                               broker_conf={**BROKER_TEST_CONF, **LITE_BROKER_CONF}, version=VERSION_55)
     try:
         cluster.start(timeout=START_TIMEOUT)
     except BaseException:

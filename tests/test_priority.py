@@ -1,5 +1,5 @@
 """broker/priority.py's rules, each as Apache RocketMQ 5.5.0 showed or its broker does (docs/COMPATIBILITY.md
-P1-P9); the end-to-end checks are tests/test_diff_priority.py (long, both servers) and
+P1-P10); the end-to-end checks are tests/test_diff_priority.py (long, both servers) and
 tests/test_diff_grpc.py::test_priority_as_recorded_from_apache_55 (make test)."""
 
 from __future__ import annotations
