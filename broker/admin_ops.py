@@ -38,6 +38,8 @@ HOT_RELOADABLE: tuple[str, ...] = (
     "timerMaxDelaySec",          # delay checks of gRPC and remoting sends
     "maxInvisibleTimeMills",     # gRPC ReceiveMessage / ChangeInvisibleDuration bound
     "enablePropertyFilter",      # SQL92 subscriptions of pulls
+    "priorityOrderAsc",          # PopService.pop of a PRIORITY topic (broker/priority.py)
+    "popFromRetryProbabilityForPriority",  # same
 )
 
 MINUTE_MS, DAY_MS = 60_000, 24 * 3600_000

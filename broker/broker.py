@@ -113,8 +113,8 @@ class Broker:
         self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
         self.clients = ClientRegistry()
         self.pop = PopService(self.store, self.offsets, self.groups, self.topics, self.broker_name)
-        self.pop.priority_highest_first = settings.priorityOrderAsc
-        self.pop.priority_retry_first_percent = settings.popFromRetryProbabilityForPriority
+        self.pop.priority_conf = lambda: (self.settings.priorityOrderAsc,
+                                          self.settings.popFromRetryProbabilityForPriority)
         self.pull = PullService(self)
         self.timer = TimerService(self)
         self.transactions = TransactionService(self)

@@ -169,10 +169,9 @@ class PopService:
         self._deadlines: list[tuple[int, int, str, str, int, int]] = []
         self._topic_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._rotation = itertools.count()
-        # priority messages (broker/priority.py): the broker sets these from priorityOrderAsc and
-        # popFromRetryProbabilityForPriority
-        self.priority_highest_first = True
-        self.priority_retry_first_percent = 0
+        # priority messages (broker/priority.py): (priorityOrderAsc, popFromRetryProbabilityForPriority), read at
+        # every POP so that updateBrokerConfig changes them; the broker sets it
+        self.priority_conf: Callable[[], tuple[bool, int]] = lambda: (True, 0)
         self._group_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._revive_task: asyncio.Task[None] | None = None
         self.dlq_total: dict[tuple[str, str], int] = {}
@@ -316,11 +315,12 @@ class PopService:
         cfg = self.topics.get(topic)
         # a PRIORITY topic: its queues from the most urgent down, retries after them (broker/priority.py)
         by_priority = not fifo and cfg is not None and cfg.message_type == PRIORITY_TOPIC_TYPE
-        retries_first = not fifo and (not by_priority or random.randrange(100) < self.priority_retry_first_percent)
+        highest_first, retry_first_percent = self.priority_conf() if by_priority else (True, 0)
+        retries_first = not fifo and (not by_priority or random.randrange(100) < retry_first_percent)
         out = self._pop_retries(group, topic, batch, invisible_ms, tags) if retries_first else []
         if queue_ids:
             if by_priority:
-                queue_ids = pop_order(queue_ids, self.priority_highest_first)
+                queue_ids = pop_order(queue_ids, highest_first)
             else:
                 start = next(self._rotation) % len(queue_ids)
                 queue_ids = queue_ids[start:] + queue_ids[:start]

@@ -91,3 +91,21 @@ def test_lite_push_consumer(apache55, rocketscope) -> None:  # type: ignore[no-u
     print("rocketscope:", ours)
     ours.pop("_why")
     assert ours == {"subscribe_lite": f.OURS_LITE_SUBSCRIBE, "received": []}
+
+
+def test_priority_order_asc_false_reads_the_lowest_queue_first(rocketscope) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """RocketScope alone: priorityOrderAsc (hot-reloadable here) turned to false drains queue 0 first (Apache's
+    PopMessageProcessor reads the queues in ascending order then; by source)."""
+    side = rocketscope_side(rocketscope)
+    topic = side.unique("AscPrio")
+    side.create_topic(topic, "PRIORITY")
+    rocketscope.admin("updateBrokerConfig", "-c", "DefaultCluster", "-k", "priorityOrderAsc", "-v", "false")
+    try:
+        for body, priority in ((b"high", 3), (b"low", 0)):
+            m = f.d.raw_message(topic, body=body, mtype=f.pb.PRIORITY)
+            m.system_properties.priority = priority
+            assert f.d.send_status(side, m)[0] == "OK"
+        assert [m.body for m in f.receive_raw(side, topic, 2)] == [b"low", b"high"]
+    finally:
+        rocketscope.admin("updateBrokerConfig", "-c", "DefaultCluster", "-k", "priorityOrderAsc", "-v", "true")
+    assert [m.body for m in f.receive_raw(side, topic, 2)] == [b"high", b"low"]  # a new group, the default order
