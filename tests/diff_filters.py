@@ -89,8 +89,9 @@ def scenario_lite_priority_and_queues(side: d.Side) -> dict[str, Any]:
     groups = ["g0", "g2", "g3", "g4", "g11", "order-1"]
     for g in groups:
         d.send_status(side, d.raw_message(ftopic, body=g.encode(), mtype=pb.FIFO, group=g))
+    stored = 4 + sum(st[0] == "OK" for st in statuses.values())  # RocketScope refuses LITE/PRIORITY here (F13)
     _, got = _receive_all(side, topic, side.unique("GID_diff_lite"), pb.FilterExpression(type=pb.TAG,
-                                                                                        expression="*"), 6)
+                                                                                        expression="*"), stored)
     _, fifo = _receive_all(side, ftopic, side.unique("GID_diff_qfifo"), pb.FilterExpression(type=pb.TAG,
                                                                                            expression="*"), 6)
     return {
