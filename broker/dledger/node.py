@@ -240,8 +240,17 @@ class DLedgerNode(DrivenMember):
         it still believes it leads until the first message from its peers deposes it.  Side
         effects that a deposed leader must not have (transaction check-backs) wait for this
         lease, which a pause longer than an election timeout voids at once.
+
+        Only messages of this leader's own term count as heard (see on_batch), and the live Raft core must
+        still lead in the term the driver published: the published role lags the core by a Ready (its
+        writes and fsync), and a resumed leader deposed by the first batch of its successor kept serving
+        POP hand-outs from its stale state for that long — an acknowledged message handed out again
+        (chaos DLedger, pause of the leader at load 12, session 14).
         """
         if not self.is_leader:
+            return False
+        node = self.node
+        if node is None or not node.is_leader or node.term != self.term:
             return False
         window = self.config.election_ticks_min * self.tick_s
         now = self.clock.now()
@@ -332,7 +341,10 @@ class DLedgerNode(DrivenMember):
 
     # ------------------------------------------------------------------ input
     def on_batch(self, batch: dledger_pb2.RaftBatch) -> None:
-        self._heard[batch.sender] = self.clock.now()
+        node = self.node
+        if node is not None and any(m.term == node.term for m in batch.messages):
+            # a peer answering in this node's term; a successor's batch (a higher term) is no evidence of a lease
+            self._heard[batch.sender] = self.clock.now()
         if batch.sender_grpc_addr:
             self.peer_addrs[batch.sender] = (batch.sender_grpc_addr, batch.sender_admin_addr)
         driver = self.driver
