@@ -71,8 +71,8 @@ def decode_bodies(bodies: list[bytes | None], origins: list[str | None]) -> dict
         except TraceDecodeError:
             continue  # not trace data: nothing to analyse (the data source counts these)
         for r in records:
-            cls = type(r)
-            if cls is PubRecord:
+            # type(r) is, not isinstance: the records are final dataclasses and this loop is the hot one
+            if type(r) is PubRecord:
                 omid = r.offset_msg_id
                 if omid in offsets:
                     p = offsets[omid]
@@ -94,7 +94,7 @@ def decode_bodies(bodies: list[bytes | None], origins: list[str | None]) -> dict
                 phys.append(p)
                 request_id.append(None)
                 retry.append(None)
-            elif cls is SubBeforeRecord:
+            elif type(r) is SubBeforeRecord:
                 rec_type.append("SubBefore")
                 ts.append(r.timestamp)
                 grp.append(r.group)
@@ -105,7 +105,7 @@ def decode_bodies(bodies: list[bytes | None], origins: list[str | None]) -> dict
                 phys.append(None)
                 request_id.append(r.request_id)
                 retry.append(r.retry_times)
-            elif cls is SubAfterRecord:
+            elif type(r) is SubAfterRecord:
                 rec_type.append("SubAfter")
                 ts.append(r.timestamp or None)
                 grp.append(r.group or None)

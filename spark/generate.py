@@ -32,6 +32,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -298,7 +299,7 @@ class Generator:
         self.scheduled = [s for s in self.scheduled if s[0] > now]
         for ts, what, arg in sorted(due, key=lambda s: s[0]):
             if what == "rejoin":
-                name, node, consistent, old_end = arg  # type: ignore[misc]
+                name, node, consistent, old_end = cast(tuple[str, int, int, int], arg)
                 g = self.by_name[name]
                 if old_end > consistent:
                     self._event(g, "truncation", node, ts, from_offset=consistent, to_offset=old_end)
@@ -314,7 +315,7 @@ class Generator:
                         self.resend_queue.append((ts + 1_000, index, topic, name))
                 self.truncated_acked = []
             elif what == "expand":
-                name, members = arg  # type: ignore[misc]
+                name, members = cast(tuple[str, list[str]], arg)
                 g = self.by_name[name]
                 self._event(g, "sync_state_set_changed", g.leader, ts, members=list(members))
 

@@ -152,18 +152,19 @@ def run_incremental(spark: SparkSession, inputs: Iterable[str | Path], output: s
         str(state / "control"))
     tagged.where(~F.col("__control")).drop("__ms", "__control").write.mode("append").partitionBy("slot").parquet(
         str(state / "rows"))
-    first_ms = spark.read.schema(ROW_SCHEMA).parquet(*new_files).agg(F.min(_row_ms())).first()[0]
+    first = spark.read.schema(ROW_SCHEMA).parquet(*new_files).agg(F.min(_row_ms())).first()
+    assert first is not None  # an aggregate without grouping always answers one row
+    first_ms = first[0]
     result["seconds"]["store_new_rows"] = round(time.monotonic() - started, 2)
     first_run = ckpt["runs"] == 0
-    from_slot = None if first_run else (int(first_ms) - lateness_ms) // slot_ms
-    from_ms = None if from_slot is None else from_slot * slot_ms
+    from_ms = None if first_run else (int(first_ms) - lateness_ms) // slot_ms * slot_ms
     result["recompute_from_ms"] = from_ms
     say(f"incremental: new rows stored in {result['seconds']['store_new_rows']:.1f} s; recomputing "
         + ("everything (first run)" if from_ms is None else
            f"from {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(from_ms / 1000))} UTC "
            f"(earliest new row minus {lateness_ms / 1000:.0f} s lateness)"))
     stored = spark.read.parquet(str(state / "rows"))
-    if from_slot is not None:
+    if from_ms is not None:
         # Read one lateness further back than the output window, so that a message born
         # there is seen whole (its Pub included) and is left out by its born time, not
         # mistaken for a message known only from Sub records.  Partition pruning: only

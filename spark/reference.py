@@ -97,11 +97,11 @@ class Reference:
                         phys = parse_offset_msg_id(r.offset_msg_id)[2] if r.offset_msg_id else None
                     except ValueError:
                         phys = None
-                    key = (r.msg_id, r.timestamp, r.group, r.topic, r.keys, r.store_host, r.cost_time, r.success,
-                           phys, origin)
-                    if key in seen_pub:
+                    pub_key = (r.msg_id, r.timestamp, r.group, r.topic, r.keys, r.store_host, r.cost_time,
+                               r.success, phys, origin)
+                    if pub_key in seen_pub:
                         continue
-                    seen_pub.add(key)
+                    seen_pub.add(pub_key)
                     ref.pubs.append({"msg_id": r.msg_id, "born_ts": r.timestamp, "producer_group": r.group,
                                      "topic": r.topic, "keys": r.keys, "store_host": r.store_host,
                                      "stored_ts": r.timestamp + r.cost_time, "success": r.success, "phys": phys})
@@ -171,11 +171,11 @@ class Reference:
 
         truncs = [e for e in self.events if e["type"] == "truncation"]
         for c in self.pubs:
-            ld = self._leadership(c["store_host"], c["stored_ts"])
-            c["broker_group"] = ld["group"] if ld else None
-            c["gen"] = ld["gen"] if ld else None
-            c["ha_mode"] = ld["mode"] if ld else None
-            c["stored_copy"] = c["success"] and c["phys"] is not None and ld is not None
+            leader_span = self._leadership(c["store_host"], c["stored_ts"])
+            c["broker_group"] = leader_span["group"] if leader_span else None
+            c["gen"] = leader_span["gen"] if leader_span else None
+            c["ha_mode"] = leader_span["mode"] if leader_span else None
+            c["stored_copy"] = c["success"] and c["phys"] is not None and leader_span is not None
             c["truncated"] = c["stored_copy"] and any(
                 t["group"] == c["broker_group"] and t["gen"] > c["gen"] and t["ts"] >= c["stored_ts"]
                 and t["from_offset"] <= c["phys"] < t["to_offset"] for t in truncs)
@@ -210,7 +210,7 @@ class Reference:
             end = a["ts"] if a and a["ts"] is not None else (b["ts"] + a["cost"] if a and b else None)
             out.append({"msg_id": k[0], "request_id": k[1], "grp": grp, "begin": b["ts"] if b else None, "end": end,
                         "success": a["success"] if a else None, "retry": b["retry"] if b else None,
-                        "origin": (b or a)["origin"]})
+                        "origin": b["origin"] if b else a["origin"] if a else None})
         return out
 
     def consumers(self) -> dict[tuple[str, str], dict]:
