@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import grpc
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
+from rocketscope.ha_events import HaEventError
 from rocketscope.names import is_retry_or_dlq
 
 from .admin_ops import BrokerAdminOps
 from .groups import GroupConfig
 from .ha.event_relay import decode_forwarded, read_events
-from .ha.events import HaEventError
 from .retry_policy import parse_group_retry_policy
 from .store.record import StoredMessage
 from .topics import TopicConfig

@@ -20,6 +20,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, dledger_pb2_grpc, ha_pb2_grpc, namesrv_pb2
 from rocketscope.config import ConfigError, Settings
+from rocketscope.ha_events import ROLE_CHANGE, HaEvent
 from rocketscope.names import HA_EVENTS_TOPIC, TIMER_TOPIC, is_system_topic
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
@@ -38,7 +39,6 @@ from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService
 from .ha.event_log import HaEventLog
 from .ha.event_relay import install as install_event_relay
-from .ha.events import ROLE_CHANGE, HaEvent
 from .ha.master import ReplicationMaster
 from .ha.slave import ReplicationSlave
 from .metrics import BrokerMetrics

@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 
 from rocketscope.config import Key, Settings, load_settings, non_negative, port, positive
+from rocketscope.names import TRACE_TOPIC
 
 from .controller.config import BROKER_CONTROLLER_KEYS
 from .remoting.config import BROKER_REMOTING_KEYS, REMOTING_KEYS
@@ -136,7 +137,7 @@ BROKER_KEYS: list[Key] = [
     Key("timerProgressReplicateIntervalMs", int, 1000, "ms between the writer's delivery-progress records in the "
         "timer topic, so a new writer after a failover re-checks little (RocketScope)", check=positive),
     Key("traceTopicEnable", bool, False, "create the trace topic on this broker"),
-    Key("msgTraceTopicName", str, "RMQ_SYS_TRACE_TOPIC", "name of the trace topic"),
+    Key("msgTraceTopicName", str, TRACE_TOPIC, "name of the trace topic"),
     Key("traceOn", bool, True, "tell clients to write trace records (TRACE_ON)"),
     Key("regionId", str, "DefaultRegion", "region written into trace records (MSG_REGION)"),
     Key("brokerTraceEnable", bool, False, "the broker writes trace records itself (RocketScope)"),

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rocketscope.names import READER_GROUP, is_retry_or_dlq, is_system_topic
+from rocketscope.names import READER_GROUP, RETRY_PREFIX, SYSTEM_GROUP_PREFIX, is_retry_or_dlq, is_system_topic
 from rocketscope.telemetry import Telemetry
 
 from .broker_stats import BrokerStats
-from .pop import RETRY_PREFIX, Delivery, origin_topic, retry_topic
+from .pop import Delivery, origin_topic, retry_topic
 from .remoting.mq_version import version_desc
 from .store.message_store import PutResult, PutStatus
 from .store.record import StoredMessage
@@ -79,7 +79,7 @@ def snake(name: str) -> str:
 
 
 def is_system(name: str) -> bool:
-    return is_system_topic(name) or name.upper().startswith("CID_RMQ_SYS_")
+    return is_system_topic(name) or name.upper().startswith(SYSTEM_GROUP_PREFIX)
 
 
 def is_tool_group(group: str) -> bool:

@@ -29,6 +29,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from rocketscope.names import CONSUMER_OFFSETS_TOPIC
+
 from .store.record import StoredMessage
 
 if TYPE_CHECKING:
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
     from .topics import TopicManager
 
 log = logging.getLogger(__name__)
-OFFSET_TOPIC = "RMQ_SYS_CONSUMER_OFFSETS"
 Key = tuple[str, str, int]
 
 
@@ -61,7 +62,7 @@ class OffsetLog:
 
     def start(self) -> asyncio.Task[None] | None:
         """Register the dispatch listener and, unless the interval is 0, start the writer loop."""
-        self.topics.create_if_absent(OFFSET_TOPIC, 1, system=True)
+        self.topics.create_if_absent(CONSUMER_OFFSETS_TOPIC, 1, system=True)
         self.store.dispatch_listeners.append(self.on_dispatch)
         if self.interval_s <= 0:
             return None
@@ -92,7 +93,7 @@ class OffsetLog:
             return 0
         body = json.dumps({"o": [[g, t, q, o] for (g, t, q), o in sorted(changed.items())]},
                           separators=(",", ":")).encode()
-        (res,) = await self.store.put([StoredMessage(topic=OFFSET_TOPIC, queue_id=0, body=body)])
+        (res,) = await self.store.put([StoredMessage(topic=CONSUMER_OFFSETS_TOPIC, queue_id=0, body=body)])
         if not res.stored:  # not known to be replicated: written again next interval
             log.debug("consumer offsets not replicated now (%s); next interval retries", res.reason or res.status)
             return 0
@@ -101,7 +102,7 @@ class OffsetLog:
         return len(changed)
 
     def on_dispatch(self, msg: StoredMessage) -> None:
-        if msg.topic != OFFSET_TOPIC:
+        if msg.topic != CONSUMER_OFFSETS_TOPIC:
             return
         try:
             items = json.loads(msg.body)["o"]

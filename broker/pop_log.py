@@ -62,6 +62,8 @@ import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from rocketscope.names import POP_STATE_TOPIC
+
 from .pop import Inflight, QueueState
 from .store.record import StoredMessage
 
@@ -69,7 +71,6 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger(__name__)
-POP_STATE_TOPIC = "RMQ_SYS_POP_STATE"
 SNAPSHOT_TAG = "snapshot"
 OPS_TAG = "ops"
 REPLAY_LIMIT = 200_000  # records scanned back for the last snapshot at start-up

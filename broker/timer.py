@@ -43,7 +43,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from rocketscope.names import TIMER_TOPIC
+from rocketscope.names import TIMER_PROGRESS_GROUP, TIMER_TOPIC
 
 from .errors import BrokerError, ErrorKind
 from .store.message_store import PutStatus
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIMER_GROUP = "CID_RMQ_SYS_TIMER"  # the in-memory timer's progress (before the wheel): where a fresh index starts
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
 DELIVER_MS = "TIMER_DELIVER_MS"
@@ -198,7 +197,7 @@ class TimerService:
         self.index = idx
         if idx.fresh:
             # no index yet: start where the in-memory timer (before the wheel) had delivered everything
-            start = max(self.broker.offsets.get(TIMER_GROUP, TIMER_TOPIC, 0) or 0,
+            start = max(self.broker.offsets.get(TIMER_PROGRESS_GROUP, TIMER_TOPIC, 0) or 0,
                         self.store.min_offset(TIMER_TOPIC, 0))
             idx.cp.enqueue_offset = start
             idx.cp.claim_t, idx.cp.claim_e = 0, start

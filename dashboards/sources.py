@@ -133,8 +133,8 @@ class FixtureSource:
                 queues.append({"group": group, "topic": topic, "broker": "bg-a", "queue_id": q,
                                "broker_offset": broker_offset, "consumer_offset": consumer_offset,
                                "lag": broker_offset - consumer_offset, "inflight": q % 2})
-        dlq = pd.DataFrame([{"group": "cg-audit", "dlq_topic": "%DLQ%cg-audit", "messages": 3},
-                            {"group": "cg-billing", "dlq_topic": "%DLQ%cg-billing", "messages": 0}])
+        dlq = pd.DataFrame([{"group": "cg-audit", "dlq_topic": f"{DLQ_PREFIX}cg-audit", "messages": 3},
+                            {"group": "cg-billing", "dlq_topic": f"{DLQ_PREFIX}cg-billing", "messages": 0}])
         return pd.DataFrame(queues), dlq
 
     def trace(self, msg_id: str) -> dict[str, Any] | None:

@@ -84,7 +84,7 @@ ADMIN_LAZY_COMMANDS = {
 def admin(use_tls: bool, trust: str, cert: str, key: str, server_name: str, access_key: str,
           secret_key: str) -> None:
     """Administer a RocketScope cluster (the commands of RocketMQ's mqadmin)."""
-    from rocketscope.broker.security.tls import TlsClientConfig
+    from rocketscope.tls import TlsClientConfig
 
     global CONNECTION
     tls = TlsClientConfig(enabled=bool(use_tls or trust or cert), cert_path=cert, key_path=key,

@@ -16,13 +16,12 @@ from typing import Any
 import click
 
 from rocketscope.broker.protocol import admin_pb2, common_pb2
+from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX
 
 from . import remoting_client as rc
 from .admin_cli import MSG_HEADERS, _message_rows, emit, json_opt, ms, namesrv_opt, run
 from .admin_client import AdminClient, AdminError
 from .admin_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, BrokerCounters, Counter
-
-RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 
 
 def parse_timestamp(text: str) -> int:

@@ -17,8 +17,8 @@ import grpc
 
 from rocketscope import remoting_client as rc
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from rocketscope.broker.security.signature import client_metadata
-from rocketscope.broker.security.tls import TlsClientConfig
+from rocketscope.signature import client_metadata
+from rocketscope.tls import TlsClientConfig
 
 
 class AdminError(Exception):

@@ -33,10 +33,26 @@ READER_GROUP = "rocketscope-reader"
 """The consumer group RocketScope's own readers pull with (Spark's source, the trace lookup, the
 dashboards): a tool connection, hidden from consumer metrics and consumer pages."""
 
+POP_STATE_TOPIC = "RMQ_SYS_POP_STATE"
+"""RocketScope's POP journal: hand-outs and acks as replicated records (broker/pop_log.py)."""
+
+CONSUMER_OFFSETS_TOPIC = "RMQ_SYS_CONSUMER_OFFSETS"
+"""RocketScope's replicated record of committed consumer offsets (broker/offset_log.py)."""
+
+TBW102 = "TBW102"
+"""The template topic Java producers fall back to when a topic has no route (auto-creation)."""
+
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+"""Consumer groups RocketMQ reserves for itself (hidden from consumer metrics)."""
+
+TIMER_PROGRESS_GROUP = "CID_RMQ_SYS_TIMER"
+"""The group whose offset on the timer topic records the in-memory timer's progress (before the wheel):
+where a fresh timer index starts."""
+
 COMMITLOG_OFFSET_PROPERTY = "__COMMITLOG_OFFSET"
 """User property the broker adds to PullMessage answers only (the v2 protocol has no field for it)."""
 
-SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest",
+SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX", TBW102, "BenchmarkTest",
                          "OFFSET_MOVED_EVENT")
 """Topics RocketMQ reserves for itself: never auto-created for a client, hidden from user metrics."""
 

@@ -24,8 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rocketscope.names import COMMITLOG_OFFSET_PROPERTY as COMMITLOG_OFFSET_PROPERTY  # importers of this module use it
-from rocketscope.names import READER_GROUP
+from rocketscope.names import COMMITLOG_OFFSET_PROPERTY, READER_GROUP
 
 PULL_GROUP = READER_GROUP
 
@@ -52,7 +51,7 @@ class QueueRef:
 
 
 def _metadata() -> tuple[tuple[str, str], ...]:
-    return (("x-mq-client-id", f"rocketscope-reader-{uuid.uuid4().hex[:8]}"), ("x-mq-language", "PYTHON"))
+    return (("x-mq-client-id", f"{READER_GROUP}-{uuid.uuid4().hex[:8]}"), ("x-mq-language", "PYTHON"))
 
 
 def discover_queues(namesrv: str, topics: Sequence[str], timeout_s: float = 10.0) -> list[QueueRef]:

@@ -18,10 +18,10 @@ from typing import Any
 
 import click
 
+from rocketscope.names import HA_EVENTS_TOPIC, TRACE_TOPIC
 from rocketscope.spark.decode import DECODERS
 from rocketscope.spark.incremental import DEFAULT_LATENESS_MS
 from rocketscope.spark.jobs import JOBS
-from rocketscope.spark.schema import HA_EVENTS_TOPIC, TRACE_TOPIC
 
 ASOF_METHODS = ("interval", "window")
 

@@ -54,8 +54,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from rocketscope import topic_reader
+from rocketscope.names import COMMITLOG_OFFSET_PROPERTY
 from rocketscope.spark.schema import SOURCE_SCHEMA
-from rocketscope.topic_reader import COMMITLOG_OFFSET_PROPERTY, QueueRef
+from rocketscope.topic_reader import QueueRef
 
 NAME = "rocketscope"
 EARLIEST, LATEST = -2, -1

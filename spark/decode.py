@@ -15,20 +15,9 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from rocketscope.spark.schema import EVENT_JSON_SCHEMA, HA_EVENTS_TOPIC, RECORD_SCHEMA
-
-EVENT_TYPES = (
-    "role_change",
-    "election_started",
-    "election_won",
-    "election_lost",
-    "leader_elected",
-    "master_elected",
-    "sync_state_set_changed",
-    "replica_ack",
-    "commit_advanced",
-    "truncation",
-)
+from rocketscope.ha_events import EVENT_TYPES
+from rocketscope.names import HA_EVENTS_TOPIC
+from rocketscope.spark.schema import EVENT_JSON_SCHEMA, RECORD_SCHEMA
 
 _RECORD_ARROW = pa.schema(
     [

@@ -58,8 +58,8 @@ from pathlib import Path
 
 import duckdb
 
+from rocketscope.ha_events import EVENT_TYPES
 from rocketscope.names import DLQ_PREFIX, HA_EVENTS_TOPIC
-from rocketscope.spark.decode import EVENT_TYPES
 from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 from rocketscope.spark.sqldecode import _integer
 

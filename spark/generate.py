@@ -37,7 +37,8 @@ from typing import cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rocketscope.spark.schema import HA_EVENTS_TOPIC, MAX_RECONSUME_TIMES, ROW_ARROW_SCHEMA, TRACE_TOPIC
+from rocketscope.names import DLQ_PREFIX, HA_EVENTS_TOPIC, TRACE_TOPIC
+from rocketscope.spark.schema import MAX_RECONSUME_TIMES, ROW_ARROW_SCHEMA
 from rocketscope.trace.batching import build_batches
 from rocketscope.trace.codec import PubRecord, SubAfterRecord, SubBeforeRecord, TraceRecord
 from rocketscope.trace.ids import make_offset_msg_id
@@ -393,7 +394,7 @@ class Generator:
                 if retry >= MAX_RECONSUME_TIMES:
                     if index % 2 == 0:
                         # An operator's group reads the dead-letter queue.
-                        dlq_topic = f"%DLQ%{group}"
+                        dlq_topic = f"{DLQ_PREFIX}{group}"
                         t = end + int(rng.randrange(1000, 5000))
                         self._requests += 1
                         rid = f"{index:016X}FF{zlib.crc32(group.encode()) & 0xFFFF:04X}{self._requests:010X}"

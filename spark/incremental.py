@@ -47,16 +47,17 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from rocketscope.spark.decode import EVENT_TYPES
+from rocketscope.ha_events import COMMIT_ADVANCED, EVENT_TYPES, REPLICA_ACK
+from rocketscope.names import HA_EVENTS_TOPIC
 from rocketscope.spark.jobs import JOBS
 from rocketscope.spark.model import Model
 from rocketscope.spark.run import resolve_jobs
-from rocketscope.spark.schema import HA_EVENTS_TOPIC, ROW_SCHEMA
+from rocketscope.spark.schema import ROW_SCHEMA
 
 STATE_DIR = "_incremental"
 DEFAULT_SLOT_MS = 5 * 60_000
 DEFAULT_LATENESS_MS = 2 * 60_000
-CONTROL_TYPES = tuple(t for t in EVENT_TYPES if t not in ("replica_ack", "commit_advanced"))
+CONTROL_TYPES = tuple(t for t in EVENT_TYPES if t not in (REPLICA_ACK, COMMIT_ADVANCED))
 DAY_MS = 86_400_000
 
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from rocketscope.broker.ha.events import HaEvent, HaEventError
-from rocketscope.names import DLQ_PREFIX
-from rocketscope.spark.schema import HA_EVENTS_TOPIC, MAX_RECONSUME_TIMES, QUORUM
+from rocketscope.ha_events import HaEvent, HaEventError
+from rocketscope.names import DLQ_PREFIX, HA_EVENTS_TOPIC
+from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 from rocketscope.trace.codec import PubRecord, SubAfterRecord, SubBeforeRecord, TraceDecodeError, decode
 from rocketscope.trace.ids import parse_offset_msg_id
 

@@ -28,9 +28,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from rocketscope.names import HA_EVENTS_TOPIC as HA_EVENTS_TOPIC  # the spark modules import them from here
-from rocketscope.names import TRACE_TOPIC as TRACE_TOPIC
-
 MAX_RECONSUME_TIMES = 16
 """RocketMQ's default maxReconsumeTimes: a failed delivery with this retry count goes to the DLQ."""
 QUORUM = "__quorum__"
@@ -134,7 +131,7 @@ EVENT_JSON_SCHEMA = StructType(
         StructField("steps", ArrayType(ArrayType(LongType(), True), True), True),
     ]
 )
-"""The JSON fields of ``rocketscope.broker.ha.events.HaEvent`` the jobs read (``members`` is not needed;
+"""The JSON fields of ``rocketscope.ha_events.HaEvent`` the jobs read (``members`` is not needed;
 ``steps``: the [offset, ts] advances a throttled event folds in, see ``HaEvent.expand``)."""
 
 DATE_TYPE = DateType()

@@ -36,7 +36,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from rocketscope.spark.schema import HA_EVENTS_TOPIC, RECORD_SCHEMA
+from rocketscope.names import HA_EVENTS_TOPIC
+from rocketscope.spark.schema import RECORD_SCHEMA
 
 FIELD_SEP = "\x01"
 RECORD_SEP = "\x02"

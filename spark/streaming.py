@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DateType, StructField, StructType
 
+from rocketscope.names import HA_EVENTS_TOPIC, TRACE_TOPIC
 from rocketscope.spark.jobs import JOBS
 from rocketscope.spark.jobs.common import utc_date
 from rocketscope.spark.model import Model
@@ -84,7 +85,7 @@ def start_stream(spark: SparkSession, inputs: Iterable[str | Path], output: str 
                  checkpoint: str | Path | None = None, jobs: Iterable[str] = ("all",), *,
                  trigger_seconds: float | None = None, asof_method: str = "interval",
                  progress: bool = True, namesrv: str | None = None,
-                 topics: Iterable[str] = ("RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_HA_EVENTS")) -> StreamingQuery:
+                 topics: Iterable[str] = (TRACE_TOPIC, HA_EVENTS_TOPIC)) -> StreamingQuery:
     """Start the query; new Parquet files in any input directory (or, with ``namesrv``, new
     messages in the live topics) are picked up.
 

@@ -18,8 +18,8 @@ def _tls(cert: str, key: str, trust: str, client_auth: str) -> Any:
     """The exporter's TLS settings from the CLI, validated now so a bad file is reported before binding."""
     if not cert and not key:
         return None
-    from rocketscope.broker.security.tls import server_config
     from rocketscope.config import ConfigError
+    from rocketscope.tls import server_config
 
     raw = {"tls.server.mode": "enforcing", "tls.server.certPath": cert, "tls.server.keyPath": key,
            "tls.server.trustCertPath": trust, "tls.server.need.client.auth": client_auth}

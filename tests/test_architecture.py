@@ -18,6 +18,7 @@ when a new one appears, and also when a listed one is gone (so the list only shr
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,8 @@ PACKAGES = {"broker": "broker", "telemetry": "telemetry", "trace": "trace", "spa
             "dashboards": "dashboards"}
 
 COMMON = ("rocketscope.names", "rocketscope.config", "rocketscope.ports", "rocketscope.logs",
-          "rocketscope.broker.protocol", "rocketscope.broker.ha.events", "rocketscope.broker.security.tls",
-          "rocketscope.broker.security.signature", "rocketscope.broker.security.peer_auth")
+          "rocketscope.broker.protocol", "rocketscope.ha_events", "rocketscope.tls",
+          "rocketscope.signature", "rocketscope.peer_auth")
 CLIENTS = ("rocketscope.admin_client", "rocketscope.topic_reader", "rocketscope.remoting_client")
 TOP = ("rocketscope.cli", "rocketscope.config_doc", "rocketscope.demo", "rocketscope.admin_cli",
        "rocketscope.admin_cli_ops", "rocketscope.lazy_group", "rocketscope.procs")
@@ -52,6 +53,12 @@ KNOWN = {
     ("rocketscope.remoting_client", "rocketscope.broker.convert"),
     ("rocketscope.remoting_client", "rocketscope.broker.store.record"),
 }
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A source file's tree, parsed once for every check of this file."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def module_name(path: Path) -> str:
@@ -97,7 +104,7 @@ def from_import_targets(node: ast.ImportFrom, package: str) -> set[str]:
 def imports(path: Path, module: str) -> set[str]:
     out: set[str] = set()
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -146,6 +153,66 @@ def test_every_import_follows_the_layers_or_is_a_known_exception() -> None:
 def test_the_common_leaf_imports_nothing_of_the_project_above_it() -> None:
     path = ROOT / "rocketscope" / "names.py"
     assert imports(path, "rocketscope.names") == set()
+
+
+def test_the_common_leaf_lives_outside_the_broker() -> None:
+    """Issue 17: what every layer imports is not physically in broker/ (only the generated protocol modules are)."""
+    inside = [m for m in COMMON if m.startswith("rocketscope.broker.") and m != "rocketscope.broker.protocol"]
+    assert not inside, f"common modules still under broker/ (move them to rocketscope/): {inside}"
+
+
+# --------------------------------------------------------------------------- RocketMQ's names, defined once
+# Issue 17: a reserved name (system topics and groups, the retry/DLQ prefixes) is spelled in rocketscope/names.py
+# only; everything else imports it from there.  A string literal equal to one of its values, or starting with one
+# of its prefixes, is a second definition (docstrings and text that merely mentions a name are not).
+
+def _reserved_names() -> tuple[set[str], tuple[str, ...]]:
+    tree = ast.parse((ROOT / "rocketscope" / "names.py").read_text())
+    exact: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            exact.add(node.value.value)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):
+            exact |= {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    prefixes = tuple(n for n in exact if n.startswith("%") or n.endswith("_"))
+    return exact, prefixes
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """Statement-level string constants: module, class and function docstrings and attribute docstrings."""
+    return {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+
+
+def reserved_name_literals(files: list[tuple[str, ast.Module]]) -> set[tuple[str, str]]:
+    """(module, literal) for every string literal in ``files`` ((module, tree) pairs) that spells a reserved name."""
+    exact, prefixes = _reserved_names()
+    found: set[tuple[str, str]] = set()
+    for module, tree in files:
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                    and (node.value in exact or node.value.startswith(prefixes))):
+                found.add((module, node.value))
+    return found
+
+
+def test_rocketmq_names_are_defined_once_in_the_common_leaf() -> None:
+    files = [(module_name(p), parsed(p)) for p in source_files() if module_name(p) != "rocketscope.names"]
+    found = reserved_name_literals(files)
+    assert not found, "RocketMQ names spelled outside rocketscope/names.py (import them from there):\n" + \
+        "\n".join(f"  {m}: {v!r}" for m, v in sorted(found))
+
+
+def test_a_second_definition_of_a_name_is_caught() -> None:
+    """The check itself, on made-up modules: constants, defaults and f-strings count; docstrings and prose not."""
+    found = reserved_name_literals([
+        ("a", ast.parse('DLQ = "%DLQ%"\n')),
+        ("b", ast.parse('def f(topic="RMQ_SYS_HA_EVENTS"):\n    """Reads RMQ_SYS_HA_EVENTS."""\n')),
+        ("c", ast.parse('def g(group):\n    return f"%RETRY%{group}"\n')),
+        ("d", ast.parse('HELP = "reads the trace topic and RMQ_SYS_HA_EVENTS"\n')),
+        ("e", ast.parse('GROUP = "CID_RMQ_SYS_MINE"\n')),
+    ])
+    assert found == {("a", "%DLQ%"), ("b", "RMQ_SYS_HA_EVENTS"), ("c", "%RETRY%"), ("e", "CID_RMQ_SYS_MINE")}
 
 
 # --------------------------------------------------------------------------- import circles in broker/
@@ -199,7 +266,7 @@ def broker_import_graph(type_only_too: bool) -> dict[str, set[str]]:
         src = module_name(path)
         package = src if path.name == "__init__.py" else src.rsplit(".", 1)[0]
         parents = {src.rsplit(".", i)[0] for i in range(1, src.count(".") + 1)}
-        names = imported_names(ast.parse(path.read_text(), str(path)), package, type_only_too)
+        names = imported_names(parsed(path), package, type_only_too)
         graph[src] = {t for t in (known_module(m, modules) for m in names if m.startswith("rocketscope.broker"))
                       if t != src and t not in parents and t != "rocketscope.broker.protocol"}
     return graph
@@ -275,8 +342,9 @@ def test_the_circle_finder_counts_deferred_imports_and_skips_type_only_ones() ->
 
 # --------------------------------------------------------------------------- private state
 # Issue 17: nothing reads another object's private attributes.  ``obj._name`` on anything but ``self``/``cls``
-# counts (NamedTuple's public ``_asdict``/``_replace``/``_fields``/``_make`` aside).  PRIVATE_READS lists what is
-# left, each with why; the list may only shrink.
+# counts (NamedTuple's public ``_asdict``/``_replace``/``_fields``/``_make`` aside), and so does importing another
+# module's private name (``from .listener import _pipe``).  Broker and common modules are checked.  PRIVATE_READS
+# lists what is left, each with why; the list may only shrink.
 PRIVATE_READS = {
     # a MemoryStorage copying itself: the same class
     ("rocketscope.broker.raft.storage", "clone._ents"),
@@ -285,7 +353,7 @@ PRIVATE_READS = {
     ("rocketscope.broker.remoting.broker_handlers", "b.pop._copy"),
     ("rocketscope.broker.remoting.broker_handlers", "b.pop._to_dlq"),
     # prometheus_client has no public way to pick the address family its server binds
-    ("rocketscope.broker.security.tls", "exposition._get_best_family"),
+    ("rocketscope.tls", "exposition._get_best_family"),
 }
 NAMEDTUPLE_API = {"_asdict", "_replace", "_fields", "_make"}
 
@@ -294,9 +362,13 @@ def private_reads() -> set[tuple[str, str]]:
     found: set[tuple[str, str]] = set()
     for path in source_files():
         module = module_name(path)
-        if not module.startswith("rocketscope.broker"):
+        if not (module.startswith("rocketscope.broker") or component(module) == "common"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("rocketscope")):
+                found |= {(module, f"import {a.name}") for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")}
+                continue
             if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
                 continue
             if node.attr in NAMEDTUPLE_API:

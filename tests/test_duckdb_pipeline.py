@@ -20,11 +20,12 @@ import pyarrow as pa
 import pytest
 from test_spark_sqldecode import HAND, _encoded_bodies, _expected, _rows
 
-from rocketscope.broker.ha.events import COMMIT_ADVANCED, REPLICA_ACK, HaEvent
+from rocketscope.ha_events import COMMIT_ADVANCED, REPLICA_ACK, HaEvent
+from rocketscope.names import HA_EVENTS_TOPIC
 from rocketscope.spark.duckdb_pipeline import JOB_NAMES, connect, decode, run_pipeline
 from rocketscope.spark.generate import GenConfig, generate
 from rocketscope.spark.reference import Reference, nearest_rank, read_rows
-from rocketscope.spark.schema import HA_EVENTS_TOPIC, QUORUM, RECORD_SCHEMA, ROW_ARROW_SCHEMA, ROW_SCHEMA
+from rocketscope.spark.schema import QUORUM, RECORD_SCHEMA, ROW_ARROW_SCHEMA, ROW_SCHEMA
 
 # 3,000 messages at 20/s starting 23:58:30 UTC: 150 s of traffic across midnight (as tests/test_spark_jobs.py).
 CONFIG = GenConfig(messages=3_000, seed=11, start_ms=1740873510000, rate=20.0, chunk=1_000)

@@ -22,12 +22,12 @@ from rmq import message, producer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
-from rocketscope.broker.ha.events import HaEvent, HaEventError
 from rocketscope.broker.receipt import ReceiptHandle, ReceiptHandleError
 from rocketscope.broker.store import record
 from rocketscope.broker.store.commitlog import CommitLog
 from rocketscope.broker.timer import RecallError, parse_recall_handle
 from rocketscope.config import ConfigError, read_properties
+from rocketscope.ha_events import HaEvent, HaEventError
 
 pytestmark = pytest.mark.e2e
 SERVICE = "/apache.rocketmq.v2.MessagingService/"

@@ -1,4 +1,4 @@
-"""Throttled replication events keep every advance (broker/ha/event_log.py, broker/ha/events.py).
+"""Throttled replication events keep every advance (broker/ha/event_log.py, rocketscope/ha_events.py).
 
 The ground truth is the sequence of (offset, time) advances the test feeds in at times it
 controls: after throttling, the written events are at most one per interval, yet expanding them
@@ -14,7 +14,7 @@ import pytest
 
 from rocketscope.broker.ha import event_log
 from rocketscope.broker.ha.event_log import HaEventLog
-from rocketscope.broker.ha.events import COMMIT_ADVANCED, HaEvent, HaEventError
+from rocketscope.ha_events import COMMIT_ADVANCED, HaEvent, HaEventError
 
 INTERVAL_MS = 100
 

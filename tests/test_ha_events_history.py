@@ -150,7 +150,7 @@ def test_ha_events_survive_restarts_with_follower_truncations_and_terms(cluster:
         assert len(evs) <= bound, f"{node}: {len(evs)} commit events for {sent} sends in {t1 - t0:.1f} s " \
                                   f"(bound {bound:.0f})"
         # the replaced advances are not lost: each written event carries them as steps, oldest
-        # first, each before the event itself (broker/ha/events.py, HaEvent.expand)
+        # first, each before the event itself (rocketscope/ha_events.py, HaEvent.expand)
         for e in evs:
             advances = [*(tuple(st) for st in e.get("steps", [])), (e["offset"], e["ts"])]
             assert all(a[0] < b[0] and a[1] <= b[1] for a, b in itertools.pairwise(advances)), (node, e)

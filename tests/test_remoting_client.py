@@ -9,7 +9,7 @@ import pytest
 
 from rocketscope import remoting_client as rc
 from rocketscope.broker.remoting.codec import WireMessage, decode_messages, encode_message
-from rocketscope.topic_reader import COMMITLOG_OFFSET_PROPERTY
+from rocketscope.names import COMMITLOG_OFFSET_PROPERTY
 
 
 @pytest.mark.parametrize(("given", "expected"), [

@@ -32,9 +32,8 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc
-from rocketscope.broker.security import client_metadata
 from rocketscope.broker.security.certs import generate_dev_certs
-from rocketscope.broker.security.signature import utc_now
+from rocketscope.signature import client_metadata, utc_now
 
 pytestmark = pytest.mark.e2e
 
@@ -395,8 +394,8 @@ def test_exporter_serves_otlp_and_metrics_over_tls(tmp_path: Path) -> None:
 
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-    from rocketscope.broker.security.tls import server_config
     from rocketscope.telemetry.exporter import ExporterConfig, ExporterServer
+    from rocketscope.tls import server_config
 
     tls = server_config({"tls.server.mode": "enforcing", "tls.server.certPath": str(CERTS / "server.pem"),
                          "tls.server.keyPath": str(CERTS / "server.key")})

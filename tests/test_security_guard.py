@@ -16,8 +16,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.v5.util.signature import Signature
 
+from rocketscope import signature as sig
 from rocketscope.broker.protocol import admin_pb2
-from rocketscope.broker.security import signature as sig
 from rocketscope.broker.security.acl import parse_acl
 from rocketscope.broker.security.config import SecurityConfig
 from rocketscope.broker.security.guard import FORBIDDEN, UNAUTHORIZED, AclGuard, peer_host

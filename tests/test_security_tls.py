@@ -29,15 +29,14 @@ from rocketscope.broker.security import (
     AclInterceptor,
     SecurityConfig,
     bind_server,
-    client_metadata,
     parse_acl,
     real_peer,
-    start_metrics_server,
 )
 from rocketscope.broker.security.certs import generate_dev_certs
 from rocketscope.broker.security.cli import gen_certs
-from rocketscope.broker.security.tls import load_private_key
 from rocketscope.config import ConfigError
+from rocketscope.signature import client_metadata
+from rocketscope.tls import load_private_key, start_metrics_server
 
 ACL = {"accounts": [
     {"accessKey": "producer1", "secretKey": "producer-secret", "defaultTopicPerm": "PUB"},

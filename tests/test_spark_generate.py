@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from rocketscope.broker.ha.events import HaEvent
+from rocketscope.ha_events import HaEvent
+from rocketscope.names import HA_EVENTS_TOPIC, TRACE_TOPIC
 from rocketscope.spark.generate import GenConfig, generate
-from rocketscope.spark.schema import HA_EVENTS_TOPIC, ROW_ARROW_SCHEMA, TRACE_TOPIC
+from rocketscope.spark.schema import ROW_ARROW_SCHEMA
 from rocketscope.trace.codec import decode
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from rocketscope.names import HA_EVENTS_TOPIC, TRACE_TOPIC
 from rocketscope.spark.decode import decode_bodies, decode_trace
 from rocketscope.spark.generate import GenConfig, generate
 from rocketscope.spark.reference import read_rows
-from rocketscope.spark.schema import HA_EVENTS_TOPIC, RECORD_SCHEMA, ROW_SCHEMA, TRACE_TOPIC
+from rocketscope.spark.schema import RECORD_SCHEMA, ROW_SCHEMA
 from rocketscope.trace.codec import (
     EndTransactionRecord,
     PubRecord,
@@ -196,7 +197,7 @@ def test_throttled_replication_events_expand_into_every_advance(spark) -> None: 
     """A commit_advanced event written at the end of a throttle interval carries the advances it
     replaced (HaEvent.steps): Spark's events are one row per advance with its own offset and time,
     exactly what HaEvent.expand gives the Python reference, so replication_latency is exact."""
-    from rocketscope.broker.ha.events import COMMIT_ADVANCED, REPLICA_ACK, HaEvent
+    from rocketscope.ha_events import COMMIT_ADVANCED, REPLICA_ACK, HaEvent
     from rocketscope.spark.decode import decode_events
 
     events = [HaEvent(type=COMMIT_ADVANCED, cluster="c", group="g", node="n0", ts=1_000_195, term=3, offset=900,

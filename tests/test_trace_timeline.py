@@ -9,7 +9,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocketscope.broker.ha.events import COMMIT_ADVANCED, REPLICA_ACK, ROLE_CHANGE, TRUNCATION, HaEvent
+from rocketscope.ha_events import COMMIT_ADVANCED, REPLICA_ACK, ROLE_CHANGE, TRUNCATION, HaEvent
 from rocketscope.trace.codec import (
     CONSUME_FAILED,
     MSG_TYPE_TRANS_HALF,

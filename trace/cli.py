@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from rocketscope.names import TRACE_TOPIC
 from rocketscope.trace.lookup import TraceLookup, TraceLookupError
 from rocketscope.trace.timeline import Timeline
 
@@ -70,7 +71,7 @@ def render_table(tl: Timeline) -> str:
 @click.command("queryMsgTraceById")
 @click.option("-n", "--namesrv", required=True, help="name server address")
 @click.option("-i", "--msg-id", "msg_id", required=True, help="message id (UNIQ_KEY)")
-@click.option("-t", "--trace-topic", default="RMQ_SYS_TRACE_TOPIC", show_default=True)
+@click.option("-t", "--trace-topic", default=TRACE_TOPIC, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")
 @es_options
 def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, as_json: bool, **es: Any) -> None:

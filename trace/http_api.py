@@ -20,6 +20,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from rocketscope.names import TRACE_TOPIC
 from rocketscope.trace.lookup import TraceLookup, TraceLookupError
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def make_handler(namesrv: str, es_store: Any = None) -> type[BaseHTTPRequestHand
                 return
             msg_id = urllib.parse.unquote(url.path[len("/api/trace/"):])
             query = urllib.parse.parse_qs(url.query)
-            topic = (query.get("traceTopic") or ["RMQ_SYS_TRACE_TOPIC"])[-1]
+            topic = (query.get("traceTopic") or [TRACE_TOPIC])[-1]
             status, doc = lookup_response(namesrv, msg_id, topic, es_store)
             log.info("trace lookup %s -> %d", msg_id[:64], status)
             self._reply(status, doc)

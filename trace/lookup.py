@@ -10,7 +10,7 @@ from typing import Any
 
 from rocketscope import topic_reader
 from rocketscope.admin_client import AdminClient
-from rocketscope.broker.ha.events import HaEvent
+from rocketscope.ha_events import HaEvent
 from rocketscope.names import DLQ_PREFIX, HA_EVENTS_TOPIC, RETRY_PREFIX, TRACE_TOPIC
 from rocketscope.trace.codec import TraceDecodeError, TraceRecord, decode
 from rocketscope.trace.timeline import StoreInfo, Timeline, build_timeline

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
-from rocketscope.broker.ha.events import COMMIT_ADVANCED, REPLICA_ACK, TRUNCATION, HaEvent
+from rocketscope.ha_events import COMMIT_ADVANCED, REPLICA_ACK, TRUNCATION, HaEvent
 from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX, is_retry_or_dlq
 from rocketscope.trace.codec import (
     MSG_TYPE_NAMES,
@@ -455,7 +455,7 @@ def _ordered(events: Iterable[HaEvent]) -> list[HaEvent]:
 def _replication(store: StoreNode, events: Sequence[HaEvent], lower_bound: int | None) -> ReplicationNode | None:
     """Each replica's first ack past the message, the first commit past it, truncations covering it.
 
-    Offsets in the events are end-exclusive record boundaries (broker/ha/events.py), so
+    Offsets in the events are end-exclusive record boundaries (rocketscope/ha_events.py), so
     an ack of offset ``> p`` means the replica holds the record stored at ``p``.  Events
     older than the store time (or, without it, the first send) are ignored: after a
     truncation an offset can be reused by another message.

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
-from rocketscope.broker.ha import events as ev
+from rocketscope import ha_events as ev
 from rocketscope.broker.protocol import controller_pb2 as cpb
 from rocketscope.broker.protocol import controller_pb2_grpc
 from rocketscope.broker.store.message_store import PutStatus

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rocketscope.broker.ha import events as ev
+from rocketscope import ha_events as ev
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import (
     Entry,

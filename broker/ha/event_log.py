@@ -15,7 +15,7 @@ events"): ``replica_ack`` at most one per replica every ``haEventAckIntervalMill
 ``commit_advanced`` at most one every ``haEventCommitIntervalMillis``.  A throttled event
 is not lost: the newest one of an interval is emitted when the interval ends, with its own
 time (not the interval's end), and carries in ``steps`` the offset and time of every event
-of the interval it replaced (broker/ha/events.py, ``HaEvent.expand``), so per-message
+of the interval it replaced (rocketscope/ha_events.py, ``HaEvent.expand``), so per-message
 replication times stay exact to the millisecond while the topic gets at most one event per
 interval.  Each replaced event is counted in ``throttled`` (the metric
 ``rocketmq_ha_events_throttled_total``: folded into a later event, not written on its own).
@@ -35,9 +35,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from rocketscope.ha_events import COMMIT_ADVANCED, REPLICA_ACK, HaEvent, HaEventError
 from rocketscope.names import HA_EVENTS_TOPIC
-
-from .events import COMMIT_ADVANCED, REPLICA_ACK, HaEvent, HaEventError
 
 log = logging.getLogger(__name__)
 

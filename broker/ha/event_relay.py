@@ -23,15 +23,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc
-from rocketscope.names import HA_EVENTS_TOPIC
-
-from .events import (
+from rocketscope.ha_events import (
     COMMIT_ADVANCED,
     EVENT_TYPES,
     REPLICA_ACK,
     HaEvent,
     HaEventError,
 )
+from rocketscope.names import HA_EVENTS_TOPIC
 
 if TYPE_CHECKING:
     from rocketscope.broker.controller.replicas import ReplicasManager
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SPOOL_NAME = "ha_events.spool"
-CHANGE_TYPES = sorted(EVENT_TYPES - {REPLICA_ACK, COMMIT_ADVANCED})
+CHANGE_TYPES = sorted(set(EVENT_TYPES) - {REPLICA_ACK, COMMIT_ADVANCED})
 CHANGES_PER_TYPE = 1000  # older change events read back per type (the index lookup's bound)
 
 

@@ -24,8 +24,7 @@ import grpc
 from rocketscope.broker.protocol import ha_pb2, ha_pb2_grpc
 from rocketscope.broker.store.message_store import PutStatus
 from rocketscope.broker.store.record import BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK
-
-from .events import REPLICA_ACK, ROLE_CHANGE
+from rocketscope.ha_events import REPLICA_ACK, ROLE_CHANGE
 
 if TYPE_CHECKING:
     from rocketscope.broker.store.commitlog import CommitLog

@@ -23,7 +23,7 @@ from .messages import Entry, HardState, Message, Role, SoftState
 
 
 class EventKind(StrEnum):
-    """Event names; the ones shared with broker/ha/events.py use the same strings."""
+    """Event names; the ones shared with rocketscope/ha_events.py use the same strings."""
 
     ROLE_CHANGE = "role_change"
     ELECTION_STARTED = "election_started"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from rocketscope.names import TBW102
+
 from ..namesrv.route_info import RouteInfo
 from ..protocol import namesrv_pb2
 from .codec import Header, RemotingCommand, RequestCode, ResponseCode, json_body
@@ -21,7 +23,6 @@ log = logging.getLogger(__name__)
 WIPE_WRITE_PERM_OF_BROKER = 205
 ADD_WRITE_PERM_OF_BROKER = 327
 DELETE_TOPIC_IN_NAMESRV = 216
-TBW102 = "TBW102"  # the template topic Java producers fall back to when a topic has no route
 
 
 def route_json(route: namesrv_pb2.TopicRouteData) -> dict[str, Any]:

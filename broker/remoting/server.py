@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..security.listener import _PEERS, TLS_RECORD_HANDSHAKE, _peer_string, _pipe
+from ..security.listener import TLS_RECORD_HANDSHAKE, peer_string, splice_to_local
 from .codec import (
     DEFAULT_MAX_FRAME,
     FLAG_ONEWAY,
@@ -428,7 +428,6 @@ class SharedPortListener:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
-        local_port = 0
         try:
             first = await asyncio.wait_for(reader.read(1), self.remoting.idle_s)
             if not first:
@@ -439,16 +438,10 @@ class SharedPortListener:
             target = self.grpc_tls_port if first[0] == TLS_RECORD_HANDSHAKE else self.grpc_port
             if not target:
                 return
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
-            local_port = int(up_writer.get_extra_info("sockname")[1])
-            _PEERS[local_port] = _peer_string(writer.get_extra_info("peername"))
-            up_writer.write(first)
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await splice_to_local(reader, writer, target, peer_string(writer.get_extra_info("peername")), first)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, asyncio.CancelledError):
             pass
         finally:
-            if local_port:
-                _PEERS.pop(local_port, None)
             with contextlib.suppress(Exception):
                 writer.close()
             if task is not None:
@@ -466,8 +459,9 @@ def bind_with_remoting(server: Any, address: str, tls: Any, remoting: RemotingSe
     Otherwise gRPC binds as ``security.listener.bind_server`` does and remoting listens on
     ``remoting_port`` of its own once the returned listener starts.
     """
+    from rocketscope.tls import TlsMode
+
     from ..security.listener import bind_server
-    from ..security.tls import TlsMode
 
     if remoting is None:
         return bind_server(server, address, tls)

@@ -33,8 +33,9 @@ import ssl
 import struct
 from typing import TYPE_CHECKING, Any
 
-from ..security.listener import _PEERS, TLS_RECORD_HANDSHAKE, _peer_string, _pipe
-from ..security.tls import TlsMode
+from rocketscope.tls import TlsMode
+
+from ..security.listener import TLS_RECORD_HANDSHAKE, peer_string, splice_to_local
 from ..security.tls_context import ReloadingSslContext
 
 if TYPE_CHECKING:  # server.py builds SniffingListener: a runtime import would be a circle
@@ -232,15 +233,9 @@ class SniffingListener:
 
     async def _splice(self, conn: socket.socket, target: int, addr: Any) -> None:
         reader, writer = await self._streams(conn, tls=False)
-        local_port = 0
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
-            local_port = int(up_writer.get_extra_info("sockname")[1])
-            _PEERS[local_port] = _peer_string(addr)
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await splice_to_local(reader, writer, target, peer_string(addr))
         finally:
-            if local_port:
-                _PEERS.pop(local_port, None)
             with contextlib.suppress(Exception):
                 writer.close()
 

@@ -9,6 +9,10 @@ What the broker wires (docs/SECURITY.md has the full contract)::
     await server.start(); await listener.start()
     sec.watcher(guard).start()
     channel = sec.client_tls.channel("10.0.0.2:10911")            # outbound
+
+The TLS settings, request signatures and peer authentication that clients, the exporter and the CLI
+use too live in the common leaf (rocketscope/tls.py, rocketscope/signature.py, rocketscope/peer_auth.py);
+this package is the broker's side: ACLs, the guard and the listeners.
 """
 
 from __future__ import annotations
@@ -18,13 +22,10 @@ from .config import SECURITY_KEY_NAMES, SECURITY_KEYS, SecurityConfig
 from .guard import AclGuard, Decision
 from .interceptor import AclInterceptor
 from .listener import Listener, bind_listener, bind_server, host_port, real_peer
-from .signature import client_metadata
-from .tls import ClientAuth, TlsClientConfig, TlsMode, TlsServerConfig, start_metrics_server
 from .watcher import FileWatcher
 
 __all__ = [
-    "SECURITY_KEYS", "SECURITY_KEY_NAMES", "AclConfig", "AclError", "AclGuard", "AclInterceptor", "ClientAuth",
-    "Decision", "FileWatcher", "Listener", "Perm", "SecurityConfig", "TlsClientConfig", "TlsMode",
-    "TlsServerConfig", "bind_listener", "bind_server", "client_metadata", "host_port", "load_acl", "parse_acl",
-    "real_peer", "start_metrics_server",
+    "SECURITY_KEYS", "SECURITY_KEY_NAMES", "AclConfig", "AclError", "AclGuard", "AclInterceptor", "Decision",
+    "FileWatcher", "Listener", "Perm", "SecurityConfig", "bind_listener", "bind_server", "host_port", "load_acl",
+    "parse_acl", "real_peer",
 ]

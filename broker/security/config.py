@@ -10,13 +10,14 @@ from typing import Any
 
 import grpc
 
+from rocketscope import signature as sig
 from rocketscope.config import ConfigError, Key, non_negative, positive
+from rocketscope.names import TRACE_TOPIC
+from rocketscope.peer_auth import server_interceptors
+from rocketscope.tls import TlsClientConfig, TlsServerConfig, client_config, server_config, start_metrics_server
 
-from . import signature as sig
 from .acl import AclError
 from .guard import AclGuard, Counter
-from .peer_auth import server_interceptors
-from .tls import TlsClientConfig, TlsServerConfig, client_config, server_config, start_metrics_server
 from .watcher import FileWatcher
 
 _MODES = ("DISABLED", "PERMISSIVE", "ENFORCING")
@@ -118,7 +119,7 @@ class SecurityConfig:
                 raise ConfigError("aclEnable=true needs aclFile (the plain_acl.yml to enforce)")
         return cfg
 
-    def guard(self, trace_topic: str = "RMQ_SYS_TRACE_TOPIC", denied_counter: Counter | None = None
+    def guard(self, trace_topic: str = TRACE_TOPIC, denied_counter: Counter | None = None
               ) -> AclGuard | None:
         """The AclGuard when aclEnable, else None; ConfigError when the ACL file is missing or bad."""
         if not self.acl_enable:

@@ -22,7 +22,9 @@ from typing import Any, Protocol
 import grpc
 from google.protobuf.message import Message
 
-from . import signature as sig
+from rocketscope import signature as sig
+from rocketscope.names import TRACE_TOPIC
+
 from .acl import Account, AclConfig, AclError, Perm, load_acl, permits
 from .listener import real_peer
 from .resources import Need, Requirement, requirement, split_method
@@ -98,7 +100,7 @@ class _RateLimitedLog:
 class AclGuard:
     """Holds the current ACL (replaced atomically on reload) and decides requests."""
 
-    def __init__(self, acl: AclConfig, *, path: str | Path | None = None, trace_topic: str = "RMQ_SYS_TRACE_TOPIC",
+    def __init__(self, acl: AclConfig, *, path: str | Path | None = None, trace_topic: str = TRACE_TOPIC,
                  max_skew_s: float = sig.DEFAULT_SKEW_S, denied_counter: Counter | None = None) -> None:
         self.acl = acl
         self.path = Path(path) if path is not None else None

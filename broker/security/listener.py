@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from .tls import TlsMode, TlsServerConfig
+from rocketscope.tls import TlsMode, TlsServerConfig
 
 log = logging.getLogger(__name__)
 TLS_RECORD_HANDSHAKE = 0x16
@@ -45,7 +45,8 @@ def real_peer(peer: str) -> str:
     return _PEERS.get(port, peer)
 
 
-def _peer_string(addr: tuple[object, ...] | None) -> str:
+def peer_string(addr: tuple[object, ...] | None) -> str:
+    """A socket's peer address the way grpc names peers (``ipv4:h:p`` / ``ipv6:[h]:p``), for :func:`real_peer`."""
     if not addr:
         return "unknown"
     host, port = str(addr[0]), addr[1]
@@ -88,26 +89,40 @@ class Listener:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
-        local_port = 0
         try:
             first = await reader.read(1)
             if not first:
                 return
             target = self.tls_port if first[0] == TLS_RECORD_HANDSHAKE else self.plain_port
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
-            local_port = int(up_writer.get_extra_info("sockname")[1])
-            _PEERS[local_port] = _peer_string(writer.get_extra_info("peername"))
-            up_writer.write(first)
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await splice_to_local(reader, writer, target, peer_string(writer.get_extra_info("peername")), first)
         except (OSError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
             pass
         finally:
-            _PEERS.pop(local_port, None)
             writer.close()
             if task is not None:
                 self._tasks.discard(task)
+
+
+async def splice_to_local(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: int, peer: str,
+                          first: bytes = b"") -> None:
+    """Relay a client's connection to ``127.0.0.1:target`` both ways until either side closes, ``first`` (the bytes
+    already read to pick the target) sent ahead.  While it lasts, :func:`real_peer` answers ``peer`` for the
+    relayed connection, so the server behind sees the real client (ACL, logs).  Shared by every front end that
+    sniffs a port's first byte (this module's permissive listener, broker/remoting/server.py and
+    broker/remoting/tls_listener.py); the caller closes ``writer``."""
+    local_port = 0
+    try:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
+        local_port = int(up_writer.get_extra_info("sockname")[1])
+        _PEERS[local_port] = peer
+        if first:
+            up_writer.write(first)
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+    finally:
+        if local_port:
+            _PEERS.pop(local_port, None)
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

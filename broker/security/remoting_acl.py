@@ -26,6 +26,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from rocketscope.names import RETRY_PREFIX
+
 from ..remoting.codec import CODE_NAMES, RemotingCommand, RequestCode, ResponseCode
 from .acl import Perm
 from .guard import FORBIDDEN, UNAUTHORIZED, AclGuard, Decision
@@ -38,7 +40,6 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 # MQVersion.Version.V4_9_3's ordinal: clients up to it did not sign _UNIQUE_KEY_QUERY, later ones do
 # (checked against Apache's 5.3.3 jars: AclClientRPCHook signs it; the broker skips it only up to this version)
 V4_9_3 = 399
-RETRY_PREFIX = "%RETRY%"
 
 # state-changing admin codes (Apache's Permission.needAdminPerm list, plus the offset reset and
 # SET_MESSAGE_REQUEST_MODE, mqadmin setConsumeMode)

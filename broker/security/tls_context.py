@@ -13,7 +13,7 @@ import logging
 import ssl
 import threading
 
-from .tls import TlsServerConfig
+from rocketscope.tls import TlsServerConfig
 
 log = logging.getLogger(__name__)
 

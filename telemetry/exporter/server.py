@@ -22,7 +22,7 @@ from .receiver import grpc_server, http_server
 from .store import NodeKey, SeriesStore
 
 if TYPE_CHECKING:
-    from rocketscope.broker.security.tls import TlsServerConfig
+    from rocketscope.tls import TlsServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class ExporterServer:
         self.store.ingest(points(request), peer)
 
     def start(self) -> ExporterServer:
-        from rocketscope.broker.security.tls import start_metrics_server
+        from rocketscope.tls import start_metrics_server
 
         c = self.config
         creds = c.tls.server_credentials() if c.tls else None

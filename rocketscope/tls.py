@@ -32,8 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509 import load_pem_x509_certificates
 
 from rocketscope.config import ConfigError
-
-from .peer_auth import client_interceptors
+from rocketscope.peer_auth import client_interceptors
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +202,7 @@ class TlsClientConfig:
     key_password: str = ""
     trust_cert_path: str = ""
     server_name_override: str = ""
-    peer_secret: str = ""  # internalPeerSecret: sent on every outbound call (broker/security/peer_auth.py)
+    peer_secret: str = ""  # internalPeerSecret: sent on every outbound call (rocketscope/peer_auth.py)
 
     def __repr__(self) -> str:  # never print the key password or the peer secret
         return (f"TlsClientConfig(enabled={self.enabled}, cert_path={self.cert_path!r}, key_path={self.key_path!r}, "

@@ -4,7 +4,7 @@ Those ports carry commit-log bytes and Raft messages: a process that reaches one
 the whole log as a "slave" or append entries and votes as a "member".  Two checks keep an
 outsider out, and they combine:
 
-* **mutual TLS** (``tls.internal.need.client.auth=require``, broker/security/tls.py): the
+* **mutual TLS** (``tls.internal.need.client.auth=require``, rocketscope/tls.py): the
   handshake fails unless the peer presents a certificate of the cluster's CA;
 * **a shared secret** (``internalPeerSecret``): every process of the cluster sends it in the
   ``x-rocketscope-peer-secret`` metadata of each call on those ports (the broker's and the

@@ -38,20 +38,19 @@ REPLICA_ACK = "replica_ack"
 COMMIT_ADVANCED = "commit_advanced"
 TRUNCATION = "truncation"
 
-EVENT_TYPES = frozenset(
-    {
-        ROLE_CHANGE,
-        ELECTION_STARTED,
-        ELECTION_WON,
-        ELECTION_LOST,
-        LEADER_ELECTED,
-        MASTER_ELECTED,
-        SYNC_STATE_SET_CHANGED,
-        REPLICA_ACK,
-        COMMIT_ADVANCED,
-        TRUNCATION,
-    }
+EVENT_TYPES = (
+    ROLE_CHANGE,
+    ELECTION_STARTED,
+    ELECTION_WON,
+    ELECTION_LOST,
+    LEADER_ELECTED,
+    MASTER_ELECTED,
+    SYNC_STATE_SET_CHANGED,
+    REPLICA_ACK,
+    COMMIT_ADVANCED,
+    TRUNCATION,
 )
+"""Every event type, in one fixed order (the Spark and DuckDB jobs build their filters from it)."""
 
 
 class HaEventError(ValueError):
