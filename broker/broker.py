@@ -38,7 +38,7 @@ from .grpc_options import server_options
 from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService
 from .ha.event_log import HaEventLog
-from .ha.event_relay import install as install_event_relay
+from .ha.event_relay import SPOOL_NAME, EventRelay
 from .ha.master import ReplicationMaster
 from .ha.slave import ReplicationSlave
 from .metrics import BrokerMetrics
@@ -93,6 +93,7 @@ class Broker:
         self._listeners: list[Any] = []  # security/listener.py's and remoting/server.py's, started after the servers
         self._acl_watcher: FileWatcher | None = None
         self.dledger: DLedgerNode | None = None
+        self.dledger_retention: DLedgerRetention | None = None
         self.cluster = s.brokerClusterName
         self.broker_name = s.brokerName
         self._broker_id = s.brokerId
@@ -123,9 +124,12 @@ class Broker:
         self.telemetry = Telemetry.disabled()
         self.metrics = BrokerMetrics(self, self.telemetry)
         self.client_metrics = ClientMetricsProxy(self)
+        relay = EventRelay(self)
         self.ha_events = HaEventLog(self.cluster, self.broker_name, self.node_id, self.grpc_addr,
                                     self._append_ha_events, lambda: self.is_master, s.haEventAckIntervalMillis,
-                                    commit_interval_ms=s.haEventCommitIntervalMillis)
+                                    commit_interval_ms=s.haEventCommitIntervalMillis, forward=relay.forward,
+                                    context=relay.context, on_throttled=relay.on_throttled,
+                                    spool=self.store.root / SPOOL_NAME)
         self.replication_master: ReplicationMaster = ReplicationMaster(self)
         self.replication_slave: ReplicationSlave = ReplicationSlave(self)
         self.pop.writable = lambda: self.is_master
@@ -138,7 +142,7 @@ class Broker:
                                        addresses=(self.grpc_addr, self.internal_addr),
                                        channel=self.security.client_tls.channel)
             # retention only below the point every member has applied (no snapshots to send a lagging one)
-            DLedgerRetention(self.dledger, self.store, self.security).install()
+            self.dledger_retention = DLedgerRetention(self.dledger, self.store, self.security)
         self.replicas = None  # controller mode (broker/controller/replicas.py)
         if s.enableControllerMode:
             from .controller.replicas import ReplicasManager
@@ -166,7 +170,13 @@ class Broker:
             replication_waiter=self._replicas_wait if controller else self._wait_replicated,
             on_append=lambda: self.replication_master.notify_appended(),
             on_data=lambda end: self.ha_events.note_data(end),
-            replicated_writer=self._dledger_propose if dledger else None)
+            replicated_writer=self._dledger_propose if dledger else None,
+            retention_floor=(lambda: self._dledger_retention().floor()) if dledger else None,
+            on_retention_deleted=(lambda end: self._dledger_retention().on_deleted(end)) if dledger else None)
+
+    def _dledger_retention(self) -> DLedgerRetention:
+        assert self.dledger_retention is not None
+        return self.dledger_retention
 
     async def _dledger_propose(self, messages: list[StoredMessage]) -> list[PutResult]:
         assert self.dledger is not None
@@ -342,7 +352,7 @@ class Broker:
             await self._start_trace_indexer()
         self.metrics.start()
         self.client_metrics.start()
-        install_event_relay(self)
+        self.ha_events.node = self.node_id  # the HA mode is known now (DLedger names nodes by dLegerSelfId)
         self.ha_events.start()
         self.ha_events.emit(ROLE_CHANGE, role=self.role)
         if self.dledger is not None:

@@ -53,7 +53,8 @@ def floor_index_of(status: dict[str, Any], members: int) -> int:
 
 class DLedgerRetention:
     """Given what it uses (issue 17): the DLedger member (its Raft progress and log), the store whose
-    retention it bounds, and the security settings for asking the leader."""
+    retention it bounds, and the security settings for asking the leader.  The store calls :meth:`floor`
+    and :meth:`on_deleted` through its ``StoreHooks`` (broker/broker.py ``_store_hooks``)."""
 
     def __init__(self, member: DLedgerNode, store: MessageStore, security: SecurityConfig) -> None:
         self.member = member
@@ -63,12 +64,6 @@ class DLedgerRetention:
         self._learned_at = 0.0
         self._refresh: asyncio.Task[None] | None = None
         self.compactions = 0
-
-    def install(self) -> None:
-        """Hook into the store's retention policy (after the DLedger node exists)."""
-        policy = self.store.config.retention
-        policy.floor = self.floor
-        policy.on_deleted = self.on_deleted
 
     # ------------------------------------------------------------------ floor
     def floor_index(self) -> int:

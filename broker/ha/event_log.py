@@ -67,9 +67,16 @@ def _folded(deferred: dict[str, Any] | None, before_offset: int) -> list[tuple[i
 
 
 class HaEventLog:
+    """``append``: write events into this node's log (only while ``writable()``); ``forward``: hand them to the
+    writer (broker/ha/event_relay.py); ``context()``: the term/epoch for events that name none; ``spool``: the
+    file undelivered events survive a restart in, loaded by :meth:`start`; ``on_throttled(type, n)``: counts
+    events folded into a later one."""
+
     def __init__(self, cluster: str, group: str, node: str, address: str, append: Append,
                  writable: Callable[[], bool], ack_interval_ms: int = 100, capacity: int = 100_000,
-                 commit_interval_ms: int = 100) -> None:
+                 commit_interval_ms: int = 100, *, forward: Append | None = None,
+                 context: Callable[[], dict[str, int]] = dict,
+                 on_throttled: Callable[[str, int], None] | None = None, spool: Path | None = None) -> None:
         self.cluster, self.group, self.node, self.address = cluster, group, node, address
         self._append = append
         self._writable = writable
@@ -89,12 +96,11 @@ class HaEventLog:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.listeners: list[Callable[[HaEvent], None]] = []
-        # set by broker/ha/event_relay.py: who writes when this node cannot, and where pending events survive
-        self.forward: Append | None = None
-        self.context: Callable[[], dict[str, int]] = dict  # term/epoch for events that name none
-        self.on_throttled: Callable[[str, int], None] = lambda type_, n: None
-        self.spool: Path | None = None
-        self.closers: list[Callable[[], Awaitable[None]]] = []  # release what ``forward`` holds (channels)
+        self.forward = forward
+        self.context = context
+        self.on_throttled: Callable[[str, int], None] = on_throttled or (lambda type_, n: None)
+        self._spool_path = spool
+        self.spool: Path | None = None  # in use once start() loaded it
         self._last_forward = 0.0
 
     def note_data(self, end_offset: int) -> None:
@@ -224,6 +230,10 @@ class HaEventLog:
 
     # -------------------------------------------------------------- delivery
     def start(self) -> None:
+        """Queue what the spool holds from the previous run (events emitted before this are spooled with it),
+        then deliver."""
+        if self._spool_path is not None and self.spool is None:
+            self.load_spool(self._spool_path)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-events")
 
     async def stop(self) -> None:
@@ -235,9 +245,6 @@ class HaEventLog:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.flush(), 2.0)
         self._rewrite_spool()
-        for close in self.closers:
-            with contextlib.suppress(Exception):
-                await close()
 
     async def _run(self) -> None:
         wait = 0.5

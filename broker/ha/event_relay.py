@@ -1,4 +1,4 @@
-"""Wiring of the replication-event log into a broker: forward, spool, context, and reading back.
+"""What the replication-event log is given of its broker (forward, context), and reading back.
 
 * **Forwarding.** A node that cannot write its own log (slave, follower, candidate) sends its
   events to the writer of its group through the writer's admin ``AppendHaEvents``: the Raft
@@ -85,48 +85,49 @@ def writer_admin_addr(broker: RelayHost) -> str:
     return slave.master_admin_addr or slave.master_addresses()[1]
 
 
-def install(broker: RelayHost) -> None:
-    """Give ``broker.ha_events`` its forward path, spool, term/epoch context and throttle counter."""
-    events = broker.ha_events
+class EventRelay:
+    """What the node's event log (broker/ha/event_log.py) is given at construction to reach beyond the node:
+    the forward path to the writer, the term/epoch context and the throttle counter.  Each looks the broker's
+    HA objects up when called, since they are built after the event log."""
 
-    def context() -> dict[str, int]:
+    def __init__(self, host: RelayHost) -> None:
+        self.host = host
+        self._failures = 0
+
+    def context(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        if broker.dledger is not None:
-            out["term"] = broker.dledger.term
-        if broker.replicas is not None:
-            out["epoch"] = broker.replicas.master_epoch
+        if self.host.dledger is not None:
+            out["term"] = self.host.dledger.term
+        if self.host.replicas is not None:
+            out["epoch"] = self.host.replicas.master_epoch
         return out
 
-    async def forward(batch: list[HaEvent]) -> bool:
-        addr = writer_admin_addr(broker)
+    async def forward(self, batch: list[HaEvent]) -> bool:
+        addr = writer_admin_addr(self.host)
         if not addr:
             return False
+        security = self.host.security
         request = admin_pb2.AppendHaEventsRequest(events=[e.to_json() for e in batch])
         try:  # a channel per forward (at most one every FORWARD_LINGER_S): the writer moves with elections
-            async with broker.security.client_tls.channel(addr) as channel:
+            async with security.client_tls.channel(addr) as channel:
                 status = await admin_pb2_grpc.BrokerAdminStub(channel).AppendHaEvents(
-                    request, timeout=5, metadata=broker.security.inner_metadata())
+                    request, timeout=5, metadata=security.inner_metadata())
         except grpc.aio.AioRpcError as exc:
-            _note_failure(f"forwarding {len(batch)} replication events to {addr} failed: {exc.code().name}")
+            self._note_failure(f"forwarding {len(batch)} replication events to {addr} failed: {exc.code().name}")
             return False
         if status.code:
-            _note_failure(f"writer {addr} refused {len(batch)} replication events: {status.remark}")
+            self._note_failure(f"writer {addr} refused {len(batch)} replication events: {status.remark}")
             return False
-        failures[0] = 0
+        self._failures = 0
         return True
 
-    failures = [0]
+    def on_throttled(self, event_type: str, n: int) -> None:
+        self.host.metrics.on_ha_event_throttled(event_type, n)
 
-    def _note_failure(text: str) -> None:
+    def _note_failure(self, text: str) -> None:
         """The first failure of a row at INFO (an outage would otherwise log twice a second)."""
-        failures[0] += 1
-        log.log(logging.INFO if failures[0] == 1 else logging.DEBUG, "%s (retrying)", text)
-
-    events.node = broker.node_id  # the HA mode is known now (DLedger names nodes by dLegerSelfId)
-    events.forward = forward
-    events.context = context
-    events.on_throttled = lambda type_, n: broker.metrics.on_ha_event_throttled(type_, n)
-    events.load_spool(broker.store.root / SPOOL_NAME)
+        self._failures += 1
+        log.log(logging.INFO if self._failures == 1 else logging.DEBUG, "%s (retrying)", text)
 
 
 def decode_forwarded(texts: list[str]) -> list[HaEvent]:

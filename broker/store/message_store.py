@@ -117,7 +117,10 @@ class StoreHooks:
     ``replication_waiter(end)``: a put waits for its replicas (Master/Slave, controller mode);
     ``on_append()``: records were appended (the HA master wakes its streams);
     ``on_data(end)``: a non-system record now ends at ``end`` (HA events);
-    ``replicated_writer(messages)``: DLedger mode, puts become Raft proposals.
+    ``replicated_writer(messages)``: DLedger mode, puts become Raft proposals;
+    ``retention_floor()``: the offset below which retention may delete segments (DLedger mode: what every
+    member applied); ``on_retention_deleted(min_offset)``: segments below ``min_offset`` were deleted (DLedger
+    compacts its Raft index).
     """
 
     confirm_offset: int | None = None
@@ -125,6 +128,8 @@ class StoreHooks:
     on_append: Callable[[], None] | None = None
     on_data: Callable[[int], None] | None = None
     replicated_writer: Callable[[list[StoredMessage]], Awaitable[list[PutResult]]] | None = None
+    retention_floor: Callable[[], int] | None = None
+    on_retention_deleted: Callable[[int], None] | None = None
 
 
 class MessageStore:
@@ -146,6 +151,8 @@ class MessageStore:
         self.on_data = hooks.on_data  # a non-system record now ends at this offset
         # DLedger mode: puts become Raft proposals; the log is written by the Raft layer
         self.replicated_writer = hooks.replicated_writer
+        self._retention_floor = hooks.retention_floor
+        self._on_retention_deleted = hooks.on_retention_deleted
         self.flush = FlushService(self.commit_log.log.sync, lambda: self.commit_log.log.synced_offset,
                                   config.flush_interval_s)
         self._tasks: list[asyncio.Task[None]] = []
@@ -759,7 +766,8 @@ class MessageStore:
 
     def apply_retention(self, now: float | None = None) -> int:
         """Delete expired or over-quota commit-log segments and what points into them."""
-        deleted = self.config.retention.select(self.commit_log.log, self.disk_ratio, now)
+        deleted = self.config.retention.select(self.commit_log.log, self.disk_ratio, now, self._retention_floor,
+                                               self._on_retention_deleted)
         if not deleted:
             return 0
         min_phy = self.commit_log.min_offset

@@ -5,10 +5,11 @@ Age-based deletion happens only in the hours listed by ``deleteWhen`` (RocketMQ'
 than ``diskMaxUsedSpaceRatio`` happens at any time.  The segment being written is never
 deleted.
 
-A replicated log adds a floor (``floor``): a segment goes only when it lies wholly below the
-offset every replica has applied (DLedger mode, broker/dledger/retention.py), however old it
-is or however full the disk; ``on_deleted`` then lets the replication layer drop its own
-prefix (the Raft index).  A floor that holds an expired segment back is logged once per value.
+A replicated log adds a floor (``floor``, the store's ``StoreHooks.retention_floor``): a segment
+goes only when it lies wholly below the offset every replica has applied (DLedger mode,
+broker/dledger/retention.py), however old it is or however full the disk; ``on_deleted``
+(``StoreHooks.on_retention_deleted``) then lets the replication layer drop its own prefix (the
+Raft index).  A floor that holds an expired segment back is logged once per value.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ class RetentionPolicy:
     disk_max_used_ratio: float = 0.75
     interval_s: float = 10.0
     max_deletes_per_run: int = 10
-    floor: Callable[[], int] | None = None  # offset below which a replicated log may lose segments
-    on_deleted: Callable[[int], None] | None = None  # called with the new minimum offset after deletions
     _held_at: int = -1
 
     def hours(self) -> set[int]:
@@ -43,8 +42,10 @@ class RetentionPolicy:
                 out.add(int(part))
         return out
 
-    def select(self, seglog: SegmentedLog, disk_ratio: Callable[[], float], now: float | None = None) -> int:
-        """Delete what the policy says may go; return the number of segments deleted."""
+    def select(self, seglog: SegmentedLog, disk_ratio: Callable[[], float], now: float | None = None,
+               floor: Callable[[], int] | None = None, on_deleted: Callable[[int], None] | None = None) -> int:
+        """Delete what the policy says may go; return the number of segments deleted.  ``floor()``: the offset
+        below which a replicated log may lose segments; ``on_deleted(min_offset)`` runs after deletions."""
         now = time.time() if now is None else now
         in_window = time.localtime(now).tm_hour in self.hours()
         deleted = 0
@@ -55,18 +56,18 @@ class RetentionPolicy:
             over_quota = disk_ratio() > self.disk_max_used_ratio
             if not (expired or over_quota):
                 break
-            if self.floor is not None:
-                floor = self.floor()
-                if seglog.segments[1].start > floor:
-                    if floor != self._held_at:
-                        self._held_at = floor
+            if floor is not None:
+                held = floor()
+                if seglog.segments[1].start > held:
+                    if held != self._held_at:
+                        self._held_at = held
                         log.info("retention keeps %s (%s): not every replica has applied past it (floor %d)",
-                                 oldest.path, "expired" if expired else "disk over quota", floor)
+                                 oldest.path, "expired" if expired else "disk over quota", held)
                     break
             log.info("retention deletes %s (age %.1f h, %s)", oldest.path, age_h,
                      "expired" if expired else "disk over quota")
             seglog.delete_segment(oldest)
             deleted += 1
-        if deleted and self.on_deleted is not None:
-            self.on_deleted(seglog.min_offset)
+        if deleted and on_deleted is not None:
+            on_deleted(seglog.min_offset)
         return deleted
