@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -22,7 +23,17 @@ from rocketscope.config import ConfigError
 from rocketscope.names import is_retry_or_dlq
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from rocketscope.config import Settings
+
+    from .clients import ClientRegistry
+    from .groups import GroupManager
+    from .ha.event_log import HaEventLog
+    from .offsets import OffsetManager
+    from .pop import PopService
+    from .request_modes import RequestModes
+    from .store.message_store import MessageStore
+    from .timer import TimerService
+    from .topics import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +60,58 @@ def _status(code: int = 0, remark: str = "") -> common_pb2.Status:
     return common_pb2.Status(code=code, remark=remark)
 
 
+class AdminHost(Protocol):
+    """What the admin service (this module and broker/admin_service.py) uses of its broker (issue 17: this, not
+    the whole Broker); read-only views, the role change and the HA status table."""
+
+    @property
+    def topics(self) -> TopicManager: ...
+    @property
+    def groups(self) -> GroupManager: ...
+    @property
+    def offsets(self) -> OffsetManager: ...
+    @property
+    def pop(self) -> PopService: ...
+    @property
+    def store(self) -> MessageStore: ...
+    @property
+    def clients(self) -> ClientRegistry: ...
+    @property
+    def request_modes(self) -> RequestModes: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def timer(self) -> TimerService: ...
+    @property
+    def ha_events(self) -> HaEventLog: ...
+    @property
+    def topics_on_change(self) -> Callable[[], None]: ...
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def broker_name(self) -> str: ...
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def is_master(self) -> bool: ...
+    @property
+    def grpc_addr(self) -> str: ...
+    @property
+    def internal_addr(self) -> str: ...
+    @property
+    def started_at(self) -> float: ...
+    async def change_role(self, role: str, broker_id: int) -> None: ...
+    def ha_status(self) -> dict[str, Any]: ...
+
+
 class BrokerAdminOps:
     """The RPCs of mqadmin's maintenance commands; ``self.broker`` is set by BrokerAdminService."""
 
-    broker: Broker
+    broker: AdminHost
 
     async def ResetOffset(self, request: admin_pb2.ResetOffsetRequest, context: grpc.aio.ServicerContext
                           ) -> admin_pb2.ResetOffsetResponse:

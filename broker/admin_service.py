@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import grpc
 
@@ -18,15 +17,12 @@ from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 from rocketscope.ha_events import HaEventError
 from rocketscope.names import is_retry_or_dlq
 
-from .admin_ops import BrokerAdminOps
+from .admin_ops import AdminHost, BrokerAdminOps
 from .groups import GroupConfig
 from .ha.event_relay import decode_forwarded, read_events
 from .retry_policy import parse_group_retry_policy
 from .store.record import StoredMessage
 from .topics import TopicConfig
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +58,9 @@ def message_view(msg: StoredMessage, broker_name: str) -> admin_pb2.StoredMessag
 
 
 class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
-    def __init__(self, broker: Broker) -> None:
+    """The internal admin gRPC service; given its broker as an ``AdminHost`` (broker/admin_ops.py)."""
+
+    def __init__(self, broker: AdminHost) -> None:
         self.broker = broker
 
     async def UpdateTopic(self, request: admin_pb2.UpdateTopicRequest, context: grpc.aio.ServicerContext
@@ -264,7 +262,7 @@ class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
     async def HaEvents(self, request: admin_pb2.HaEventsRequest, context: grpc.aio.ServicerContext
                        ) -> admin_pb2.HaEventsResponse:
         """From RMQ_SYS_HA_EVENTS in this node's store (every node's events, replicated), not from memory."""
-        events = read_events(self.broker, request.max or 100)
+        events = read_events(self.broker.store, self.broker.ha_events, request.max or 100)
         return admin_pb2.HaEventsResponse(status=ok(), events=[e.to_json() for e in events])
 
     async def AppendHaEvents(self, request: admin_pb2.AppendHaEventsRequest, context: grpc.aio.ServicerContext

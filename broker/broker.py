@@ -299,7 +299,9 @@ class Broker:
             if task is not None:
                 self._tasks.append(task)
         if s.popStateReplicate:  # hand-outs and acks through the log: every mode, so they survive a restart too
-            self._tasks.append(PopStateLog(self).start())
+            self._tasks.append(PopStateLog(self.store, self.topics, self.pop, lambda: self.is_master,
+                                           self.writer_lease_held, self.dledger is None and self.replicas is None,
+                                           s.popStateSnapshotInterval / 1000).start())
         sec = self.security
         self.acl_guard = sec.guard(s.msgTraceTopicName, self.telemetry.counter("rocketmq_acl_denied_total"))
         interceptors: list[grpc.aio.ServerInterceptor] = [AclInterceptor(self.acl_guard)] if self.acl_guard else []

@@ -41,7 +41,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -50,12 +50,15 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.broker.protocol import common_pb2, namesrv_pb2_grpc
 
-from .request_metadata import request_metadata
-from .slave_read import SLAVE_READ_HEADER
+from .request_metadata import SLAVE_READ_HEADER, request_metadata
 from .stream_revival import StreamRevival
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .clients import ClientRegistry
+    from .controller.replicas import ReplicasManager
+    from .dledger.node import DLedgerNode
+    from .namesrv_client import NamesrvClient
+    from .security import SecurityConfig
 
 ProtoType = type[Message]  # a generated request or response class (its FromString decodes a forwarded frame)
 log = logging.getLogger(__name__)
@@ -118,8 +121,33 @@ def writer_changed(resp: Any) -> bool:
     return st.message == "SERVICE_NOT_AVAILABLE" or any(m in st.message for m in WRITER_CHANGED)
 
 
+class ForwardHost(Protocol):
+    """What forwarding uses of its broker (issue 17: this, not the whole Broker); read-only views.  The HA
+    objects are looked up per request: which one exists, and who is the writer, is known only at run time."""
+
+    @property
+    def dledger(self) -> DLedgerNode | None: ...
+    @property
+    def replicas(self) -> ReplicasManager | None: ...
+    @property
+    def is_master(self) -> bool: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def grpc_addr(self) -> str: ...
+    @property
+    def broker_name(self) -> str: ...
+    @property
+    def namesrv(self) -> NamesrvClient: ...
+    @property
+    def security(self) -> SecurityConfig: ...
+    @property
+    def forwarder(self) -> LeaderForwarder: ...
+    @property
+    def clients(self) -> ClientRegistry: ...
+
 class LeaderForwarder:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ForwardHost) -> None:
         self.broker = broker
         self.revival = StreamRevival(broker)
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -339,7 +367,7 @@ def _response_type(method_name: str) -> ProtoType:
     return getattr(svc, method_name + "Response") if method_name != "Telemetry" else svc.TelemetryCommand
 
 
-def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any], broker: Broker,
+def wrap(method_name: str, kind: tuple[bool, bool], handler: Callable[..., Any], broker: ForwardHost,
          request_type: ProtoType) -> Callable[..., Any]:
     """A handler that forwards to the leader when needed, else runs ``handler``."""
     resp_type = _response_type(method_name)
@@ -496,8 +524,8 @@ class StreamRelay:
     the writer changes.  Only a kill of this member ends the client's stream.
     """
 
-    def __init__(self, broker: Broker, method: str, path: str, handler: Callable[..., Any], request_type: ProtoType,
-                 resp_type: ProtoType, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, broker: ForwardHost, method: str, path: str, handler: Callable[..., Any],
+                 request_type: ProtoType, resp_type: ProtoType, context: grpc.aio.ServicerContext) -> None:
         self.broker = broker
         self.fwd = broker.forwarder
         self.method, self.path, self.handler = method, path, handler

@@ -9,10 +9,14 @@ BAD_REQUEST and a message naming the request type.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 from rocketmq.grpc_protocol import service_pb2 as svc
+
+if TYPE_CHECKING:
+    from .forwarding import ForwardHost
 
 SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
 
@@ -36,7 +40,7 @@ def _deserializer(message_type: type[Message]):
     return parse
 
 
-def add_messaging_service(servicer: object, server: grpc.aio.Server, broker: object = None) -> None:
+def add_messaging_service(servicer: object, server: grpc.aio.Server, broker: ForwardHost | None = None) -> None:
     descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
     handlers = {}
     for method in descriptor.methods:
@@ -50,11 +54,10 @@ def add_messaging_service(servicer: object, server: grpc.aio.Server, broker: obj
         }[kind]
         handler = getattr(servicer, method.name)
         # DLedger and controller mode: any member answers, the rest goes to the leader/master
-        if broker is not None and (getattr(broker, "dledger", None) is not None
-                                   or getattr(broker, "replicas", None) is not None):
+        if broker is not None and (broker.dledger is not None or broker.replicas is not None):
             from .forwarding import wrap
 
-            handler = wrap(method.name, kind, handler, broker, request_type)  # type: ignore[arg-type]
+            handler = wrap(method.name, kind, handler, broker, request_type)
         handlers[method.name] = factory(handler,
                                         request_deserializer=_deserializer(request_type),
                                         response_serializer=lambda m: m.SerializeToString())

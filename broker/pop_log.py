@@ -60,6 +60,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rocketscope.names import POP_STATE_TOPIC
@@ -68,7 +69,9 @@ from .pop import Inflight, QueueState
 from .store.record import StoredMessage
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .pop import PopService
+    from .store.message_store import MessageStore
+    from .topics import TopicManager
 
 log = logging.getLogger(__name__)
 SNAPSHOT_TAG = "snapshot"
@@ -131,12 +134,22 @@ def apply_ops(states: States, ops: list[list[Any]]) -> int:
 
 
 class PopStateLog:
-    """The POP engine's journal, in every mode (see the module docstring)."""
+    """The POP engine's journal, in every mode (see the module docstring).
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.store = broker.store
-        self.snapshot_s = broker.settings.popStateSnapshotInterval / 1000
+    Given what it uses (issue 17): the store it writes and follows, the topics (its own is created at
+    start), the POP engine whose state it journals and adopts, ``is_writer()`` (master or Raft leader),
+    ``lease_held()`` (the writer role is still certain), ``master_slave`` (no Raft log and no controller: a
+    record counts once on the master's disk) and the snapshot interval."""
+
+    def __init__(self, store: MessageStore, topics: TopicManager, pop: PopService, is_writer: Callable[[], bool],
+                 lease_held: Callable[[], bool], master_slave: bool, snapshot_s: float) -> None:
+        self.store = store
+        self.topics = topics
+        self.pop = pop
+        self.is_writer = is_writer
+        self.lease_held = lease_held
+        self.master_slave = master_slave
+        self.snapshot_s = snapshot_s
         self.shadow: States = {}
         self.token = ""  # this node's writer incarnation: records carrying it are its own
         self._ops: list[list[Any]] = []
@@ -159,15 +172,14 @@ class PopStateLog:
     # ------------------------------------------------------------ lifecycle
     def start(self) -> asyncio.Task[None]:
         """Rebuild the shadow from the last snapshot on, then follow the log's dispatches and write ops."""
-        b = self.broker
-        b.topics.create_if_absent(POP_STATE_TOPIC, 1, system=True)
+        self.topics.create_if_absent(POP_STATE_TOPIC, 1, system=True)
         replayed = self._replay()
-        b.store.dispatch_listeners.append(self.on_dispatch)  # no await since the replay: nothing missed
-        b.pop.journal = self
+        self.store.dispatch_listeners.append(self.on_dispatch)  # no await since the replay: nothing missed
+        self.pop.journal = self
         if replayed:
             log.info("POP state rebuilt from %d records of %s: %d queues", replayed, POP_STATE_TOPIC,
                      len(self.shadow))
-        if b.is_master:
+        if self.is_writer():
             self.take_over()
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="pop-state-log")
         return self._task
@@ -205,7 +217,7 @@ class PopStateLog:
 
     def serving(self) -> bool:
         """Ready, and sure of the role: what gates hand-outs and revives (acks need ``ready`` only)."""
-        return self.ready() and self.broker.writer_lease_held()
+        return self.ready() and self.lease_held()
 
     def ready(self) -> bool:
         """True once this writer serves from the replicated state (adopted after its predecessors' log)."""
@@ -215,20 +227,16 @@ class PopStateLog:
         if min(store.confirm_offset, store.dispatched) < min(self._ready_at, store.commit_log.max_offset):
             return False
         self._ready_at = None
-        self.broker.pop.adopt({k: _copy(st) for k, st in self.shadow.items()})
+        self.pop.adopt({k: _copy(st) for k, st in self.shadow.items()})
         self._dirty = True  # the next record carries a snapshot of what this writer serves from
         log.info("POP state: serving as writer from the replicated state of %d queues (%d in flight)",
                  len(self.shadow), sum(len(st.inflight) for st in self.shadow.values()))
         return True
 
-    def _master_slave(self) -> bool:
-        """Master/Slave (or standalone): no Raft log and no controller, replication by the HA stream."""
-        return self.broker.dledger is None and self.broker.replicas is None
-
     def _slave_acting(self) -> bool:
         """A Master/Slave slave handing out under slaveReadEnable: its changes stay local (no journal to
         write; broker/slave_read.py hands its progress back to the master), so its acks need no wait."""
-        return self._master_slave() and not self.broker.is_master
+        return self.master_slave and not self.is_writer()
 
     def op(self, kind: str, group: str, topic: str, queue_id: int, offset: int, committed: int, *extra: int) -> None:
         if self._slave_acting():
@@ -300,8 +308,7 @@ class PopStateLog:
         answers are taken in the same order (``_answered``), so an ack is confirmed exactly as
         with one record at a time: when the record holding its ops was committed.
         """
-        b = self.broker
-        if not b.is_master:
+        if not self.is_writer():
             self._ops, self._marks = [], []
             self._fail_waiters()
             return
@@ -312,14 +319,14 @@ class PopStateLog:
         now = time.monotonic()
         ready = self.ready()  # adopts the shadow once the predecessors' log is confirmed
         if ready and self._dirty and now - self._last_snapshot >= self.snapshot_s:
-            snap = snapshot_of(b.pop.states)  # taken with the batch: it covers exactly the ops written so far
+            snap = snapshot_of(self.pop.states)  # taken with the batch: it covers exactly the ops written so far
             self._last_snapshot, self._dirty = now, False
         if not batch and not marks and snap is None and ready:
             return
         body: dict[str, Any] = {"w": self.token, "o": batch}
         if snap is not None:
             body["s"] = snap
-            marks = [[g, t] for g, t in sorted(b.pop.ordered)]  # a replay starts at a snapshot: all of them
+            marks = [[g, t] for g, t in sorted(self.pop.ordered)]  # a replay starts at a snapshot: all of them
         if marks:
             body["m"] = marks
         msg = StoredMessage(topic=POP_STATE_TOPIC, queue_id=0, body=json.dumps(body, separators=(",", ":")).encode(),
@@ -333,7 +340,7 @@ class PopStateLog:
             # Master/Slave: a record counts once on the master's disk (it reaches the slave with the HA
             # stream), as RocketMQ's ack records there; waiting for the slave would hold every ack for
             # slaveTimeout while no slave is connected
-            (res,) = await self.store.put([msg], wait_replicas=not self._master_slave())
+            (res,) = await self.store.put([msg], wait_replicas=not self.master_slave)
         except Exception:
             log.exception("writing POP state to the replicated log failed")
             return False
@@ -371,7 +378,7 @@ class PopStateLog:
             return
         try:
             if marks:
-                self.broker.pop.learn_ordered([(str(g), str(t)) for g, t in marks])
+                self.pop.learn_ordered([(str(g), str(t)) for g, t in marks])
             if snap is not None:
                 self.shadow = states_of(snap)  # taken after this record's ops: it already holds them
             else:

@@ -13,6 +13,10 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
+SLAVE_READ_HEADER = "x-rocketscope-slave-read"
+"""Marks a pull the master relayed to an in-sync slave (broker/slave_read.py): the slave serves it itself
+instead of forwarding it back (broker/forwarding.py)."""
+
 _CURRENT: ContextVar[tuple[Any, dict[str, str]] | None] = ContextVar("rocketscope_request_metadata", default=None)
 
 

@@ -47,13 +47,12 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 
 from .receipt import SLAVE_ORIGIN
-from .request_metadata import request_metadata
+from .request_metadata import SLAVE_READ_HEADER, request_metadata
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger(__name__)
-SLAVE_READ_HEADER = "x-rocketscope-slave-read"  # marks a pull relayed by the master: serve it locally
 SUGGEST_HEADER = "x-rocketscope-suggest-broker"
 PULL_PATH = "/apache.rocketmq.v2.MessagingService/PullMessage"
 ACK_PATH = "/apache.rocketmq.v2.MessagingService/AckMessage"

@@ -39,15 +39,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .clients import ClientRegistry
 
 log = logging.getLogger(__name__)
 Address = tuple[str, int]
+
+
+class RevivalHost(Protocol):
+    """What route variants use of the broker (issue 17): its clients (who lost a stream) and whether it is the
+    writer (only the writer varies routes); read-only views."""
+
+    @property
+    def clients(self) -> ClientRegistry: ...
+    @property
+    def is_master(self) -> bool: ...
 
 
 class StreamRevival:
@@ -55,7 +65,7 @@ class StreamRevival:
     STEP_S = 20.0
     REMEMBER_S = 600.0  # how long a member that left a route is still offered in two-member variants
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: RevivalHost) -> None:
         self.broker = broker
         self._variant: dict[str, tuple[int, float]] = {}  # producer -> (variant number, since)
         self._seen: dict[str, dict[Address, float]] = {}  # broker name -> address -> last listed (monotonic)

@@ -55,10 +55,6 @@ class RelayHost(Protocol):
     """What the event relay uses of its broker (issue 17: this, not the whole Broker); read-only views."""
 
     @property
-    def ha_events(self) -> HaEventLog: ...
-    @property
-    def store(self) -> MessageStore: ...
-    @property
     def security(self) -> SecurityConfig: ...
     @property
     def dledger(self) -> DLedgerNode | None: ...
@@ -141,9 +137,8 @@ def decode_forwarded(texts: list[str]) -> list[HaEvent]:
     return out
 
 
-def read_events(broker: RelayHost, limit: int) -> list[HaEvent]:
+def read_events(store: MessageStore, events: HaEventLog, limit: int) -> list[HaEvent]:
     """Events of this group from the topic (newest ``limit`` + older changes) and undelivered local ones."""
-    store = broker.store
     found: dict[str, HaEvent] = {}
 
     def add(body: bytes) -> None:
@@ -163,11 +158,11 @@ def read_events(broker: RelayHost, limit: int) -> list[HaEvent]:
         for m in got.messages:
             add(m.body)
         pos = got.next_offset
-    group = broker.ha_events.group
+    group = events.group
     for type_ in CHANGE_TYPES:
         for m in store.lookup(HA_EVENTS_TOPIC, f"{group}#{type_}", CHANGES_PER_TYPE):
             add(m.body)
-    for e in list(broker.ha_events.pending):
+    for e in list(events.pending):
         found.setdefault(e.to_json(), e)
     return sorted(found.values(), key=lambda e: (e.ts, e.node, e.type))
 
