@@ -140,24 +140,30 @@ def consumer_settings(side: Side, group: str, topic: str, client_type: int = pb.
 
 
 @contextmanager
-def settings_sent(side: Side, group: str, topic: str) -> Iterator[None]:
-    """A Telemetry stream that told the server this client's Settings (a simple consumer of ``topic``),
-    open while the block runs: Apache's proxy needs them before any receive (see :func:`receive`)."""
-    cmd = consumer_settings(side, group, topic)
+def telemetry(side: Side, cmd: svc.TelemetryCommand, timeout: float = 120.0) -> Iterator[svc.TelemetryCommand]:
+    """A Telemetry stream that sent ``cmd`` (a client's Settings), open while the block runs; yields the
+    server's first answer (the Settings it adopts for the client)."""
     done = threading.Event()
 
     def requests() -> Iterator[svc.TelemetryCommand]:
         yield cmd
-        done.wait(120)
+        done.wait(timeout)
 
     with grpc.insecure_channel(side.endpoint) as ch:
-        stream = svc_grpc.MessagingServiceStub(ch).Telemetry(requests(), metadata=MD, timeout=120)
-        next(stream)  # the server's answer: the Settings are in place
+        stream = svc_grpc.MessagingServiceStub(ch).Telemetry(requests(), metadata=MD, timeout=timeout)
         try:
-            yield
+            yield next(stream)
         finally:
             done.set()
             stream.cancel()
+
+
+@contextmanager
+def settings_sent(side: Side, group: str, topic: str) -> Iterator[None]:
+    """A Telemetry stream that told the server this client's Settings (a simple consumer of ``topic``),
+    open while the block runs: Apache's proxy needs them before any receive (see :func:`receive`)."""
+    with telemetry(side, consumer_settings(side, group, topic)):
+        yield
 
 
 def send_status(side: Side, msg: pb.Message) -> tuple[str, str]:
@@ -438,19 +444,8 @@ def settings_answer(side: Side, cmd: svc.TelemetryCommand) -> dict[str, Any]:
     client sent, not the server's answer."""
     from google.protobuf import json_format
 
-    done = threading.Event()
-
-    def requests() -> Iterator[svc.TelemetryCommand]:
-        yield cmd
-        done.wait(60)
-
-    with grpc.insecure_channel(side.endpoint) as ch:
-        stream = svc_grpc.MessagingServiceStub(ch).Telemetry(requests(), metadata=MD, timeout=60)
-        try:
-            answer = next(stream)
-        finally:
-            done.set()
-            stream.cancel()
+    with telemetry(side, cmd, timeout=60) as answer:
+        pass
     got = json_format.MessageToDict(answer.settings)
     got.pop("accessPoint", None)
     for part in ("subscription", "publishing"):

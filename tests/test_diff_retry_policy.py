@@ -10,21 +10,16 @@ observed by the official Python SimpleConsumer). Apache RocketMQ 5.3.3 runs as t
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import diff_support as d
-import grpc
 import pytest
 from cluster import LocalCluster
-from google.protobuf import json_format
 from peers_support import rc
 from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as svc
-from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 from test_diff_grpc import apache_side, rocketscope_like_the_reference, rocketscope_side
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
@@ -42,27 +37,9 @@ def sides(apache_rocketmq: rc.ReferenceCluster, rocketscope: LocalCluster) -> di
 
 
 def settings_answer(side: d.Side, client_type: int, group: str, topic: str) -> dict[str, Any]:
-    """The Settings the server answers a consumer's Settings with, as JSON (what the client adopts)."""
-    cmd = d.consumer_settings(side, group, topic, client_type)
-    done = threading.Event()
-
-    def requests() -> Iterator[svc.TelemetryCommand]:
-        yield cmd
-        done.wait(60)
-
-    with grpc.insecure_channel(side.endpoint) as ch:
-        stream = svc_grpc.MessagingServiceStub(ch).Telemetry(requests(), metadata=d.MD, timeout=60)
-        try:
-            answer = next(stream)
-        finally:
-            done.set()
-            stream.cancel()
-    got = json_format.MessageToDict(answer.settings)
-    kept = ("backoffPolicy", "subscription")
-    out = {k: v for k, v in got.items() if k in kept}
-    out.get("subscription", {}).pop("subscriptions", None)
-    out.get("subscription", {}).pop("group", None)
-    return out
+    """The retry policy and subscription parts of the Settings the server answers a consumer with."""
+    got = d.settings_answer(side, d.consumer_settings(side, group, topic, client_type))["settings"]
+    return {k: v for k, v in got.items() if k in ("backoffPolicy", "subscription")}
 
 
 def scenario_settings(side: d.Side) -> dict[str, Any]:

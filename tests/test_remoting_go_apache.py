@@ -6,8 +6,8 @@ RocketScope inside `make test`; here each runs on both servers and the observabl
 what was sent, what a push consumer received (bodies, tags, how many), that a second run of the group finds
 nothing new (offsets committed over remoting), and a message failed once coming back through the retry topic
 with reconsumeTimes 1.  Apache runs as the session's reference cluster (tests/peers_support.py); its delay
-levels are its defaults, so its redelivery takes the 10 s of level 3 where RocketScope's test broker takes 1 s
-(timing is not compared).
+levels are its defaults and so are RocketScope's here (the broker runs with the reference cluster's test
+settings, tests/test_diff_grpc.py `rocketscope_like_the_reference`); timing is not compared.
 
     .venv/bin/pytest -q -m long tests/test_remoting_go_apache.py
 """
@@ -22,6 +22,7 @@ import pytest
 from cluster import LocalCluster, wait_until
 from go_clients import rmqgo, run_go, summary
 from peers_support import rc, remoting
+from test_diff_grpc import rocketscope_like_the_reference
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
 
@@ -31,16 +32,8 @@ CreateTopic = Callable[[str, int], None]
 @pytest.fixture(scope="module")
 def rocketscope(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     rmqgo()  # build (or skip) before any process starts
-    c = LocalCluster(tmp_path_factory.mktemp("go-vs-apache"))
-    try:
-        c.start_namesrv()
-        c.start_broker("broker-a")
+    with rocketscope_like_the_reference(tmp_path_factory.mktemp("go-vs-apache")) as c:
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def routed(namesrv: str, topic: str) -> bool:

@@ -58,6 +58,17 @@ async def predecessors_commit(store: MessageStore, tx: TransactionService, tx_id
     assert all(r.message is not None for r in results)
 
 
+async def taken_over(store: MessageStore, root: Path) -> tuple[TransactionService, str, str]:
+    """A half pending at a writer that has just taken over; its predecessor's COMMIT of it is in this node's
+    log above the confirm offset: (the service, transaction ID, message ID)."""
+    tx = TransactionService(Host(store, root))  # type: ignore[arg-type]
+    tx.recover()
+    tx_id, msg_id = await half_pending(store, tx)
+    await predecessors_commit(store, tx, tx_id)
+    tx.recover()  # this node takes over as writer: the predecessor's entry is in its log, unconfirmed
+    return tx, tx_id, msg_id
+
+
 def copies_in_topic(store: MessageStore) -> list[bytes]:
     return [m.body for m in store.get(TOPIC, 0, 0, 16).messages]
 
@@ -66,12 +77,7 @@ def test_a_commit_the_predecessor_stored_is_not_stored_again_once_confirmed(tmp_
     async def scenario() -> tuple[list[bytes], BaseException | str]:
         store = await dledger_like_store(tmp_path)
         try:
-            host = Host(store, tmp_path)
-            tx = TransactionService(host)  # type: ignore[arg-type]
-            tx.recover()
-            tx_id, msg_id = await half_pending(store, tx)
-            await predecessors_commit(store, tx, tx_id)
-            tx.recover()  # this node takes over as writer: the predecessor's entry is in its log, unconfirmed
+            tx, tx_id, msg_id = await taken_over(store, tmp_path)
             assert tx_id in tx.pending, "the op record is not visible yet: the half still looks pending"
 
             # the producer's answer to the second check-back arrives; the takeover's first entry commits a moment
@@ -102,12 +108,7 @@ def test_an_answer_before_the_takeover_is_confirmed_leaves_the_half_pending(tmp_
     async def scenario() -> tuple[list[bytes], TransactionError, bool, list[bytes]]:
         store = await dledger_like_store(tmp_path)
         try:
-            host = Host(store, tmp_path)
-            tx = TransactionService(host)  # type: ignore[arg-type]
-            tx.recover()
-            tx_id, msg_id = await half_pending(store, tx)
-            await predecessors_commit(store, tx, tx_id)
-            tx.recover()
+            tx, tx_id, msg_id = await taken_over(store, tmp_path)
             with pytest.raises(TransactionError) as refused:
                 await tx.end(tx_id, msg_id, pb.COMMIT, from_check=True)
             before = copies_in_topic(store)
