@@ -661,7 +661,7 @@ class PopService:
         msg = self.store.message_at(handle.topic, handle.queue_id, handle.offset)
         if msg is None:
             raise PopError(ErrorKind.MESSAGE_NOT_FOUND, "the message of this receipt_handle is no longer stored")
-        if not await self._to_dlq(group, msg):
+        if not await self.dead_letter(group, msg):
             # not known to be stored: the message stays in flight (it comes back, or is moved again by revive)
             raise PopError(ErrorKind.INTERNAL, f"cannot store message {msg.msg_id} in the dead-letter queue now")
         if self._mark_acked(group, handle.topic, handle.queue_id, st, handle.offset):
@@ -722,7 +722,7 @@ class PopService:
                 self._wake_topic(topic)
                 return True
             if redelivered >= max_times:
-                if not await self._to_dlq(group, msg):
+                if not await self.dead_letter(group, msg):
                     return False
             elif not await self._to_retry(group, msg):
                 return False
@@ -730,7 +730,9 @@ class PopService:
             self._commit(group, topic, qid, st)
         return True
 
-    def _copy(self, msg: StoredMessage, topic: str, reconsume: int) -> StoredMessage:
+    def retry_copy(self, msg: StoredMessage, topic: str, reconsume: int) -> StoredMessage:
+        """``msg`` as stored in a retry or dead-letter topic (its origin topic and message ID kept), with
+        ``reconsume`` as its reconsume count: POP's retries and remoting's CONSUMER_SEND_MSG_BACK share it."""
         props = dict(msg.properties)
         props.setdefault(RETRY_TOPIC_PROPERTY, msg.topic)
         props.setdefault(ORIGIN_MESSAGE_ID, msg.msg_id)
@@ -741,7 +743,7 @@ class PopService:
     async def _to_retry(self, group: str, msg: StoredMessage) -> bool:
         rtopic = retry_topic(group)
         self.topics.create_if_absent(rtopic, 1, system=True)
-        (res,) = await self.store.put([self._copy(msg, rtopic, msg.reconsume_times + 1)])
+        (res,) = await self.store.put([self.retry_copy(msg, rtopic, msg.reconsume_times + 1)])
         if not res.stored:  # not known to be stored (PutResult.stored): a second copy later is the safe side
             log.error("cannot store retry copy of %s: %s", msg.msg_id, res.reason or res.status.value)
             return False
@@ -749,12 +751,14 @@ class PopService:
                   msg.reconsume_times + 1)
         return True
 
-    async def _to_dlq(self, group: str, msg: StoredMessage, copy_times: int | None = None) -> bool:
-        """``copy_times``: the DLQ copy's reconsume count (default the message's; a remoting send-back passes
+    async def dead_letter(self, group: str, msg: StoredMessage, copy_times: int | None = None) -> bool:
+        """Move ``msg`` to the group's dead-letter topic; False when the copy is not known to be stored.
+
+        ``copy_times``: the DLQ copy's reconsume count (default the message's; a remoting send-back passes
         one more, as Apache's consumerSendMsgBack stores it)."""
         dtopic = dlq_topic(group)
         self.topics.create_if_absent(dtopic, 1, system=True)
-        copy = self._copy(msg, dtopic, msg.reconsume_times if copy_times is None else copy_times)
+        copy = self.retry_copy(msg, dtopic, msg.reconsume_times if copy_times is None else copy_times)
         copy.properties[DLQ_ORIGIN_TOPIC] = origin_topic(msg)
         (res,) = await self.store.put([copy])
         if not res.stored:

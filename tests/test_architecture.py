@@ -346,10 +346,6 @@ def test_the_circle_finder_counts_deferred_imports_and_skips_type_only_ones() ->
 PRIVATE_READS = {
     # a MemoryStorage copying itself: the same class
     ("rocketscope.broker.raft.storage", "clone._ents"),
-    # remoting's CONSUMER_SEND_MSG_BACK reuses POP's dead-letter and retry copy; broker/pop.py is being
-    # changed by the POP/controller fix of session 11, so the public names wait for it
-    ("rocketscope.broker.remoting.broker_handlers", "b.pop._copy"),
-    ("rocketscope.broker.remoting.broker_handlers", "b.pop._to_dlq"),
     # prometheus_client has no public way to pick the address family its server binds
     ("rocketscope.tls", "exposition._get_best_family"),
 }

@@ -778,13 +778,13 @@ class RemotingBroker:
         if msg.reconsume_times >= max_times or delay_level < 0:
             # Apache's consumerSendMsgBack stores reconsumeTimes + 1 on the DLQ copy as on a retry copy
             # (seen: Apache's DLQ consumer reads 2 after deliveries 0 and 1, tests/test_remoting_java_clients.py)
-            if not await b.pop._to_dlq(group, msg, copy_times=msg.reconsume_times + 1):
+            if not await b.pop.dead_letter(group, msg, copy_times=msg.reconsume_times + 1):
                 return cmd.response(RC.SYSTEM_ERROR, "could not store the message in the dead-letter queue")
             return cmd.response()
         level = delay_level or 3 + msg.reconsume_times
         rtopic = retry_topic(group)
         b.topics.create_if_absent(rtopic, 1, system=True)
-        copy = b.pop._copy(msg, rtopic, msg.reconsume_times + 1)
+        copy = b.pop.retry_copy(msg, rtopic, msg.reconsume_times + 1)
         origin_id = h.str("originMsgId", default="")
         if origin_id:
             copy.properties.setdefault("ORIGIN_MESSAGE_ID", origin_id)
