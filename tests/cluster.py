@@ -268,7 +268,34 @@ def start_dledger_group(c: LocalCluster, name: str = "broker-d", size: int = 3, 
     for i in range(size):
         nodes.append(c.start_broker(f"{name}-n{i}", brokerName=name, enableDLegerCommitLog="true",
                                     dLegerGroup=name, dLegerPeers=peers, dLegerSelfId=f"n{i}", **conf))
+    wait_until(lambda: leader_held(nodes, STABLE_LEADER_S), timeout=60, interval=0.2,
+               what=f"a leader of {name} holding for {STABLE_LEADER_S} s")
     return nodes
+
+
+# The group's first leader may be deposed within a second while the last member is still starting (its
+# check-quorum window, 0.6 s, finds too few answers): seen in CI, where a test then created its topic on the
+# deposed leader and its producer's route had no writable queue.  The group counts as started once a leader
+# has held longer than two such windows.
+STABLE_LEADER_S = 1.5
+
+
+def leader_held(nodes: list[BrokerNode], seconds: float) -> bool:
+    """The members' logs' last leadership line is a "leader of term" at least ``seconds`` old."""
+    import datetime
+
+    last: tuple[datetime.datetime, bool] | None = None
+    for n in nodes:
+        for line in n.proc.log_path.read_text(errors="replace").splitlines():
+            if "dledger.node: dledger" not in line or not (": leader of term" in line or "no longer leader" in line):
+                continue
+            try:
+                at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            except ValueError:
+                continue
+            if last is None or at >= last[0]:
+                last = (at, ": leader of term" in line)
+    return last is not None and last[1] and (datetime.datetime.now() - last[0]).total_seconds() >= seconds
 
 
 def endpoints_of(nodes: list[BrokerNode]) -> str:
