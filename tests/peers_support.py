@@ -51,8 +51,13 @@ def reference_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refe
     if attached:
         yield ReferenceCluster.attach(Path(attached))
         return
-    cluster = ReferenceCluster(tmp_path_factory.mktemp("apache-rocketmq"), proxy_conf=dict(PROXY_TEST_CONF),
-                               broker_conf=dict(BROKER_TEST_CONF))
+    yield from _throwaway(ReferenceCluster(tmp_path_factory.mktemp("apache-rocketmq"),
+                                           proxy_conf=dict(PROXY_TEST_CONF), broker_conf=dict(BROKER_TEST_CONF)))
+
+
+def _throwaway(cluster: ReferenceCluster) -> Iterator[ReferenceCluster]:
+    """Start ``cluster`` (its logs printed if it fails to), yield it, stop it without graceful JVM shutdowns
+    (no 27 s of them for a cluster the session throws away)."""
     try:
         cluster.start(timeout=START_TIMEOUT)
     except BaseException:
@@ -61,7 +66,7 @@ def reference_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refe
     try:
         yield cluster
     finally:
-        cluster.stop(graceful=False)  # a throwaway cluster: no 27 s of graceful JVM shutdowns
+        cluster.stop(graceful=False)
 
 
 # The second reference: priority messages (Apache 5.4) and Lite mode (5.5); tests/test_diff_priority.py
@@ -83,17 +88,9 @@ def reference_cluster_55(tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
         assert cluster.version == VERSION_55, f"{attached} runs Apache RocketMQ {cluster.version}"
         yield cluster
         return
-    cluster = ReferenceCluster(tmp_path_factory.mktemp("apache-rocketmq-55"), proxy_conf=dict(PROXY_TEST_CONF),
-                               broker_conf={**BROKER_TEST_CONF, **LITE_BROKER_CONF}, version=VERSION_55)
-    try:
-        cluster.start(timeout=START_TIMEOUT)
-    except BaseException:
-        print(cluster.logs())
-        raise
-    try:
-        yield cluster
-    finally:
-        cluster.stop(graceful=False)
+    yield from _throwaway(ReferenceCluster(tmp_path_factory.mktemp("apache-rocketmq-55"),
+                                           proxy_conf=dict(PROXY_TEST_CONF),
+                                           broker_conf={**BROKER_TEST_CONF, **LITE_BROKER_CONF}, version=VERSION_55))
 
 
 def java_tool(tool: str, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
