@@ -396,15 +396,7 @@ class TimerService:
         idx = self.index
         assert idx is not None
         start = max(self.read_ms, t - idx.wheel.span_ms + self.precision)
-        slot = start - start % self.precision
-        while slot < t:
-            deleted: set[int] = set()
-            for u in idx.units(slot):
-                if u.kind == KIND_DELETE:
-                    deleted.add(u.queue_offset)
-                elif u.queue_offset not in deleted:
-                    idx.count_down(idx.topic_name(u.topic_id))
-            slot += self.precision
+        idx.count_down_passed(start - start % self.precision, t)
         self.read_ms = max(self.read_ms, t)
 
     # ---------------------------------------------------------------- the loop

@@ -361,6 +361,31 @@ class TimerIndex:
         else:
             self.cp.topic_counts.pop(topic, None)
 
+    def count_down_passed(self, first_ms: int, end_ms: int) -> int:
+        """Count the units of the slots in [first_ms, end_ms) as delivered (a replica following the writer's
+        claim), a deleted message once; returns how many were counted down.
+
+        Only slots holding units are walked, found in one bulk read of the wheel: a replica far behind
+        passes the whole wheel (604 800 slots at 1 s precision), and reading each slot in turn stalled a new
+        replica's event loop for 1-2 s, long enough for its Raft leader to miss its answers and step down
+        (check-quorum) while the group was starting (tests/test_dledger_first_leader.py).
+        """
+        if not self.pending or end_ms <= first_ms:
+            return 0
+        p = self.wheel.precision_ms
+        counted = 0
+        for k, n in enumerate(self.wheel.counts(first_ms, -(-(end_ms - first_ms) // p))):
+            if not n:
+                continue
+            deleted: set[int] = set()
+            for u in self.units(first_ms + k * p):
+                if u.kind == KIND_DELETE:
+                    deleted.add(u.queue_offset)
+                elif u.queue_offset not in deleted:
+                    self.count_down(self.topic_name(u.topic_id))
+                    counted += 1
+        return counted
+
     @property
     def pending(self) -> int:
         return sum(self.cp.topic_counts.values())

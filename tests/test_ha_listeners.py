@@ -21,7 +21,16 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BIN, LocalCluster, Proc, _port_open, cluster_with_namesrv, wait_until
+from cluster import (
+    BIN,
+    STABLE_LEADER_S,
+    LocalCluster,
+    Proc,
+    _port_open,
+    cluster_with_namesrv,
+    leader_held,
+    wait_until,
+)
 from conftest import failed_call, free_port
 from rmq import message, producer
 
@@ -102,7 +111,9 @@ def test_peer_secret_keeps_outsiders_off_the_ha_and_raft_ports(cluster: LocalClu
                 return (i,)
         return None
 
-    (ld,) = wait_until(leader, timeout=60, what="the members (who know the secret) elect a leader")
+    wait_until(lambda: leader_held(nodes, STABLE_LEADER_S), timeout=60, interval=0.2,
+               what="the members (who know the secret) elect a leader that holds")
+    (ld,) = wait_until(leader, timeout=10, what="the leader's admin status says LEADER")
     c.admin("updateTopic", "-b", nodes[ld].admin_addr, "-t", "TopicSecret", "-r", "2", "-w", "2")
     with producer(";".join(n.endpoint for n in nodes), "TopicSecret") as p:
         ids = [p.send(message("TopicSecret", b"peer-%d" % i)).message_id for i in range(20)]

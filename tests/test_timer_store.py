@@ -95,3 +95,28 @@ def test_an_index_reopened_after_a_crash_keeps_the_keys_flushed_before_it(tmp_pa
     assert again.query("T#old", 0, 2**62, 10) == [100]
     again.put("T#new", 200, 1_000_001)  # recovery indexes the records past the checkpoint again
     assert again.query("T#old", 0, 2**62, 10) == [100] and again.query("T#new", 0, 2**62, 10) == [200]
+
+
+def test_a_replica_following_the_claim_counts_down_only_what_the_passed_slots_hold(tmp_path: Path) -> None:
+    idx = TimerIndex(tmp_path, 1000)
+    idx.add(3_000, 3_100, 0, 100, 50, KIND_NORMAL, "A")
+    idx.add(3_000, 3_200, 1, 150, 50, KIND_NORMAL, "A")
+    idx.add(3_000, 0, 1, 0, 0, KIND_DELETE, "A")  # message 1 recalled ...
+    idx.count_down("A")  # ... which the recall itself counts down (broker/timer.py): not again here
+    idx.add(9_000, 9_500, 2, 200, 50, KIND_NORMAL, "B")
+    # one after the claim (stays pending)
+    idx.add(20_000, 20_100, 3, 250, 50, KIND_NORMAL, "B")
+    idx.flush()  # half the slots from the file, the rest changed since
+    idx.add(2_000, 2_100, 4, 300, 50, KIND_NORMAL, "C")
+    assert idx.pending == 4
+    assert idx.count_down_passed(10_000 - idx.wheel.span_ms, 10_000) == 3  # 4, 0 and 2; not 1, not 3
+    assert idx.cp.topic_counts == {"B": 1}
+    assert idx.count_down_passed(10_000, 10_000) == 0
+
+
+def test_following_with_nothing_pending_reads_no_slot(tmp_path: Path) -> None:
+    idx = TimerIndex(tmp_path, 1000)
+    reads = []
+    idx.wheel.counts = lambda *a: reads.append(a) or []  # type: ignore[method-assign]
+    assert idx.count_down_passed(0, idx.wheel.span_ms) == 0
+    assert reads == []

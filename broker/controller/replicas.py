@@ -507,6 +507,13 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
                        and st.ack_offset >= offset)
         return have, 1 + len(members)
 
+    def _ack_summary(self) -> str:
+        """Each connected slave's ack offset and silence, for the log line of a timed-out send."""
+        now = time.monotonic()
+        slaves = sorted(self.broker.replication_master.slaves.items())
+        return ", ".join(f"#{bid} {'up' if st.connected else 'down'} ack {st.ack_offset} "
+                         f"silent {st.silent_for(now):.2f} s" for bid, st in slaves) or "no slave"
+
     def _needed(self) -> int:
         s = self.broker.settings
         size = self.sync_state_set_size
@@ -527,6 +534,10 @@ class ReplicasManager(controller_pb2_grpc.BrokerReplicaServicer):
         try:
             replicated = await asyncio.wait_for(fut, s.slaveTimeout / 1000)
         except TimeoutError:
+            have, members = self._copies(end_offset)
+            log.info("controller mode: a send to offset %d waited %d ms (slaveTimeout) for %d copies; %d of the "
+                     "SyncStateSet's %d hold it (acks: %s)", end_offset, s.slaveTimeout, self._needed(), have,
+                     members, self._ack_summary())
             return PutStatus.FLUSH_SLAVE_TIMEOUT
         if replicated and self.is_master:
             self._acked_end = max(self._acked_end, end_offset)
