@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/accuracy_bench.py [--delays 5,50,200] [--messages 30] [--gap-ms 300]
 
-One three-node DLedger group (tests/truth_harness.py), every peer link through a DelayProxy.  For each
+One three-node DLedger group (tests/truth_harness.py), every peer link through tests/netproxy.py.  For each
 injected delay D the leader's link to one follower holds every byte D ms; the other follower's link,
 through an identical proxy, holds nothing (the control).  The official client sends paced messages to a
 topic of that run; then each place that reports replication latency is read:
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 import common  # noqa: E402  (puts tests/ on the path: the harness is shared with the tests)
-from faultproxy import proxy_loop  # noqa: E402
+from netproxy import link_loop  # noqa: E402
 from truth_harness import (  # noqa: E402
     Run,
     collect_timelines,
@@ -57,7 +57,7 @@ def main() -> int:
     delays = [float(d) for d in args.delays.split(",") if d.strip()]
     root = Path(tempfile.mkdtemp(prefix="rs-accuracy-"))
     runs: list[tuple[str, Run]] = []
-    with proxy_loop() as pl:
+    with link_loop() as pl:
         c = None
         try:
             log("starting a name server and a three-node DLedger group behind delay proxies")

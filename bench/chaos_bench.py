@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from chaos.nemesis import KINDS_BY_MODE, Fault  # noqa: E402
-from chaos.netproxy import LinkLoop, link_loop  # noqa: E402
 from chaos.run import run  # noqa: E402
 from failover_bench import NatsCluster, _js_setup  # noqa: E402
+from netproxy import LinkLoop, link_loop  # noqa: E402
 
 FIGURES = ("max_no_send_s", "max_no_delivery_s", "send_failures", "redeliveries", "duplicates")
 

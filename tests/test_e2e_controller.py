@@ -14,7 +14,7 @@ import grpc
 import pytest
 from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, ha_status, stop_together, wait_until
 from conftest import failed_call, free_port
-from faultproxy import FaultProxy, ProxyLoop, proxy_loop
+from netproxy import LinkLoop, LinkProxy, link_loop
 from rmq import drain, drain_ids, message, producer, simple_consumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
@@ -50,12 +50,12 @@ def start_controllers(root: Path, n: int = 3, **extra: Any) -> tuple[list[Proc],
 
 
 class ControllerGroup:
-    def __init__(self, c: LocalCluster, pl: ProxyLoop) -> None:
+    def __init__(self, c: LocalCluster, pl: LinkLoop) -> None:
         self.c = c
         self.pl = pl
         self.controllers, self.ctl_ports = start_controllers(c.root)
         # proxies[(i, k)]: how broker i reaches controller k (cut to isolate broker i)
-        self.proxies: dict[tuple[int, int], FaultProxy] = {
+        self.proxies: dict[tuple[int, int], LinkProxy] = {
             (i, k): pl.proxy(self.ctl_ports[k]) for i in range(SIZE) for k in range(SIZE)}
         self.nodes: list[BrokerNode] = []
         for i in range(SIZE):
@@ -101,7 +101,7 @@ class ControllerGroup:
     def isolate(self, i: int, cut: bool) -> None:
         for k in range(SIZE):
             p = self.proxies[(i, k)]
-            self.pl.call(p.cut if cut else p.heal)
+            self.pl.cut(p, cut)
 
     def ctl(self, *args: str) -> Any:
         addrs = ";".join(f"127.0.0.1:{p}" for p in self.ctl_ports)
@@ -118,7 +118,7 @@ class ControllerGroup:
 def group(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ControllerGroup]:
     c = LocalCluster(tmp_path_factory.mktemp("controller"))
     g: ControllerGroup | None = None
-    with proxy_loop() as pl:
+    with link_loop() as pl:
         try:
             c.start_namesrv()
             g = ControllerGroup(c, pl)

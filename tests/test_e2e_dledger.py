@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cluster import BrokerNode, LocalCluster, ha_status, wait_until
 from conftest import failed_call, free_port
-from faultproxy import FaultProxy, ProxyLoop, proxy_loop
+from netproxy import LinkLoop, LinkProxy, link_loop
 from rmq import drain_ids, message, producer, simple_consumer
 from telemetry_support import find, scrape
 
@@ -18,12 +18,12 @@ SIZE = 3
 
 
 class Group:
-    def __init__(self, c: LocalCluster, pl: ProxyLoop) -> None:
+    def __init__(self, c: LocalCluster, pl: LinkLoop) -> None:
         self.c = c
         self.pl = pl
         self.peer_ports = [free_port() for _ in range(SIZE)]
         # proxies[(i, j)]: how node i reaches node j
-        self.proxies: dict[tuple[int, int], FaultProxy] = {
+        self.proxies: dict[tuple[int, int], LinkProxy] = {
             (i, j): pl.proxy(self.peer_ports[j]) for i in range(SIZE) for j in range(SIZE) if i != j}
         self.nodes: list[BrokerNode] = []
         self.prom_port = free_port()
@@ -58,13 +58,13 @@ class Group:
     def isolate(self, k: int, cut: bool) -> None:
         for (i, j), p in self.proxies.items():
             if k in (i, j):
-                self.pl.call(p.cut if cut else p.heal)
+                self.pl.cut(p, cut)
 
 
 @pytest.fixture()
 def group(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Group]:
     c = LocalCluster(tmp_path_factory.mktemp("dledger"))
-    with proxy_loop() as pl:
+    with link_loop() as pl:
         try:
             c.start_namesrv()
             g = Group(c, pl)

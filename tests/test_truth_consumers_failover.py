@@ -22,7 +22,7 @@ wire (same machine, same clock; broker times must fall inside the client's windo
   stored before the election → first stored in the new generation) between the gaps those
   sends' windows allow.  Lost must be 0 (every acknowledged send is readable: counted).
 
-* **a follower's link delayed** by DELAY_MS (every byte from the leader held in a DelayProxy; the
+* **a follower's link delayed** by DELAY_MS (every byte from the leader held by its proxy, tests/netproxy.py; the
   other follower's identical proxy holds nothing): the trace timeline, the leader's /metrics,
   Spark's replication_latency and the Replication page's source must each put the delayed
   follower DELAY_MS behind the control, within issue 16's tolerance (tests/truth_harness.py
@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 from cluster import wait_until
-from faultproxy import proxy_loop
+from netproxy import link_loop
 from rmq import message, producer, simple_consumer
 from telemetry_support import samples
 from truth_harness import (
@@ -127,7 +127,7 @@ def percentile_bounds(lower: list[float], upper: list[float], q: float) -> tuple
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[tuple[Truth, DelayedGroup, Path]]:
-    with proxy_loop() as pl:
+    with link_loop() as pl:
         c = None
         try:
             began = time.monotonic()

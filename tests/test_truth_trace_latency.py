@@ -1,7 +1,7 @@
 """Ground truth: the replication times that the trace, /metrics, Spark and the dashboard's data source
 report agree with a delay injected on one follower's link (issue 16).
 
-A three-node DLedger group runs with every peer link through a DelayProxy; the leader's link to one
+A three-node DLedger group runs with every peer link through tests/netproxy.py; the leader's link to one
 follower (the "delayed" one) holds every byte DELAY_MS, the other follower's identical proxy holds
 nothing (the "control").  The official client sends paced messages (tests/truth_harness.py says why
 paced).  Truth, and the tolerance of issue 16 (5 ms or 10 %, whichever is larger):
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultproxy import proxy_loop
+from netproxy import link_loop
 from truth_harness import (
     Run,
     check_replication_truth,
@@ -49,7 +49,7 @@ TOPIC = "TopicTruth"
 
 @pytest.fixture()
 def measured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[tuple[Run, dict[str, Any]]]:
-    with proxy_loop() as pl:
+    with link_loop() as pl:
         c = None
         try:
             c, g, leader = start_group(tmp_path_factory.mktemp("truth"), pl)

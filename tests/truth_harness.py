@@ -6,7 +6,7 @@ Used by tests/test_truth_trace_latency.py (one delay, asserted) and bench/accura
 and 200 ms, written to bench/results/accuracy.json).
 
 The injected truth: every byte the leader sends to the delayed follower waits ``delay_ms`` in a
-DelayProxy (tests/delayproxy.py), so that follower's acknowledgements come back ``delay_ms`` later
+proxy (tests/netproxy.py) delaying one direction, so that follower's acknowledgements come back ``delay_ms`` later
 than the other follower's, whose link goes through an identical proxy with no delay (the control:
 same hops, same processes, same machine load).  Reported figures are compared as "delayed minus
 control" against the injected delay, and the delayed follower's ack may never come earlier than
@@ -31,8 +31,7 @@ from typing import Any
 
 from cluster import BrokerNode, LocalCluster, ha_status, wait_until
 from conftest import free_port
-from delayproxy import DelayProxy
-from faultproxy import ProxyLoop
+from netproxy import LinkLoop, LinkProxy
 from telemetry_support import samples, scrape
 
 GROUP = "broker-truth"
@@ -46,19 +45,17 @@ def tolerance_ms(delay_ms: float) -> float:
 
 
 class DelayedGroup:
-    """A three-node DLedger group whose every peer link runs through a DelayProxy (all at 0 at first)."""
+    """A three-node DLedger group whose every peer link runs through a delaying proxy (all at 0 at first)."""
 
-    def __init__(self, c: LocalCluster, pl: ProxyLoop, **conf: Any) -> None:
+    def __init__(self, c: LocalCluster, pl: LinkLoop, **conf: Any) -> None:
         self.c = c
         self.pl = pl
         peer_ports = [free_port() for _ in range(SIZE)]
-        self.proxies: dict[tuple[int, int], DelayProxy] = {}
+        self.proxies: dict[tuple[int, int], LinkProxy] = {}
         for i in range(SIZE):
             for j in range(SIZE):
                 if i != j:
-                    p = DelayProxy(peer_ports[j])
-                    asyncio.run_coroutine_threadsafe(p.start(), pl.loop).result(10)
-                    self.proxies[(i, j)] = p
+                    self.proxies[(i, j)] = pl.proxy(peer_ports[j])
         self.prom_ports = [free_port() for _ in range(SIZE)]
         self.nodes: list[BrokerNode] = []
         for i in range(SIZE):
@@ -95,13 +92,13 @@ class DelayedGroup:
         return None
 
     def delay(self, leader: int, follower: int, delay_ms: float) -> None:
-        self.proxies[(leader, follower)].set_delay(delay_ms / 1000.0)
+        self.pl.set(self.proxies[(leader, follower)], delay_up=delay_ms / 1000.0)
 
     def metrics_text(self, i: int) -> str:
         return scrape(f"http://127.0.0.1:{self.prom_ports[i]}/metrics")
 
 
-def start_group(root: Path, pl: ProxyLoop, **conf: Any) -> tuple[LocalCluster, DelayedGroup, int]:
+def start_group(root: Path, pl: LinkLoop, **conf: Any) -> tuple[LocalCluster, DelayedGroup, int]:
     """Name server and the group with a leader; returns (cluster, group, leader index).  The caller
     stops the cluster (``c.stop()``), also when this raises after the name server started."""
     c = LocalCluster(root)

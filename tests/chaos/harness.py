@@ -1,7 +1,7 @@
 """The clusters the nemesis works on: real name server, broker and controller processes on loopback.
 
 Three modes, all built with tests/cluster.py (one ``rocketscope`` process per node, its own
-log file) and with every node-to-node link going through a tests/chaos/netproxy.py proxy,
+log file) and with every node-to-node link going through a tests/netproxy.py proxy,
 so a node can be isolated, cut one way or slowed without touching the kernel:
 
 * ``dledger``: three brokers in one DLedger group, Raft traffic proxied per directed pair,
@@ -27,8 +27,8 @@ import grpc
 from cluster import BIN, BrokerNode, LocalCluster, Proc, stop_together, wait_until
 from cluster import ha_status as cluster_ha_status
 from conftest import free_port
+from netproxy import LinkLoop, LinkProxy
 
-from chaos.netproxy import LinkLoop, LinkProxy
 from chaos.sockets import connections_to
 from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 from rocketscope.ports import port_open

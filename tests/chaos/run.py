@@ -26,11 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
+from netproxy import link_loop  # noqa: E402
+
 from chaos.checker import check, must_keys, summarize  # noqa: E402
 from chaos.harness import MODES, ChaosCluster  # noqa: E402
 from chaos.history import History  # noqa: E402
 from chaos.nemesis import Fault, Nemesis, schedule_from_seed, schedule_json, schedule_load  # noqa: E402
-from chaos.netproxy import link_loop  # noqa: E402
 from chaos.store_probe import probe  # noqa: E402
 from chaos.workload import Workload  # noqa: E402
 

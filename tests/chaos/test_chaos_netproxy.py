@@ -9,8 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from chaos.netproxy import LinkLoop, link_loop
+from netproxy import LinkLoop, link_loop
 
 
 class _Echo(socketserver.BaseRequestHandler):

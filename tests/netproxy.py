@@ -1,14 +1,22 @@
-"""A TCP proxy for one directed link between two nodes: cut it, cut one direction, or delay it.
+"""The one TCP proxy of the tests and benchmarks: a directed link between two nodes on loopback
+that a test can cut, cut one way, or delay.
 
-tests/faultproxy.py only cuts both directions at once.  A Jepsen-style nemesis also needs a
-one-way cut (a node that hears its peers but is not heard) and a slow link with a known
-delay, so this proxy treats the two directions of each proxied connection separately:
+Partition tests (tests/test_e2e_dledger.py, test_e2e_controller.py) cut links both ways; the
+accuracy tests and bench/accuracy_bench.py (tests/truth_harness.py) delay one direction by a
+known amount, their injected truth; the chaos nemesis (tests/chaos/) also cuts one way (a node
+that hears its peers but is not heard) and slows links.  So the two directions of each proxied
+connection are handled separately:
 
 * ``up`` is what the connecting node sends (requests), ``down`` what it gets back (answers);
+* ``refuse`` cuts both ways: every connection is closed and new ones are refused;
 * a blocked direction stops forwarding (bytes stay unread, like packets lost in the
   network); when the link heals, every connection that lost bytes is closed, because a
   gRPC/HTTP2 stream with a hole in it cannot continue: both ends reconnect cleanly;
-* a delay holds every chunk for ``delay`` seconds before forwarding it, in order.
+* a delay holds every chunk for ``delay`` seconds (both ways) plus ``delay_up`` (the up
+  direction only) before forwarding it, in order; a chunk keeps the deadline it was given
+  when the delay changes.  Put in front of a DLedger follower's peer port on the leader's
+  side, ``delay_up`` makes every AppendEntries reach that follower, and so its
+  acknowledgement reach the leader, exactly that much later.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ class LinkProxy:
     block_up: bool = False
     block_down: bool = False
     delay: float = 0.0  # seconds added to every chunk, both directions
+    delay_up: float = 0.0  # seconds added to every chunk the connecting node sends
+    chunks_delayed: int = 0  # chunks forwarded with a delay (a test checks its delay was applied)
     _conns: set[int] = field(default_factory=set)
     _by_id: dict[int, _Conn] = field(default_factory=dict)
     _wake: asyncio.Event | None = None
@@ -73,13 +83,16 @@ class LinkProxy:
                     break
                 if conn.stalled:  # healed after a loss: the caller closes this connection
                     break
-                await queue.put((time.monotonic() + self.delay, data))
+                delay = self.delay + (self.delay_up if up else 0.0)
+                if delay > 0:
+                    self.chunks_delayed += 1
+                await queue.put((time.monotonic() + delay, data))
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             await queue.put(None)
             try:
-                await asyncio.wait_for(task, timeout=self.delay + 5)
+                await asyncio.wait_for(task, timeout=self.delay + self.delay_up + 5)
             except (Exception, asyncio.CancelledError):
                 task.cancel()
             writer.close()
@@ -114,7 +127,7 @@ class LinkProxy:
 
     # ---- called on the proxy loop's thread (ProxyLoop.call) ----
     def set(self, *, refuse: bool | None = None, block_up: bool | None = None, block_down: bool | None = None,
-            delay: float | None = None) -> None:
+            delay: float | None = None, delay_up: float | None = None) -> None:
         if refuse is not None:
             self.refuse = refuse
             if refuse:
@@ -125,11 +138,13 @@ class LinkProxy:
             self.block_down = block_down
         if delay is not None:
             self.delay = delay
+        if delay_up is not None:
+            self.delay_up = delay_up
         if not (self.block_up or self.block_down):
             self._close_all(only_stalled=True)
 
     def heal(self) -> None:
-        self.set(refuse=False, block_up=False, block_down=False, delay=0.0)
+        self.set(refuse=False, block_up=False, block_down=False, delay=0.0, delay_up=0.0)
 
 
 class LinkLoop:
@@ -149,6 +164,13 @@ class LinkLoop:
         async def apply() -> None:
             proxy.set(**kw)  # type: ignore[arg-type]
         asyncio.run_coroutine_threadsafe(apply(), self.loop).result(10)
+
+    def cut(self, proxy: LinkProxy, cut: bool = True) -> None:
+        """Cut ``proxy`` both ways (``cut``) or heal it."""
+        if cut:
+            self.set(proxy, refuse=True)
+        else:
+            self.heal(proxy)
 
     def heal(self, proxy: LinkProxy) -> None:
         async def apply() -> None:
