@@ -33,7 +33,7 @@ from .store.message_store import PutStatus
 from .timer import RecallError
 from .topics import TopicConfig
 from .trace_hooks import CLIENT_TRACE_HEADER
-from .transaction import TransactionError
+from .transaction import CheckBack, Resolution, TransactionError
 from .validation import RequestError, check_group, check_message, check_topic, parse_tag_filter
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ PUT_STATUS_CODES = {
     PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
 }
 # RocketMQ's delay levels 3..18: the default retry back-off of a push consumer
+GRPC_RESOLUTIONS = {pb.COMMIT: Resolution.COMMIT, pb.ROLLBACK: Resolution.ROLLBACK}  # else UNKNOWN (unspecified)
 ACK_WAIT_S = 3.0  # longest an ack waits for a new writer to catch up, or for its record to be replicated
 
 
@@ -92,6 +93,14 @@ def guarded(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]], C
         return inner
 
     return wrap
+
+
+def check_back_command(check: CheckBack) -> svc.TelemetryCommand:
+    """A check-back as gRPC clients receive it: the half message under its real topic, type TRANSACTION."""
+    msg = to_grpc(check.half, check.topic)
+    msg.system_properties.message_type = pb.TRANSACTION
+    return svc.TelemetryCommand(recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
+        message=msg, transaction_id=check.transaction_id))
 
 
 def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
@@ -347,6 +356,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 item = await outbox.get()
                 if item is None:
                     break
+                if isinstance(item, CheckBack):
+                    item = check_back_command(item)
                 yield item  # type: ignore[misc]
         finally:
             task.cancel()
@@ -593,7 +604,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         if not request.transaction_id:
             raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction_id is empty")
         try:
-            await self.broker.transactions.end(request.transaction_id, request.message_id, request.resolution,
+            await self.broker.transactions.end(request.transaction_id, request.message_id,
+                                               GRPC_RESOLUTIONS.get(request.resolution, Resolution.UNKNOWN),
                                                request.source == pb.SOURCE_SERVER_CHECK)
         except TransactionError as exc:
             raise RequestError(grpc_code(exc), str(exc)) from None

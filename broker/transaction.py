@@ -5,8 +5,9 @@ invisible); EndTransaction COMMIT copies it to its real topic, and both COMMIT a
 ROLLBACK write an *op* record to ``RMQ_SYS_TRANS_OP_HALF_TOPIC``.  Pending half messages
 are rebuilt from the two topics at start-up, so an unresolved transaction survives a
 restart.  A half message left unresolved for ``transactionTimeOut`` ms is checked back:
-a RecoverOrphanedTransactionCommand goes down the Telemetry stream of a producer that
-publishes to the topic (the one that sent it when still connected), at most
+a ``CheckBack`` goes into the outbox of a producer that publishes to the topic (the one
+that sent it when still connected) — the gRPC front door turns it into a Telemetry
+RecoverOrphanedTransactionCommand, the remoting one into CHECK_TRANSACTION_STATE —, at most
 ``transactionCheckMax`` times, ``transactionCheckInterval`` ms apart; after that the
 message is discarded (rolled back) and logged, as RocketMQ does.
 
@@ -27,14 +28,11 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Protocol
-
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as svc
 
 from rocketscope.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
-from .convert import to_grpc
 from .errors import BrokerError, ErrorKind
 from .store.record import TRANSACTION_COMMIT, TRANSACTION_PREPARED, StoredMessage
 
@@ -62,6 +60,25 @@ CATCH_UP_WAIT_S = 3.0  # longest an EndTransaction waits for a new writer to con
 
 class TransactionError(BrokerError):
     """A refused EndTransaction (broker/errors.py maps its kind to each protocol's code)."""
+
+
+class Resolution(Enum):
+    """A producer's answer to a transaction, whatever protocol carried it (each front door maps its own
+    values: gRPC's TransactionResolution, remoting's commitOrRollback 8/12/0)."""
+
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class CheckBack:
+    """A check-back for a producer's outbox: the half message as stored (its topic is the half topic; the
+    real one is ``topic``) and the transaction id. Each front door turns it into its protocol's command."""
+
+    transaction_id: str
+    half: StoredMessage
+    topic: str
 
 
 @dataclass
@@ -211,7 +228,7 @@ class TransactionService:
                                    msg.properties.get(PRODUCER_CLIENT, ""))
 
     # ------------------------------------------------------------------- end
-    async def end(self, tx_id: str, msg_id: str, resolution: int, from_check: bool) -> str:
+    async def end(self, tx_id: str, msg_id: str, resolution: Resolution, from_check: bool) -> str:
         # A writer that just took over resolves nothing before it sees its predecessors' log confirmed: a
         # predecessor may have stored this very commit (message and op record, one entry) that this node holds
         # but has not confirmed yet, so neither its op record nor its message is visible, and committing again
@@ -229,21 +246,21 @@ class TransactionService:
         if msg_id and msg_id != half.msg_id:
             raise TransactionError(ErrorKind.ILLEGAL_MESSAGE_ID,
                                    f"message_id {msg_id} does not belong to transaction {tx_id}")
-        if resolution == pb.TRANSACTION_RESOLUTION_UNSPECIFIED:
+        if resolution is Resolution.UNKNOWN:
             return "UNKNOW"
         if tx_id in self._resolving:
             # a second answer while the first is being stored (a check-back repeated because the commit took
             # longer than transactionCheckInterval): storing it again would deliver the message twice
             log.info("transaction %s of message %s: already being resolved; answer ignored", tx_id, half.msg_id)
-            return "COMMIT_MESSAGE" if resolution == pb.COMMIT else "ROLLBACK_MESSAGE"
+            return "COMMIT_MESSAGE" if resolution is Resolution.COMMIT else "ROLLBACK_MESSAGE"
         self._resolving.add(tx_id)
         try:
             return await self._resolve(tx_id, half, resolution, from_check)
         finally:
             self._resolving.discard(tx_id)
 
-    async def _resolve(self, tx_id: str, half: Half, resolution: int, from_check: bool) -> str:
-        if resolution == pb.COMMIT:
+    async def _resolve(self, tx_id: str, half: Half, resolution: Resolution, from_check: bool) -> str:
+        if resolution is Resolution.COMMIT:
             msg = self.store.message_at(HALF_TOPIC, 0, half.offset)
             if msg is None:
                 raise TransactionError(ErrorKind.MESSAGE_NOT_FOUND,
@@ -382,11 +399,7 @@ class TransactionService:
                 self.pending.pop(tx_id, None)
                 continue
             half.checks += 1
-            grpc_msg = to_grpc(msg, half.topic)
-            grpc_msg.system_properties.message_type = pb.TRANSACTION
-            cmd = svc.TelemetryCommand(recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
-                message=grpc_msg, transaction_id=tx_id))
-            await client.outbox.put(cmd)  # type: ignore[union-attr]
+            await client.outbox.put(CheckBack(tx_id, msg, half.topic))  # type: ignore[union-attr]
             log.info("transaction %s of message %s checked back with client %s (check %d)", tx_id, half.msg_id,
                      client.client_id, half.checks)
             sent += 1

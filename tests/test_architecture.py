@@ -383,3 +383,40 @@ def test_no_broker_module_reads_another_objects_private_attributes() -> None:
         "\n".join(f"  {m}: {expr}" for m, expr in new)
     gone = sorted(PRIVATE_READS - found)
     assert not gone, f"listed in PRIVATE_READS but no longer read (remove them): {gone}"
+
+
+# Issue 17 item 2, "protobuf stays in the protocol layers": which broker modules may import the gRPC v2
+# protocol (rocketmq.grpc_protocol).  The gRPC front door and what only it uses do; the core services do
+# not (TransactionService takes a Resolution and emits a CheckBack, each front door mapping its own
+# protocol).  PROTOBUF_KNOWN lists core modules that still do, each with why; like KNOWN it only shrinks.
+GRPC_DOOR = {f"rocketscope.broker.{m}" for m in (
+    "grpc_service", "grpc_registration", "convert", "route_view", "forwarding", "stream_revival", "slave_read",
+    "pull", "validation", "client_metrics", "retry_policy", "security.interceptor",
+    "errors",  # the one table from the broker's error kinds to gRPC codes (and to remoting codes)
+)}
+PROTOBUF_KNOWN = {
+    # the client registry records a client's type as gRPC's ClientType, also for remoting clients
+    "rocketscope.broker.clients", "rocketscope.broker.metrics", "rocketscope.broker.remoting.broker_handlers",
+    # a filter expression arrives as gRPC's FilterExpression (remoting has its own parser entry)
+    "rocketscope.broker.filter",
+    # Broker keeps gRPC's Code for the statuses its admin and send paths answer
+    "rocketscope.broker.broker",
+}
+
+
+def imports_grpc_protocol(path: Path) -> bool:
+    for node in ast.walk(parsed(path)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        if any(n == "rocketmq.grpc_protocol" or n.startswith("rocketmq.grpc_protocol.") for n in names):
+            return True
+    return False
+
+
+def test_protobuf_stays_in_the_grpc_front_door() -> None:
+    broker = {module_name(p) for p in (ROOT / "broker").rglob("*.py") if "_pb2" not in p.name
+              and "protocol" not in p.parts and imports_grpc_protocol(p)}
+    new = sorted(broker - GRPC_DOOR - PROTOBUF_KNOWN)
+    assert not new, f"broker modules outside the gRPC front door importing its protocol: {new}"
+    gone = sorted(PROTOBUF_KNOWN - broker)
+    assert not gone, f"listed in PROTOBUF_KNOWN but no longer importing the gRPC protocol (remove them): {gone}"

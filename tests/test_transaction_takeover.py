@@ -19,14 +19,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from rocketmq.grpc_protocol import definition_pb2 as pb
 from test_transaction_uncommitted import TOPIC, Host
 
 from rocketscope.broker import transaction
 from rocketscope.broker.errors import ErrorKind
 from rocketscope.broker.store.message_store import MessageStore, StoreConfig, StoreHooks
 from rocketscope.broker.store.record import StoredMessage
-from rocketscope.broker.transaction import HALF_TOPIC, TransactionError, TransactionService
+from rocketscope.broker.transaction import HALF_TOPIC, Resolution, TransactionError, TransactionService
 
 
 async def dledger_like_store(root: Path) -> MessageStore:
@@ -82,7 +81,7 @@ def test_a_commit_the_predecessor_stored_is_not_stored_again_once_confirmed(tmp_
 
             # the producer's answer to the second check-back arrives; the takeover's first entry commits a moment
             # later, confirming the predecessor's tail
-            answer = asyncio.create_task(tx.end(tx_id, msg_id, pb.COMMIT, from_check=True))
+            answer = asyncio.create_task(tx.end(tx_id, msg_id, Resolution.COMMIT, from_check=True))
             await asyncio.sleep(0.3)
             store.advance_confirm_offset(store.commit_log.max_offset)
             try:
@@ -110,7 +109,7 @@ def test_an_answer_before_the_takeover_is_confirmed_leaves_the_half_pending(tmp_
         try:
             tx, tx_id, msg_id = await taken_over(store, tmp_path)
             with pytest.raises(TransactionError) as refused:
-                await tx.end(tx_id, msg_id, pb.COMMIT, from_check=True)
+                await tx.end(tx_id, msg_id, Resolution.COMMIT, from_check=True)
             before = copies_in_topic(store)
             store.advance_confirm_offset(store.commit_log.max_offset)
             tx.refresh()

@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rocketscope.broker.errors import ErrorKind
 from rocketscope.broker.store.message_store import MessageStore, PutResult, PutStatus, StoreConfig
 from rocketscope.broker.store.record import StoredMessage
 from rocketscope.broker.topics import TopicManager
-from rocketscope.broker.transaction import TransactionError, TransactionService
+from rocketscope.broker.transaction import Resolution, TransactionError, TransactionService
 
 TOPIC = "TopicTxUncommitted"
 
@@ -80,13 +79,13 @@ def test_a_commit_not_committed_is_answered_as_failed_and_the_next_one_stores_th
 
             store.replicated_writer = uncommitted
             with pytest.raises(TransactionError) as failed:
-                await tx.end(tx_id, msg_id, pb.COMMIT, from_check=True)
+                await tx.end(tx_id, msg_id, Resolution.COMMIT, from_check=True)
             assert failed.value.kind is ErrorKind.INTERNAL and "IN_SYNC_REPLICAS_NOT_ENOUGH" in str(failed.value)
             assert tx_id in tx.pending, "the unresolved half must stay pending, to be checked back again"
 
             store.replicated_writer = None  # the node leads again with a working majority
             tx.recover()  # as on every role change
-            assert await tx.end(tx_id, msg_id, pb.COMMIT, from_check=True) == "COMMIT_MESSAGE"
+            assert await tx.end(tx_id, msg_id, Resolution.COMMIT, from_check=True) == "COMMIT_MESSAGE"
             got = store.get(TOPIC, 0, 0, 16)
             return [m.body for m in got.messages], len(host.committed)
         finally:

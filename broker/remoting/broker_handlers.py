@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rocketscope.names import RETRY_PREFIX, TRANS_HALF_TOPIC
+from rocketscope.names import RETRY_PREFIX
 
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
@@ -29,6 +29,7 @@ from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
 from ..topics import topic_name_problem
 from ..trace_hooks import NoTrace
+from ..transaction import CheckBack
 from ..validation import RequestError
 from .client_config import CHECK_CLIENT_CONFIG, client_config_handler
 from .codec import (
@@ -205,20 +206,17 @@ class TransactionCheckOutbox:
         self.conn = conn
         self.group = group
 
-    async def put(self, cmd: Any) -> None:
-        if not cmd.HasField("recover_orphaned_transaction_command"):
-            return
-        rec = cmd.recover_orphaned_transaction_command
-        msg_id = rec.message.system_properties.message_id
-        half = next((m for m in self.front.b.store.lookup(TRANS_HALF_TOPIC, msg_id, 4)), None)
-        if half is None:
-            return
+    async def put(self, item: object) -> None:
+        if not isinstance(item, CheckBack):
+            return  # only check-backs reach a remoting producer this way
+        half, tx_id = item.half, item.transaction_id
+        msg_id = half.msg_id
         wire = self.front.wire(half)
         wire.topic = half.properties.get("REAL_TOPIC", half.topic)
         wire.properties.setdefault("PGROUP", self.group)
-        wire.properties["TRANSACTION_ID"] = rec.transaction_id
+        wire.properties["TRANSACTION_ID"] = tx_id
         ext = {"tranStateTableOffset": str(half.queue_offset), "commitLogOffset": str(half.physical_offset),
-               "msgId": msg_id, "transactionId": rec.transaction_id,
+               "msgId": msg_id, "transactionId": tx_id,
                "offsetMsgId": offset_msg_id(self.front.store_addr, half.physical_offset), "topic": wire.topic}
         self.conn.notify(RequestCode.CHECK_TRANSACTION_STATE, ext, encode_message(wire))
 
@@ -851,14 +849,14 @@ class RemotingBroker:
     # -------------------------------------------------------- transactions
     async def end_transaction(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
         from ..errors import remoting_code
-        from ..transaction import TransactionError
+        from ..transaction import Resolution, TransactionError
 
         h = Header(cmd)
         h.str("producerGroup")
         kind = h.int("commitOrRollback")
         tx_id = h.str("transactionId", default="")
         msg_id = h.str("msgId", default="")
-        resolution = {8: pb.COMMIT, 12: pb.ROLLBACK}.get(kind, pb.TRANSACTION_RESOLUTION_UNSPECIFIED)
+        resolution = {8: Resolution.COMMIT, 12: Resolution.ROLLBACK}.get(kind, Resolution.UNKNOWN)
         if not self.b.is_master:
             return cmd.response(RC.SLAVE_NOT_AVAILABLE, "the broker is a slave: END_TRANSACTION goes to the master")
         if not tx_id:
