@@ -41,6 +41,7 @@ from .ha.event_log import HaEventLog
 from .ha.event_relay import SPOOL_NAME, EventRelay
 from .ha.master import ReplicationMaster
 from .ha.slave import ReplicationSlave
+from .loop_lag import LoopLagMonitor
 from .metrics import BrokerMetrics
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offset_log import OffsetLog
@@ -156,6 +157,7 @@ class Broker:
         self._rr = itertools.count()
         self._servers: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self.loop_lag: LoopLagMonitor | None = None  # started with the broker
         self._route_cache: dict[str, tuple[float, namesrv_pb2.TopicRouteData | None]] = {}
         self.started_at = time.time()
 
@@ -354,6 +356,8 @@ class Broker:
             await self._start_trace_indexer()
         self.metrics.start()
         self.client_metrics.start()
+        self.loop_lag = LoopLagMonitor(self.metrics.on_loop_lag, what=f"broker {self.node_id} event loop")
+        self.loop_lag.start()
         self.ha_events.node = self.node_id  # the HA mode is known now (DLedger names nodes by dLegerSelfId)
         self.ha_events.start()
         self.ha_events.emit(ROLE_CHANGE, role=self.role)
@@ -422,6 +426,8 @@ class Broker:
                 await self._stop_step("gRPC server", server.stop(grace=1))
         for t in self._tasks:
             t.cancel()
+        if self.loop_lag is not None:
+            await self._stop_step("event-loop monitor", self.loop_lag.stop())
         await self._stop_step("POP service", self.pop.stop())
         await self._stop_step("timer", self.timer.stop())
         await self._stop_step("transactions", self.transactions.stop())

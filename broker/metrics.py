@@ -158,6 +158,7 @@ class BrokerMetrics:
         self.replicate_latency = telemetry.histogram("dledger_replicate_entry_latency")
         self.topic_create = telemetry.histogram("rocketmq_topic_create_execution_time")
         self.group_create = telemetry.histogram("rocketmq_consumer_group_create_execution_time")
+        self._loop_lag = telemetry.histogram("rocketscope_event_loop_lag").bind({}).record if self.enabled else None
         self._proposed: dict[int, float] = {}  # DLedger index -> perf_counter() when the leader proposed it
         self._acked: dict[str, int] = {}  # DLedger peer -> highest index it acknowledged (this term)
         self._proposed_term = -1
@@ -197,6 +198,10 @@ class BrokerMetrics:
         return bound
 
     # ---------------------------------------------------------------- events
+    def on_loop_lag(self, lag_s: float) -> None:
+        if self._loop_lag is not None:
+            self._loop_lag(lag_s * 1000.0)
+
     def on_put(self, results: Iterable[PutResult]) -> None:
         self.stats.on_put_results(results, PutStatus.PUT_OK)
         if not self.enabled:

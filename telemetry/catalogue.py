@@ -103,6 +103,7 @@ CONTROLLER_LATENCY_BUCKETS = (
 DLEDGER_LATENCY_BUCKETS = tuple(sorted((*CONTROLLER_LATENCY_BUCKETS, 2.0)))
 SEND_COST_BUCKETS = (1.0, 5.0, 10.0, 20.0, 50.0, 200.0, 500.0)
 AWAIT_TIME_BUCKETS = (1.0, 5.0, 20.0, 100.0, 1000.0, 5000.0, 10000.0)
+LOOP_LAG_BUCKETS = (1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 3000.0)
 PROCESS_TIME_BUCKETS = (1.0, 5.0, 10.0, 100.0, 1000.0, 10000.0, 60000.0)
 
 C, U, H, G, OC = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.HISTOGRAM, Kind.OBSERVABLE_GAUGE, Kind.OBSERVABLE_COUNTER
@@ -278,6 +279,12 @@ CATALOGUE: tuple[Instrument, ...] = (
                ("source",), group="trace", origin="rocketscope"),
     Instrument("rocketscope_trace_queue_depth", G, "", "Trace records waiting in the dispatcher queue.",
                ("source",), group="trace", origin="rocketscope"),
+    # --- the process itself (ours)
+    Instrument("rocketscope_event_loop_lag", H, "ms", "How late the process's event loop (broker, controller) woke "
+               "up for a timer due every 100 ms (broker/loop_lag.py): what every Raft heartbeat, HA heartbeat and "
+               "reply waited on top of its own work. Hundreds of ms mean a starved or blocked process (elections "
+               "follow at 300 ms).",
+               (), LOOP_LAG_BUCKETS, origin="rocketscope"),
     # --- telemetry itself (ours)
     Instrument("rocketscope_metrics_overflow_total", C, "1",
                "Measurements folded into an instrument's overflow series (otel_metric_overflow=true) "

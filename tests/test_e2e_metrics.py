@@ -87,6 +87,9 @@ def test_prometheus_scrapes_namesrv_broker_and_exporter(metrics_cluster: dict[st
     rpc = find(text, "rocketmq_rpc_latency_milliseconds_count", request_code="send_message", protocol_type="grpc")
     assert rpc and sum(v for _, v in rpc) >= 30
     assert find(text, "rocketmq_message_size_bucket", topic="TopicMetrics", le="1024.0")
+    # the event-loop probe (broker/loop_lag.py) has been recording since the broker started, seconds ago
+    loop_lag = find(text, "rocketscope_event_loop_lag_milliseconds_count")
+    assert loop_lag and loop_lag[0][1] > 0, "no event-loop lag series on the broker's /metrics"
 
 
 def test_metrics_addr_is_registered_for_dashboards(metrics_cluster: dict[str, object]) -> None:

@@ -502,6 +502,7 @@ async def run_controller(settings: Any) -> None:
 
     from rocketscope.telemetry import TelemetryConfig
 
+    from ..loop_lag import LoopLagMonitor
     from ..security import SecurityConfig
 
     s = settings
@@ -513,10 +514,15 @@ async def run_controller(settings: Any) -> None:
                                 serve=SecurityConfig.from_properties(s.raw).metrics_serve())
     runtime = ControllerRuntime(s, client_addr, telemetry)
     await runtime.start()
+    lag_histogram = telemetry.histogram("rocketscope_event_loop_lag").bind({})
+    loop_lag = LoopLagMonitor(lambda lag_s: lag_histogram.record(lag_s * 1000.0),
+                              what=f"controller {s.controllerDLegerSelfId} event loop")
+    loop_lag.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    await loop_lag.stop()
     await runtime.stop()
     await asyncio.to_thread(telemetry.stop)
