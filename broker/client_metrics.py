@@ -24,7 +24,6 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketscope.telemetry.config import ExporterType
 from rocketscope.telemetry.exporter.store import SeriesStore
 from rocketscope.telemetry.otlp import points
-from rocketscope.telemetry.render import families
 
 from .route_view import endpoints_of
 
@@ -46,6 +45,8 @@ class _StoreCollector:
         self.identity = identity
 
     def collect(self) -> list[Any]:
+        from rocketscope.telemetry.render import families  # prometheus_client: only a PROM proxy scrape needs it
+
         self.store.expire()
         ident = self.identity
         return families(replace(series.point, attributes={**series.point.attributes, **ident})

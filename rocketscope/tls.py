@@ -28,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from cryptography.hazmat.primitives import serialization
-from cryptography.x509 import load_pem_x509_certificates
 
 from rocketscope.config import ConfigError
 from rocketscope.peer_auth import client_interceptors
@@ -77,6 +75,10 @@ def _read(key: str, path: str) -> bytes:
 
 
 def load_certificates(key: str, path: str) -> bytes:
+    # cryptography is imported here, not at the top: only TLS needs it, and it cost every process
+    # ~0.1 CPU s at start (tests/test_lazy_imports.py keeps it out of a default server)
+    from cryptography.x509 import load_pem_x509_certificates
+
     data = _read(key, path)
     try:
         if not load_pem_x509_certificates(data):
@@ -88,6 +90,8 @@ def load_certificates(key: str, path: str) -> bytes:
 
 def load_private_key(key: str, path: str, password: str | None, password_key: str) -> bytes:
     """The key as unencrypted PKCS#8 PEM (gRPC takes no password); decrypted in memory only."""
+    from cryptography.hazmat.primitives import serialization  # only TLS needs it: see load_certificates
+
     data = _read(key, path)
     try:
         pk = serialization.load_pem_private_key(data, password.encode() if password else None)

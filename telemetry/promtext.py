@@ -49,7 +49,7 @@ from .instruments import OVERFLOW_ATTRIBUTE, CardinalityGuard, Cell, GaugeRegist
 from .naming import render_bound, render_value, sanitize_label
 
 if TYPE_CHECKING:
-    from .provider import _Core
+    from .core import MeterCore
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _cell_text(cell: Cell) -> str:
 class PromText:
     """Renders the process's instruments (all nodes) as Prometheus text format 0.0.4."""
 
-    def __init__(self, core: _Core) -> None:
+    def __init__(self, core: MeterCore) -> None:
         self._core = core
         # render and prepare share the caches kept on registrations and cells: one at a time
         # (a second concurrent scrape waits and then mostly reuses what the first rendered)

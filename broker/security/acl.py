@@ -34,8 +34,6 @@ from enum import IntFlag
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 
 class AclError(ValueError):
     """A bad ACL file; the message names the account and field, never a secret."""
@@ -293,6 +291,8 @@ def parse_acl(data: Any, source: str = "") -> AclConfig:
 
 def load_acl(path: str | Path) -> AclConfig:
     """Read and parse an ACL file; AclError (never a partial config) on any problem."""
+    import yaml  # only a broker with an ACL file reads YAML: not imported at every process start
+
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
