@@ -25,7 +25,14 @@ LAZY_COMMANDS = {
 }
 
 
-@click.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS)
+def _before_lazy_import(name: str) -> None:
+    """None of the lazy commands uses the official client's package ``__init__`` (its Producer and
+    consumers, their OpenTelemetry SDK): register it deferred, as the server commands do, so that e.g.
+    every ``rocketscope admin`` call, tens per test run, does not import the client (client_package.py)."""
+    defer_client_init()
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS, before_import=_before_lazy_import)
 @click.version_option(package_name="rocketscope")
 def main() -> None:
     """RocketScope: a RocketMQ-compatible broker built to be observed."""

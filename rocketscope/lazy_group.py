@@ -11,6 +11,7 @@ optional packages are missing says which extra to install instead of printing a 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 import click
 
@@ -19,9 +20,10 @@ class LazyGroup(click.Group):
     """Eagerly defined commands plus ``lazy_subcommands``: name -> ("module:attr", short help[, extra])."""
 
     def __init__(self, *args: object, lazy_subcommands: dict[str, tuple[str, ...]] | None = None,
-                 **kwargs: object) -> None:
+                 before_import: Callable[[str], object] | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.lazy_subcommands = dict(lazy_subcommands or {})
+        self.before_import = before_import  # called with the command's name just before its module is imported
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
@@ -30,6 +32,8 @@ class LazyGroup(click.Group):
         if cmd_name in self.lazy_subcommands and cmd_name not in self.commands:
             target, _, *extra = self.lazy_subcommands[cmd_name]
             module_name, _, attribute = target.partition(":")
+            if self.before_import is not None:
+                self.before_import(cmd_name)
             try:
                 command = getattr(importlib.import_module(module_name), attribute)
             except ModuleNotFoundError as exc:

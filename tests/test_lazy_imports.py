@@ -1,12 +1,13 @@
-"""A default name server, broker and controller do not import what only optional features use.
+"""A default name server, broker, controller and admin CLI do not import what only optional features use.
 
 Why: every end-to-end test starts several of these processes, and each paid ~0.3 CPU s (broker) at start
 importing the OpenTelemetry SDK and exporters, prometheus_client, cryptography and PyYAML it never used
 with the default ``metricsExporterType=DISABLE``, TLS off and no ACL file (telemetry/core.py,
-rocketscope/tls.py, broker/security/acl.py import them on first use).  A new top-level import of one of
-them would silently bring the cost back; this test runs the real processes with ``-X importtime``
-(``PYTHONPROFILEIMPORTTIME``), which logs every module a process imports, at start or later, and reads
-their logs after a message went through the broker.
+rocketscope/tls.py, broker/security/acl.py import them on first use), and every ``rocketscope admin`` call
+imported the official client's package ``__init__`` (rocketscope/cli.py defers it as the servers do).
+A new top-level import of one of them would silently bring the cost back; this test runs the real
+processes with ``-X importtime`` (``PYTHONPROFILEIMPORTTIME``), which logs every module a process
+imports, at start or later, and reads their logs after a message went through the broker.
 """
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ def test_default_servers_import_no_optional_package(cluster: LocalCluster, tmp_p
     controller = Proc("controller", [str(BIN), "controller", "-c", str(conf)], tmp_path / "controller.log").start()
     try:
         node = cluster.start_broker()
-        cluster.admin("updateTopic", "-t", "LazyT", "-c", "DefaultCluster")
+        admin = cluster.admin("updateTopic", "-t", "LazyT", "-c", "DefaultCluster")
         with producer(node.endpoint, "LazyT") as p:
             sent = {p.send(message("LazyT", b"x")).message_id for _ in range(3)}
         with simple_consumer(node.endpoint, "LazyG", "LazyT") as c:
             assert {m.message_id for m in drain(c, len(sent))} == sent
         wait_until(lambda: "serving brokers" in controller.log(), what="controller serving")
-        logs = {"namesrv": cluster.namesrvs[0].log(), "broker": node.proc.log(), "controller": controller.log()}
+        logs = {"namesrv": cluster.namesrvs[0].log(), "broker": node.proc.log(), "controller": controller.log(),
+                "admin CLI": admin.stderr}
     finally:
         stop_together([controller])
     for name, log in logs.items():
