@@ -13,12 +13,12 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, dledger_pb2_grpc, ha_pb2_grpc, namesrv_pb2
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2_grpc, namesrv_pb2
 from rocketscope.config import ConfigError, Settings
 from rocketscope.ha_events import ROLE_CHANGE, HaEvent
 from rocketscope.names import HA_EVENTS_TOPIC, TIMER_TOPIC, is_system_topic
@@ -28,9 +28,6 @@ from .admin_service import BrokerAdminService
 from .broker_config import namesrv_addresses
 from .client_metrics import ClientMetricsProxy
 from .clients import ClientRegistry
-from .dledger.node import DLedgerConfig, DLedgerNode
-from .dledger.retention import DLedgerRetention
-from .dledger.transport import PeerServicer
 from .filter import MessageFilter
 from .forwarding import LeaderForwarder
 from .groups import GroupManager
@@ -62,6 +59,10 @@ from .topics import TopicConfig, TopicManager, group_queue
 from .trace_hooks import NoTrace, TraceHooks
 from .transaction import HALF_TOPIC, TransactionService
 from .validation import RequestError
+
+if TYPE_CHECKING:
+    from .dledger.node import DLedgerNode
+    from .dledger.retention import DLedgerRetention
 
 log = logging.getLogger(__name__)
 Code = pb.Code
@@ -138,6 +139,11 @@ class Broker:
         self.forwarder: LeaderForwarder = LeaderForwarder(self)
         self.slave_reader: SlaveReader = SlaveReader(self)
         if s.enableDLegerCommitLog:
+            # imported here: the Raft core and DLedger's log are ~20 modules a broker without DLedger never
+            # uses, and every broker process paid for them at start (tests/test_lazy_imports.py)
+            from .dledger.node import DLedgerConfig, DLedgerNode
+            from .dledger.retention import DLedgerRetention
+
             self.dledger = DLedgerNode(DLedgerConfig.from_settings(s), self.store, self.ha_events,
                                        on_role_change=self.on_dledger_role_change, metrics=lambda: self.metrics,
                                        addresses=(self.grpc_addr, self.internal_addr),
@@ -328,6 +334,10 @@ class Broker:
                                              internal))
         self._servers = [self.client_server, self.admin_server, self.ha_server]
         if self.dledger is not None:
+            from rocketscope.broker.protocol import dledger_pb2_grpc
+
+            from .dledger.transport import PeerServicer
+
             self.peer_server = grpc.aio.server(interceptors=sec.peer_interceptors("Raft"), options=server_options(
                 ("grpc.max_receive_message_length", 64 << 20)))
             dledger_pb2_grpc.add_DLedgerPeerServicer_to_server(

@@ -26,7 +26,10 @@ pytestmark = pytest.mark.e2e
 # top-level packages (or module prefixes) a server with default settings must not load
 OPTIONAL = ("opentelemetry.sdk", "opentelemetry.exporter", "prometheus_client", "cryptography", "yaml",
             "rocketscope.telemetry.core", "rocketscope.telemetry.exporter.server", "wsgiref", "pyspark",
-            "streamlit", "click_default_group", "rocketmq.v5")
+            "streamlit", "rocketmq.v5")
+# and what only some of the processes use: the Raft core (controllers, DLedger brokers)
+RAFT = ("rocketscope.broker.dledger", "rocketscope.broker.raft")
+OPTIONAL_FOR = {"namesrv": RAFT, "broker": RAFT, "controller": (), "admin CLI": RAFT}
 IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", re.M)
 
 
@@ -34,8 +37,8 @@ def imported(log: str) -> set[str]:
     return set(IMPORT_LINE.findall(log))
 
 
-def optional_in(modules: set[str]) -> list[str]:
-    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in OPTIONAL))
+def optional_in(modules: set[str], extra: tuple[str, ...] = ()) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in OPTIONAL + extra))
 
 
 @pytest.fixture
@@ -66,4 +69,4 @@ def test_default_servers_import_no_optional_package(cluster: LocalCluster, tmp_p
     for name, log in logs.items():
         modules = imported(log)
         assert "grpc" in modules, f"{name}: no -X importtime output in its log"  # the probe itself works
-        assert optional_in(modules) == [], f"a default {name} imported optional packages"
+        assert optional_in(modules, OPTIONAL_FOR[name]) == [], f"a default {name} imported optional packages"
