@@ -36,6 +36,7 @@ from live_deploy import (
     CLUSTER,
     CONTROLLER_BROKER_TIMING,
     DEPLOY,
+    SCENARIO_FOR,
     Deployment,
     LivePrometheus,
     Target,
@@ -207,7 +208,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 "rocketscope-broker": [d.target(n) for n in d.metrics if n.startswith("broker-")],
                 "rocketscope-controller": [d.target(f"controller-n{i}") for i in range(3)],
                 "rocketscope-exporter": [f"127.0.0.1:{d.exporter_ports[2]}"]}
-        prom = LivePrometheus(jobs, scrape_interval="1s", rule_files=[live_rules(root / "alerts-live.yml")])
+        live.state["rules"] = rules = live_rules(root / "alerts-live.yml")
+        prom = LivePrometheus(jobs, scrape_interval="1s", rule_files=[rules])
         prom.start()
         live.prom = prom
         for job in jobs:
@@ -220,6 +222,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         if prom is not None:
             prom.stop()
         d.stop()
+
+
+def scenario_rules(live: Live) -> LivePrometheus:
+    """The live rules with SCENARIO_FOR (live_deploy.py says why), once the healthy check is done."""
+    if live.state.get("for") != SCENARIO_FOR:
+        live.prom.reload_rules(live.state["rules"], SCENARIO_FOR)
+        live.state["for"] = SCENARIO_FOR
+    return live.prom
 
 
 def rule_sees_its_series(prom: LivePrometheus, rule: dict[str, Any]) -> bool:
@@ -449,7 +459,7 @@ def test_counts_agree_with_the_workload(live: Live) -> None:
 # ------------------------------------------------------------------------------------------- 4. kills
 @pytest.mark.timeout(600)
 def test_killed_master_fires_no_master_and_clears_when_it_returns(live: Live) -> None:
-    prom = live.prom
+    prom = scenario_rules(live)
     prom.wait_cleared({"RocketScopeTargetDown", "RocketScopeNoMaster"})
     live.master.proc.kill9()
     prom.wait_alert("RocketScopeNoMaster", broker_group="broker-m", cluster=CLUSTER)
@@ -460,7 +470,7 @@ def test_killed_master_fires_no_master_and_clears_when_it_returns(live: Live) ->
 
 @pytest.mark.timeout(600)
 def test_dledger_majority_lost_fires_no_leader_and_clears_after(live: Live) -> None:
-    prom, d = live.prom, live.d
+    prom, d = scenario_rules(live), live.d
     leader = d.wait_role(live.dledger, "LEADER")
     follower = next(n for n in live.dledger if n is not leader)
     for n in (leader, follower):
@@ -475,7 +485,7 @@ def test_dledger_majority_lost_fires_no_leader_and_clears_after(live: Live) -> N
 
 @pytest.mark.timeout(600)
 def test_controller_mode_slave_lost_shrinks_sync_state_set_and_it_clears_after(live: Live) -> None:
-    prom, d = live.prom, live.d
+    prom, d = scenario_rules(live), live.d
     master = d.wait_role(live.ctl_brokers, "MASTER")
     slave = next(n for n in live.ctl_brokers if n is not master)
     slave.proc.kill9()
@@ -487,7 +497,7 @@ def test_controller_mode_slave_lost_shrinks_sync_state_set_and_it_clears_after(l
 
 @pytest.mark.timeout(600)
 def test_controller_majority_lost_fires_no_controller_leader_and_clears_after(live: Live) -> None:
-    prom, d = live.prom, live.d
+    prom, d = scenario_rules(live), live.d
     gone = d.controllers[:2]
     for p in gone:
         p.kill9()
@@ -515,7 +525,7 @@ def test_disk_nearly_full_fires_the_disk_alerts_and_they_clear_after(live: Live)
     import os
     import shutil
 
-    d, prom = live.d, live.prom
+    d, prom = live.d, scenario_rules(live)
     mount = live.c.root / "small-disk"
     mount.mkdir()
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)], capture_output=True,
@@ -573,7 +583,7 @@ def test_a_paused_follower_fires_peer_lag_and_replication_lag_and_they_clear_aft
     the test writes 10,001 small messages and 70 MiB through the leader, so the paused follower is
     more than 10,000 entries and 64 MiB behind (what the two alerts judge, counted by the test, not
     read from the broker); both alerts name that follower, and clear once it is resumed and caught up."""
-    d, prom = live.d, live.prom
+    d, prom = live.d, scenario_rules(live)
     prom.wait_cleared({"RocketScopeDLedgerPeerLagHigh", "RocketScopeReplicationLagHigh"})
     leader = d.wait_role(live.dledger, "LEADER")
     follower = next(n for n in live.dledger if n is not leader)
@@ -599,7 +609,7 @@ LAG_GROWTH = 1_000  # GroupLive's lag on TopicM was CONSUMED short of N_M (10): 
 
 @pytest.mark.timeout(600)
 def test_a_group_falling_behind_fires_consumer_lag_growing_and_it_clears_when_it_catches_up(live: Live) -> None:
-    prom = live.prom
+    prom = scenario_rules(live)
     prom.wait_cleared({"RocketScopeConsumerLagGrowing"})
     assert send_many(live.master.endpoint, "TopicM", [b"behind-%d" % i for i in range(LAG_GROWTH)]) == LAG_GROWTH
     prom.wait_alert("RocketScopeConsumerLagGrowing", consumer_group="GroupLive", topic="TopicM", cluster=CLUSTER)
