@@ -101,9 +101,8 @@ def _run_on(cc: ChaosCluster, mode: str, faults: list[Fault], seed: int, root: P
                     f"\nhistory and process logs in {root}")
                 raise
         load_end = h.now()
-        wl.stop_producers()
+        wl.stop_producers()  # returns once the producer threads finished their current send
         h.add("info", "load-end", "runner")
-        time.sleep(1.0)  # the producer threads finish their current send
         must, _, _ = must_keys(h.events)
         say(f"load stopped: {len(must)} messages must reach each group; draining")
         drained = wl.wait_consumed(must, timeout=drain_timeout)

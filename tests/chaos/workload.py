@@ -97,6 +97,7 @@ class Workload:
         self.producing = threading.Event()
         self.consuming = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.producer_threads: list[threading.Thread] = []
         self.consumers: list[Any] = []
         self.seen: dict[str, set[str]] = {g: set() for g in GROUPS}
         self.lock = threading.Lock()
@@ -241,13 +242,19 @@ class Workload:
                                                      name=f"chaos-{group}-{loop}"))
         self.h.add("info", "clients-started", "workload")
         self.producing.set()
-        for target in (self._normal, self._fifo, self._delay, self._tx):
-            self.threads.append(threading.Thread(target=target, daemon=True, name=f"chaos-{target.__name__}"))
+        self.producer_threads = [threading.Thread(target=target, daemon=True, name=f"chaos-{target.__name__}")
+                                 for target in (self._normal, self._fifo, self._delay, self._tx)]
+        self.threads += self.producer_threads
         for t in self.threads:
             t.start()
 
-    def stop_producers(self) -> None:
+    def stop_producers(self, timeout: float = 60.0) -> None:
+        """Stop producing and wait (up to ``timeout``) until each producer thread finished its current send
+        (and its commit or rollback): a fixed second was waited before, which a loaded machine can outlast."""
         self.producing.clear()
+        deadline = time.monotonic() + timeout
+        for t in self.producer_threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def wait_consumed(self, must: set[str], timeout: float, quiet: float = 3.0, idle: float = STALL_S) -> bool:
         """Until every group saw every key of ``must``, or no new one arrived for ``idle`` seconds, or ``timeout``.
