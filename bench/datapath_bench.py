@@ -428,6 +428,35 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
                   "CPU µs/msg per process"], rows)
 
 
+def idle_main(args: argparse.Namespace) -> None:
+    """``--idle``: the fixed cost of each setup with no client at all (timers, ticks, heartbeats, checkpoints).
+
+    CPU of every server process from /proc over ``--idle`` seconds, read ``--settle`` seconds after the
+    setup reported itself up (start-up work such as registering and the first election is then over)."""
+    chosen = [s for s in SETUPS if not args.only or s in args.only.split(",")]
+    results: dict[str, dict[str, Any]] = {}
+    for name in chosen:
+        progress(f"starting {name} (idle)")
+        with setup(name) as t:
+            time.sleep(args.settle)
+            before = {k: proc_cpu_s(p) for k, p in t.pids.items()}
+            load0, t0 = os.getloadavg()[0], time.monotonic()
+            time.sleep(args.idle)
+            secs = time.monotonic() - t0
+            per = {k: (proc_cpu_s(p) - before[k]) * 1000 / secs for k, p in t.pids.items()}
+            results[f"{name} / idle"] = {"seconds": secs, "cpu_ms_per_s": per, "loadavg_start": load0,
+                                         "loadavg": os.getloadavg()}
+            progress(f"{name} idle: " + json.dumps({k: round(v, 1) for k, v in per.items()})
+                     + f" ms/s, load {load0:.1f}-{os.getloadavg()[0]:.1f}")
+    text = table(["setup", "CPU ms/s per process", "load"],
+                 [[k.split(" / ")[0], ", ".join(f"{p} {v:.1f}" for p, v in r["cpu_ms_per_s"].items()),
+                   f"{r['loadavg_start']:.1f}-{r['loadavg'][0]:.1f}"] for k, r in results.items()])
+    print(text)
+    write_json({"idle_seconds": args.idle, "settle_seconds": args.settle, "results": results, "table": text,
+                "machine_end": machine_info()}, args.out)
+    progress(f"wrote {args.out}")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--nats-load":
         nats_load_main(sys.argv[2:])
@@ -448,7 +477,14 @@ def main() -> None:
     ap.add_argument("--profile-seconds", type=float, default=6.0)
     ap.add_argument("--quick", action="store_true", help="2,000 messages (short warm-ups), rs-async and js-r1 only")
     ap.add_argument("--out", type=Path, default=RESULTS / "datapath.json")
+    ap.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                    help="no load: each chosen setup's CPU ms per second of every server process over SECONDS "
+                    "(after --settle), instead of the rows")
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds between a setup's start and an --idle reading")
     args = ap.parse_args()
+    if args.idle:
+        idle_main(args)
+        return
     if args.quick:
         args.messages, args.warmup, args.java_warmup = 2000, 500, 1000
         args.only = args.only or "rs-async,js-r1"

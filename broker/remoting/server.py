@@ -46,22 +46,23 @@ log = logging.getLogger(__name__)
 Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
 Recorder = Callable[[int, int, float], None]
 GroupHandler = Callable[[list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand | None]]]
-MAX_INFLIGHT_PER_CONNECTION = 4096
-READ_CHUNK = 1 << 18  # bytes asked of the socket per read: many pipelined frames are parsed per wake-up
+# back-pressure per connection: reading stops at PAUSE_ABOVE requests in flight, resumes at RESUME_BELOW
+PAUSE_ABOVE = 1024
+RESUME_BELOW = 256
 _DRAIN_ABOVE = 1 << 16  # asyncio's default high-water mark of a transport's write buffer
 _I32 = struct.Struct(">i")
 
 
 class Connection:
-    """One client connection: its peer, a writer, and requests the server sends to the client."""
+    """One client connection: its peer, its transport, and requests the server sends to the client."""
 
     _ids = itertools.count(1)
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self.transport = transport
         self.id = next(self._ids)
-        peer = writer.get_extra_info("peername")
+        peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         self.closed = False
         self.client_id = ""  # the clientID its heartbeats carry (broker side)
@@ -72,13 +73,16 @@ class Connection:
         # while every other request already read still runs to the end, as Netty's processors do
         self.holding: set[asyncio.Task[Any]] = set()
         self.last_read = time.monotonic()
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         # answers encoded during one event-loop iteration, written with one write (one send syscall for
         # all the sends a batch of requests completed, instead of one each: issue 20's profile)
         self._out: list[bytes] = []
+        # set while the transport's write buffer is above its high-water mark (the protocol's pause_writing)
+        self.write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
 
     def send(self, cmd: RemotingCommand) -> None:
-        if self.closed or self.writer.is_closing():
+        if self.closed or self.transport.is_closing():
             return
         try:
             data = encode(cmd)
@@ -87,23 +91,34 @@ class Connection:
             cmd.serialize_type = 0
             data = encode(cmd)
         if not self._out:
-            self._loop.call_soon(self.flush)
+            self.loop.call_soon(self.flush)
         self._out.append(data)
 
     def flush(self) -> None:
         """Write what ``send`` queued (called once per event-loop iteration that queued something)."""
         out, self._out = self._out, []
-        if out and not self.closed and not self.writer.is_closing():
-            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+        if out and not self.closed and not self.transport.is_closing():
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     async def drain(self) -> None:
         """Wait while the socket's buffer is above its high-water mark (a client that stops reading)."""
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() + sum(map(len, self._out)) < _DRAIN_ABOVE:
-            return  # the common case: no coroutine switch per answer
-        self.flush()
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await self.writer.drain()
+        if not self.write_paused:
+            if sum(map(len, self._out)) < _DRAIN_ABOVE:
+                return  # the common case: no coroutine switch per answer
+            self.flush()
+            if not self.write_paused:
+                return
+        fut: asyncio.Future[None] = self.loop.create_future()
+        self._drain_waiters.append(fut)
+        await fut
+
+    def writable(self) -> None:
+        """The write buffer went below its low-water mark, or the connection is gone: wake ``drain``."""
+        self.write_paused = False
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     def notify(self, code: int, ext_fields: dict[str, str] | None = None, body: bytes = b"") -> None:
         """A oneway request from the server to the client (NOTIFY_CONSUMER_IDS_CHANGED, ...)."""
@@ -128,16 +143,140 @@ class Connection:
             fut.set_result(cmd)
 
     def close(self) -> None:
+        """Close after writing what is queued (the transport sends its buffer before it closes the socket)."""
         if not self.closed:
             with contextlib.suppress(Exception):
                 self.flush()
             self.closed = True
             with contextlib.suppress(Exception):
-                self.writer.close()
+                self.transport.close()
+
+
+class _FrameProtocol(asyncio.Protocol):
+    """One remoting connection as an ``asyncio.Protocol``: frames are split and started in ``data_received``.
+
+    No reader coroutine: no buffer copy into a StreamReader, no future and task wake-up per read
+    (issue 20's profile of session 12).  Every whole frame of one read is decoded at once; the sends
+    among them go to one handler call.  Back-pressure: when ``PAUSE_ABOVE`` requests (tasks) of this
+    connection are unfinished, frames stay in the buffer and the transport stops reading (the kernel's
+    socket buffer, then TCP's window, hold the client back) until they fall to ``RESUME_BELOW``; so
+    at most ``PAUSE_ABOVE`` tasks plus one grouped call per read (a read is at most 256 KiB) are
+    pending per connection, and memory at most one read beyond that.
+    """
+
+    def __init__(self, server: RemotingServer, prefix: bytes = b"") -> None:
+        self.server = server
+        self.buf = bytearray(prefix)
+        self.conn: Connection | None = None
+        self.inflight: set[asyncio.Task[None]] = set()
+        self.paused = False  # reading paused by us (PAUSE_ABOVE), not by the transport
+        self.broken = False  # a bad frame was answered: nothing more is read
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.watchdog: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        server = self.server
+        conn = self.conn = Connection(transport)
+        server.connections[conn.id] = conn
+        self.watchdog = conn.loop.call_later(server.idle_s, server.idle_check, conn, self)
+        if self.buf:
+            self._consume(self.buf, True)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None or self.broken:
+            return
+        conn.last_read = time.monotonic()
+        if self.buf or self.paused:
+            self.buf += data
+            self._consume(self.buf, True)
+        else:  # the common case: frames decoded straight from the read's bytes, only a tail is kept
+            self._consume(data, False)
+
+    def _consume(self, data: bytes | bytearray, buffered: bool, limit: int = 0) -> None:
+        """Start every whole frame of ``data`` (up to the in-flight limit); keep the rest in ``self.buf``."""
+        conn = self.conn
+        assert conn is not None
+        server = self.server
+        try:
+            pos, grouped, full = server.frames(data, self, limit or PAUSE_ABOVE)
+        except FrameError as exc:
+            self.broken = True
+            self.buf.clear()
+            log.warning("%s remoting: bad frame from %s: %s; closing the connection", server.name, conn.peer, exc)
+            conn.send(RemotingCommand(code=ResponseCode.SYSTEM_ERROR, remark=f"bad frame: {exc}",
+                                      opaque=exc.opaque or 0, flag=FLAG_RESPONSE))
+            conn.close()
+            return
+        if buffered:
+            if pos:
+                del self.buf[:pos]
+        elif pos < len(data):
+            self.buf += memoryview(data)[pos:]
+        loop = conn.loop
+        for code, cmds in grouped.items():
+            task = loop.create_task(server.dispatch_group(code, cmds, conn))
+            self.track(task)
+        if full and not self.paused:
+            self.paused = True
+            with contextlib.suppress(Exception):
+                conn.transport.pause_reading()  # type: ignore[attr-defined]
+            log.info("%s remoting: %s has %d requests in flight; reading paused until %d", server.name, conn.peer,
+                     len(self.inflight), RESUME_BELOW)
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        self.inflight.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.inflight.discard(task)
+        if self.paused and len(self.inflight) <= RESUME_BELOW and self.conn is not None and not self.conn.closed:
+            self.paused = False
+            if self.buf:
+                self._consume(self.buf, True)
+            if not self.paused:
+                with contextlib.suppress(Exception):
+                    self.conn.transport.resume_reading()  # type: ignore[attr-defined]
+
+    def pause_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.write_paused = True
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.writable()
+
+    def eof_received(self) -> bool | None:
+        return None  # close: what was read runs to its end, its answers are dropped (as with Netty)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        conn = self.conn
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+        if conn is None:
+            return
+        if self.buf and not self.broken:
+            # frames held back by the in-flight limit: run them, as a reset connection's unread requests
+            # are run (the UPDATE_CONSUMER_OFFSETs a Go consumer sends right before it closes)
+            with contextlib.suppress(FrameError):
+                self.server.frames_unlimited(self.buf, self)
+            self.buf.clear()
+        for task in list(conn.holding):
+            task.cancel()
+        conn.close()
+        conn.writable()
+        self.server.connections.pop(conn.id, None)
+        for cb in conn.on_close:
+            try:
+                cb(conn)
+            except Exception:
+                log.exception("remoting close callback failed")
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 class RemotingServer:
-    """Frames in, handlers, frames out; ``serve`` runs one connection."""
+    """Frames in, handlers, frames out; one ``_FrameProtocol`` per connection."""
 
     def __init__(self, name: str, handlers: dict[int, Handler], *, max_frame: int = DEFAULT_MAX_FRAME,
                  idle_s: float = 120.0, recorder: Recorder | None = None,
@@ -160,8 +299,9 @@ class RemotingServer:
 
     async def start(self, host: str, port: int) -> None:
         """Listen on a port of its own (when remoting does not share the gRPC port)."""
-        self._server = await asyncio.start_server(self.serve, host or None, port, reuse_address=True,
-                                                  limit=1 << 20)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _FrameProtocol(self), host or None, port,
+                                                reuse_address=True)
         self.port = int(self._server.sockets[0].getsockname()[1])
         log.info("%s remoting server listening on %s:%d", self.name, host, self.port)
 
@@ -178,107 +318,87 @@ class RemotingServer:
             self._server = None
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prefix: bytes = b"") -> None:
-        """Read frames in chunks: every whole frame of a chunk is decoded at once, without an await per frame.
+        """Take over a connection a first-byte sniffer opened as streams (plain or TLS) and serve it to its end.
 
-        Requests whose code has a group handler (sends) and that arrived in the same chunk are
-        handled together by one task; every other request gets its own task.  One watchdog per
-        connection closes it after ``idle_s`` without a byte (instead of a timeout per read).
+        The transport is handed to a ``_FrameProtocol`` (``set_protocol``) with ``prefix`` and what the
+        StreamReader had buffered, so the sniffer's one read costs nothing per frame afterwards.  ``writer``
+        stays referenced here until the connection ends (a collected StreamWriter closes its transport).
         """
-        conn = Connection(reader, writer)
-        self.connections[conn.id] = conn
+        transport = writer.transport
+        buffered = bytes(getattr(reader, "_buffer", b""))
+        eof = bool(getattr(reader, "_eof", False))
+        proto = _FrameProtocol(self, bytes(prefix) + buffered)
+        transport.set_protocol(proto)
+        proto.connection_made(transport)
         me = asyncio.current_task()
         if me is not None:
             self._tasks.add(me)
-        loop = asyncio.get_running_loop()
-        inflight: set[asyncio.Task[None]] = set()
-        buf = bytearray(prefix)
-        watchdog = loop.call_later(self.idle_s, self._idle_check, conn)
         try:
-            while not conn.closed:
-                try:
-                    pos, grouped = self._frames(buf, conn, inflight)
-                except FrameError as exc:
-                    log.warning("%s remoting: bad frame from %s: %s; closing the connection", self.name, conn.peer,
-                                exc)
-                    conn.send(RemotingCommand(code=ResponseCode.SYSTEM_ERROR, remark=f"bad frame: {exc}",
-                                              opaque=exc.opaque or 0, flag=FLAG_RESPONSE))
-                    conn.flush()
-                    with contextlib.suppress(ConnectionError, RuntimeError):
-                        await writer.drain()
-                    return
-                if pos:
-                    del buf[:pos]
-                for code, cmds in grouped.items():
-                    task = loop.create_task(self._dispatch_group(code, cmds, conn))
-                    inflight.add(task)
-                    task.add_done_callback(inflight.discard)
-                chunk = await reader.read(READ_CHUNK)
-                if not chunk:
-                    break
-                conn.last_read = time.monotonic()
-                buf += chunk
-        except (ConnectionError, OSError):  # reset or broken pipe: run what the client had already sent
-            self._salvage(reader, conn, bytes(buf))
+            if eof:
+                proto.connection_lost(None)
+            elif not transport.is_closing() and not transport.is_reading():  # type: ignore[attr-defined]
+                transport.resume_reading()  # type: ignore[attr-defined]  # StreamReader had paused it
+            await asyncio.shield(proto.done)
         except asyncio.CancelledError:
             pass
         finally:
-            watchdog.cancel()
-            for task in list(conn.holding):
-                task.cancel()
-            conn.close()
-            self.connections.pop(conn.id, None)
-            for cb in conn.on_close:
-                try:
-                    cb(conn)
-                except Exception:
-                    log.exception("remoting close callback failed")
+            if proto.conn is not None:
+                proto.conn.close()
             if me is not None:
                 self._tasks.discard(me)
 
-    def _frames(self, buf: bytearray, conn: Connection, inflight: set[asyncio.Task[None]]
-                ) -> tuple[int, dict[int, list[RemotingCommand]]]:
-        """Decode and start every whole frame in ``buf``; return the bytes consumed and the grouped requests."""
-        pos, end = 0, len(buf)
+    def frames(self, data: bytes | bytearray, proto: _FrameProtocol, limit: int
+                ) -> tuple[int, dict[int, list[RemotingCommand]], bool]:
+        """Decode and start whole frames of ``data`` while fewer than ``limit`` tasks are in flight.
+
+        Returns the bytes consumed, the grouped requests and whether the limit stopped it."""
+        pos, end = 0, len(data)
         grouped: dict[int, list[RemotingCommand]] = {}
-        loop = asyncio.get_running_loop()
-        view = memoryview(buf)  # frames are decoded in place (one copy of each body), released before return
+        conn, inflight, track = proto.conn, proto.inflight, proto.track
+        assert conn is not None
+        loop = conn.loop
+        max_frame = self.max_frame
+        view = memoryview(data)  # frames are decoded in place (one copy of each body), released before return
         try:
             while end - pos >= 4:
-                (length,) = _I32.unpack_from(buf, pos)
-                check_length(length, self.max_frame)
+                if len(inflight) >= limit:
+                    return pos, grouped, True
+                (length,) = _I32.unpack_from(data, pos)
+                check_length(length, max_frame)
                 if end - pos - 4 < length:
                     break
                 frame = view[pos + 4:pos + 4 + length]
                 try:
                     cmd = decode(frame)
                 finally:
-                    frame.release()  # the caller resizes ``buf``: no view of it may outlive this call
+                    frame.release()  # the caller resizes ``data``: no view of it may outlive this call
                 pos += 4 + length
-                self._start(cmd, conn, inflight, grouped, loop)
+                self._start(cmd, conn, track, grouped, loop)
         finally:
             view.release()
-        return pos, grouped
+        return pos, grouped, False
 
-    def _start(self, cmd: RemotingCommand, conn: Connection, inflight: set[asyncio.Task[None]],
+    def frames_unlimited(self, data: bytearray, proto: _FrameProtocol) -> None:
+        """Start every whole frame of ``data`` regardless of the in-flight limit (a connection that closed)."""
+        conn = proto.conn
+        assert conn is not None
+        _pos, grouped, _full = self.frames(data, proto, 1 << 62)
+        for _code, cmds in grouped.items():
+            for cmd in cmds:
+                conn.loop.create_task(self._dispatch(cmd, conn))
+
+    def _start(self, cmd: RemotingCommand, conn: Connection, track: Callable[[asyncio.Task[None]], None],
                grouped: dict[int, list[RemotingCommand]], loop: asyncio.AbstractEventLoop) -> None:
         """Route one decoded frame: an answer to its waiter, a request to its group or its own task."""
         if cmd.is_response:
             conn.on_response(cmd)
-            return
-        if len(inflight) >= MAX_INFLIGHT_PER_CONNECTION:
-            if not cmd.is_oneway:
-                conn.send(cmd.response(ResponseCode.SYSTEM_BUSY,
-                                       f"[OVERLOAD]system busy, {len(inflight)} requests in flight on this "
-                                       "connection"))
             return
         if self.gate is not None and self._refused(cmd, conn):
             return
         if cmd.code in self.group_handlers:
             grouped.setdefault(cmd.code, []).append(cmd)
             return
-        task = loop.create_task(self._dispatch(cmd, conn))
-        inflight.add(task)
-        task.add_done_callback(inflight.discard)
+        track(loop.create_task(self._dispatch(cmd, conn)))
 
     def _refused(self, cmd: RemotingCommand, conn: Connection) -> bool:
         """Run the gate; answer a refused request (unless oneway) and say so."""
@@ -295,41 +415,22 @@ class RemotingServer:
             conn.send(resp)
         return True
 
-    def _idle_check(self, conn: Connection) -> None:
-        """Close a connection that sent nothing for ``idle_s`` (or stalled inside a frame that long)."""
+    def idle_check(self, conn: Connection, proto: _FrameProtocol) -> None:
+        """Close a connection that sent nothing for ``idle_s`` (or stalled inside a frame that long).
+
+        One that we stopped reading (requests in flight at the limit) is not idle: its clock restarts."""
         if conn.closed:
             return
+        if proto.paused:
+            conn.last_read = time.monotonic()
         idle = time.monotonic() - conn.last_read
         if idle >= self.idle_s:
             log.info("%s remoting: closing %s, idle for %.0f s", self.name, conn.peer, idle)
             conn.close()
             return
-        asyncio.get_running_loop().call_later(self.idle_s - idle, self._idle_check, conn)
+        proto.watchdog = conn.loop.call_later(self.idle_s - idle, self.idle_check, conn, proto)
 
-    def _salvage(self, reader: asyncio.StreamReader, conn: Connection, prefix: bytes) -> None:
-        """Run the whole requests a reset connection left unread.
-
-        A client that closes with our answers unread in its socket (Go's client: its oneway
-        requests carry no ONEWAY flag, so they are answered) makes the kernel send a reset
-        (or our next write fail with a broken pipe), and StreamReader then raises instead of
-        handing out what it had already received, such as the UPDATE_CONSUMER_OFFSETs a Go
-        consumer sends right before it closes: without this, its last offsets were lost.
-        """
-        buf = prefix + bytes(getattr(reader, "_buffer", b""))
-        pos = 0
-        while len(buf) - pos >= 4:
-            (length,) = _I32.unpack_from(buf, pos)
-            if length < 4 or length + 4 > self.max_frame or len(buf) - pos - 4 < length:
-                break
-            try:
-                cmd = decode(buf[pos + 4:pos + 4 + length])
-            except FrameError:
-                break
-            pos += 4 + length
-            if not cmd.is_response and not (self.gate is not None and self._refused(cmd, conn)):
-                asyncio.get_running_loop().create_task(self._dispatch(cmd, conn))
-
-    async def _dispatch_group(self, code: int, cmds: list[RemotingCommand], conn: Connection) -> None:
+    async def dispatch_group(self, code: int, cmds: list[RemotingCommand], conn: Connection) -> None:
         """Requests of one code that arrived together: one handler call, every answer written in one write."""
         if len(cmds) == 1 and code in self.handlers:
             await self._dispatch(cmds[0], conn)
