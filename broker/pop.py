@@ -45,6 +45,8 @@ ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 RETRY_SCAN_LIMIT = 512
 FIFO_SCAN_LIMIT = 2048
+REVIVE_POLL_S = 0.1  # the revive loop's shortest sleep: how late past its deadline a message is revived at most
+REVIVE_IDLE_S = 1.0  # its longest (nothing in flight, or the first deadline further away)
 SHARDING_KEY = "__SHARDINGKEY"
 
 
@@ -176,6 +178,7 @@ class PopService:
         self._revive_task: asyncio.Task[None] | None = None
         self.dlq_total: dict[tuple[str, str], int] = {}
         self._revive_wake = asyncio.Event()
+        self._revive_at = 0.0  # now_ms() of the revive loop's next pass (a hand-out due earlier wakes it)
         self.trace: TraceHooks = NoTrace()
         self.on_dead_letter: Callable[[str, StoredMessage], None] | None = None
         self.writable: Callable[[], bool] = lambda: True
@@ -284,6 +287,8 @@ class PopService:
         st.inflight[msg.queue_offset] = Inflight(seq, deadline, now)
         st.expired.pop(msg.queue_offset, None)
         heapq.heappush(self._deadlines, (deadline, seq, group, topic, queue_id, msg.queue_offset))
+        if deadline < self._revive_at:  # due before the revive loop's next pass
+            self._revive_wake.set()
         if self.journal is not None:
             self.journal.op("h", group, topic, queue_id, msg.queue_offset, st.committed, seq, deadline)
         handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline, self.issuer)
@@ -671,16 +676,33 @@ class PopService:
 
     # ------------------------------------------------------------------ revive
     async def _revive_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                await asyncio.wait_for(self._revive_wake.wait(), 0.1)
-            except TimeoutError:
-                pass
+            if not self._revive_wake.is_set():
+                # until the first deadline (at least REVIVE_POLL_S, at most REVIVE_IDLE_S), or until woken: an
+                # idle broker passed here every 0.1 s through wait_for (a task, a future and a timer each time)
+                wait_s = self._revive_wait_s()
+                self._revive_at = self.now_ms() + wait_s * 1000
+                alarm = loop.call_later(wait_s, self._revive_wake.set)
+                try:
+                    await self._revive_wake.wait()
+                finally:
+                    alarm.cancel()
             self._revive_wake.clear()
             try:
                 await self.revive_due()
             except Exception:
                 log.exception("revive pass failed; will retry")
+
+    def _revive_wait_s(self) -> float:
+        """Seconds the revive loop may sleep: to the first deadline, bounded by REVIVE_POLL_S and REVIVE_IDLE_S.
+
+        The upper bound keeps a node that becomes writable, or a clock that moves other than by time,
+        from waiting long; a hand-out due before the loop's wake-up wakes it (``_revive_at``)."""
+        if not self._deadlines:
+            return REVIVE_IDLE_S
+        until_s = (self._deadlines[0][0] - self.now_ms()) / 1000
+        return min(max(until_s, REVIVE_POLL_S), REVIVE_IDLE_S)
 
     async def revive_due(self) -> int:
         if not self.writable() or not self.serving():

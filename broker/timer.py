@@ -217,6 +217,7 @@ class TimerService:
         self._takeover = True
         self._ready_at = 0
         self._reset_writer()
+        self._wake.set()  # a sleeping loop (``_next_pass_s``) starts the takeover now
 
     def _reset_writer(self) -> None:
         self.near = []
@@ -401,17 +402,49 @@ class TimerService:
 
     # ---------------------------------------------------------------- the loop
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.tick_s)
-            except TimeoutError:
-                pass
+            if not self._wake.is_set():
+                # the next pass is due at the next due time, slot or flush (``_next_pass_s``), or when woken;
+                # a timer handle that sets the event, not ``wait_for`` (a task, a future and a timer per tick)
+                alarm = loop.call_later(self._next_pass_s(), self._wake.set)
+                try:
+                    await self._wake.wait()
+                finally:
+                    alarm.cancel()
             self._wake.clear()
             try:
                 await self._step()
             except Exception:
                 log.exception("timer pass failed; will retry")
                 await asyncio.sleep(0.5)
+
+    def _next_pass_s(self) -> float:
+        """Seconds until the loop has work nobody wakes it for (issue 20: an idle broker ran it every 50 ms).
+
+        A writer that delivers sleeps until its heap's first due time, the next slot it would load
+        while the wheel holds units (``_load_slots`` looks ``2 * tick_s`` ahead), or the next flush
+        interval (``read_ms`` moves on and the claim is flushed); a new delay message or a recall wakes
+        it (``accepted``, ``recall``).  A replica indexes what replication appended once per flush
+        interval (nothing wakes it; it only counts and keeps units for a takeover, and a takeover
+        indexes the rest first); a role change wakes it (``recover``).  A writer-to-be (waiting for its
+        lease and for the log it took over) keeps the short tick."""
+        idx = self.index
+        if idx is None:
+            return self.tick_s
+        if not self.broker.is_master:
+            return max(self.flush_interval_s, self.tick_s)
+        if self._takeover or not self.enabled:
+            return self.tick_s
+        if self._cursor is not None or self.in_doubt:
+            return self.tick_s
+        now_ms = time.time() * 1000
+        wait_ms = self.flush_interval_s * 1000
+        if self.near:
+            wait_ms = min(wait_ms, self.near[0].due_ms - now_ms)
+        if idx.pending > len(self.near) and len(self.near) < HEAP_BUDGET:  # units wait in slots not loaded yet
+            wait_ms = min(wait_ms, self.read_ms - self.tick_s * 2000 - now_ms)
+        return min(max(wait_ms / 1000, 0.0), self.flush_interval_s)
 
     async def _step(self) -> None:
         if self.index is None:

@@ -83,10 +83,13 @@ class Checkpoint:
         cp.seg_max_slot = {str(k): int(v) for k, v in raw.get("seg_max_slot", {}).items()}
         return cp
 
-    def save(self, path: Path) -> None:
+    def text(self) -> str:
+        return json.dumps(self.__dict__)
+
+    def save(self, path: Path, text: str | None = None) -> None:
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump(self.__dict__, f)
+            f.write(self.text() if text is None else text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -159,6 +162,11 @@ class TimerLog:
             i += n
         self.written = pos
         self._buf = bytearray()
+
+    @property
+    def clean(self) -> bool:
+        """Every unit appended is written and synced."""
+        return self.end == self.synced
 
     def sync(self) -> int:
         self.write_out()
@@ -280,6 +288,11 @@ class TimerWheel:
         self._dirty[self._index(slot_ms)] = (slot_ms, first if num else pos, pos, num + 1, 0)
         return last if num else -1
 
+    @property
+    def clean(self) -> bool:
+        """No slot changed since the last ``sync``."""
+        return not self._dirty
+
     def sync(self) -> None:
         mm = self._mm
         for i, vals in self._dirty.items():
@@ -318,6 +331,7 @@ class TimerIndex:
             self.topic_names = []
         self.topic_ids = {t: i for i, t in enumerate(self.topic_names)}
         self._topics_dirty = False
+        self._saved = ""  # the checkpoint's text as last saved by this process ("" : save at the first flush)
 
     def topic_id(self, topic: str) -> int:
         tid = self.topic_ids.get(topic)
@@ -390,10 +404,16 @@ class TimerIndex:
     def pending(self) -> int:
         return sum(self.cp.topic_counts.values())
 
-    def flush(self, enqueue_offset: int | None = None) -> None:
-        """Log, wheel, then checkpoint (see the module's note on crash consistency)."""
+    def flush(self, enqueue_offset: int | None = None) -> bool:
+        """Log, wheel, then checkpoint (see the module's note on crash consistency); False when nothing changed.
+
+        An idle timer flushes every ``timerFlushIntervalMs``: with nothing appended, no slot changed and
+        the checkpoint's text as last saved, the fsyncs, the wheel's msync and the rename are skipped
+        (issue 20: they were most of an idle broker's CPU)."""
         if enqueue_offset is not None:
             self.cp.enqueue_offset = enqueue_offset
+        if self.log.clean and self.wheel.clean and not self._topics_dirty and self.cp.text() == self._saved:
+            return False
         self.cp.log_end = self.log.sync()
         self.wheel.sync()
         if self._topics_dirty:
@@ -401,7 +421,10 @@ class TimerIndex:
             tmp.write_text(json.dumps(self.topic_names))
             os.replace(tmp, self.dir / "topics.json")
             self._topics_dirty = False
-        self.cp.save(self.dir / "checkpoint")
+        text = self.cp.text()
+        self.cp.save(self.dir / "checkpoint", text)
+        self._saved = text
+        return True
 
     def delete_expired_segments(self) -> int:
         """Segments whose every unit lies in a slot below the claimed delivered time."""
