@@ -742,12 +742,17 @@ class MessageStore:
         Checkpoint(done, self.commit_log.log.synced_offset, int(time.time() * 1000)).save(self.root / "checkpoint")
 
     async def _checkpoint_loop(self) -> None:
+        saved: tuple[int, int] | None = None  # (dispatched, commit log synced) of the last checkpoint written
         while True:
             await asyncio.sleep(self.config.checkpoint_interval_s)
             try:
+                done = (self.dispatched, self.commit_log.log.synced_offset)
+                if done == saved:
+                    continue  # nothing dispatched or synced since: an idle broker skips the fsyncs (issue 20)
                 for cq in self.cqs.values():
                     cq.flush()
-                await asyncio.to_thread(self._save_checkpoint, self.dispatched)
+                await asyncio.to_thread(self._save_checkpoint, done[0])
+                saved = done
             except OSError as exc:
                 log.error("checkpoint failed: %s", exc)
 
