@@ -72,6 +72,8 @@ ROLL_TIMES = "TIMER_ROLL_TIMES"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
 RECALL_HANDLE = "__RECALL_HANDLE"
 TIMER_PROPS = (REAL_TOPIC, REAL_QID, DELIVER_MS, ROLL_OF, ROLL_TIMES)
+# an idle writer's claim, moving with the clock over empty slots, is saved at most this often (TimerIndex.flush)
+CLAIM_SAVE_SLACK_MS = 60_000
 HEAP_BUDGET = 20_000  # units of the current slot held in memory at once (the rest stay on disk)
 CHECK_MARGIN_MS = 2_000  # messages due this long after a takeover are still checked against the log
 TIMER_BOUNDS_S = (5, 60, 300, 900, 3600, 14400, 28800, 86400)  # Apache's TimerMetrics distribution (timer_bound_s)
@@ -737,7 +739,7 @@ class TimerService:
                 idx.cp.claim_t, idx.cp.claim_e = t, e
         elif self.claim > (idx.cp.claim_t, idx.cp.claim_e):
             idx.cp.claim_t, idx.cp.claim_e = self.claim
-        idx.flush(self.enqueue_offset)
+        idx.flush(self.enqueue_offset, CLAIM_SAVE_SLACK_MS)
         idx.delete_expired_segments()
 
     # ----------------------------------------------------------------- recall

@@ -332,6 +332,7 @@ class TimerIndex:
         self.topic_ids = {t: i for i, t in enumerate(self.topic_names)}
         self._topics_dirty = False
         self._saved = ""  # the checkpoint's text as last saved by this process ("" : save at the first flush)
+        self._saved_claim_t = self.cp.claim_t
 
     def topic_id(self, topic: str) -> int:
         tid = self.topic_ids.get(topic)
@@ -404,16 +405,28 @@ class TimerIndex:
     def pending(self) -> int:
         return sum(self.cp.topic_counts.values())
 
-    def flush(self, enqueue_offset: int | None = None) -> bool:
+    def flush(self, enqueue_offset: int | None = None, claim_slack_ms: int = 0) -> bool:
         """Log, wheel, then checkpoint (see the module's note on crash consistency); False when nothing changed.
 
         An idle timer flushes every ``timerFlushIntervalMs``: with nothing appended, no slot changed and
         the checkpoint's text as last saved, the fsyncs, the wheel's msync and the rename are skipped
-        (issue 20: they were most of an idle broker's CPU)."""
+        (issue 20: they were most of an idle broker's CPU).  An idle writer's claim time moves with the
+        clock over empty slots: when that is the only change and it moved less than ``claim_slack_ms``
+        since the last save, the save waits too (the claim on disk stays a lower bound; a restart walks
+        those empty slots again)."""
         if enqueue_offset is not None:
             self.cp.enqueue_offset = enqueue_offset
-        if self.log.clean and self.wheel.clean and not self._topics_dirty and self.cp.text() == self._saved:
-            return False
+        if self.log.clean and self.wheel.clean and not self._topics_dirty:
+            text = self.cp.text()
+            if text == self._saved:
+                return False
+            claim_t = self.cp.claim_t
+            if 0 <= claim_t - self._saved_claim_t < claim_slack_ms:
+                self.cp.claim_t = self._saved_claim_t
+                only_time = self.cp.text() == self._saved
+                self.cp.claim_t = claim_t
+                if only_time:
+                    return False
         self.cp.log_end = self.log.sync()
         self.wheel.sync()
         if self._topics_dirty:
@@ -423,7 +436,7 @@ class TimerIndex:
             self._topics_dirty = False
         text = self.cp.text()
         self.cp.save(self.dir / "checkpoint", text)
-        self._saved = text
+        self._saved, self._saved_claim_t = text, self.cp.claim_t
         return True
 
     def delete_expired_segments(self) -> int:

@@ -120,3 +120,27 @@ def test_following_with_nothing_pending_reads_no_slot(tmp_path: Path) -> None:
     idx.wheel.counts = lambda *a: reads.append(a) or []  # type: ignore[method-assign]
     assert idx.count_down_passed(0, idx.wheel.span_ms) == 0
     assert reads == []
+
+
+def test_an_idle_flush_writes_nothing_and_a_claim_moving_over_empty_slots_is_saved_once_a_slack(
+        tmp_path: Path) -> None:
+    """Issue 20's idle cost: an unchanged index is not synced again; the claim on disk stays a lower bound."""
+    idx = TimerIndex(tmp_path, 1000)
+    idx.add(5_000, 5_000, 0, 0, 10, KIND_NORMAL, "T")
+    idx.cp.claim_t, idx.cp.claim_e = 4_000, 0
+    assert idx.flush(enqueue_offset=1, claim_slack_ms=60_000)
+    saved = (tmp_path / "checkpoint").stat().st_mtime_ns
+    assert not idx.flush(enqueue_offset=1, claim_slack_ms=60_000)  # nothing changed
+    idx.cp.claim_t = 63_000  # 59 s of empty slots passed: not worth a save yet
+    assert not idx.flush(enqueue_offset=1, claim_slack_ms=60_000)
+    assert (tmp_path / "checkpoint").stat().st_mtime_ns == saved
+    assert TimerIndex(tmp_path, 1000).cp.claim_t == 4_000  # what a restart would read: the older, lower claim
+    idx.cp.claim_t = 64_000  # a minute: saved
+    assert idx.flush(enqueue_offset=1, claim_slack_ms=60_000)
+    idx.cp.claim_t = 65_000  # with anything else changed (a unit, counts, an offset) the claim goes with it
+    idx.add(70_000, 70_000, 1, 10, 10, KIND_NORMAL, "T")
+    assert idx.flush(enqueue_offset=2, claim_slack_ms=60_000)
+    idx.close()
+    again = TimerIndex(tmp_path, 1000)
+    assert (again.cp.claim_t, again.cp.enqueue_offset, again.cp.topic_counts) == (65_000, 2, {"T": 2})
+    assert [u.queue_offset for u in again.units(70_000)] == [1]
