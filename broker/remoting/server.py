@@ -1,8 +1,10 @@
 """The asyncio remoting server, and the listener that serves remoting and gRPC on one port.
 
-One task reads each connection's frames; every request runs in its own task, so a
-suspended PULL_MESSAGE (long polling) never holds up the heartbeats and sends that share
-its connection, as with Netty's processor pools.  A frame that cannot be decoded gets a
+Each connection's frames are split by an ``asyncio.Protocol`` as its bytes arrive
+(``_FrameProtocol``); every request runs in its own task (the sends of one read share one),
+so a suspended PULL_MESSAGE (long polling) never holds up the heartbeats and sends that
+share its connection, as with Netty's processor pools; past ``PAUSE_ABOVE`` unfinished
+requests the connection is not read until they fall to ``RESUME_BELOW``.  A frame that cannot be decoded gets a
 SYSTEM_ERROR answer naming the problem (with the request's opaque when it could be read)
 and the connection is closed, like Netty's decoder does (it closes without an answer);
 an unknown code gets REQUEST_CODE_NOT_SUPPORTED; a handler that fails gets SYSTEM_ERROR
