@@ -39,6 +39,9 @@ the latency p50/p99 of a send as the client saw it; a row with failed sends also
 servers' log lines on leader changes and errors (``server_log_notes``: the setup's logs are deleted with
 it).  Ratios are against JetStream R1 (standalone rows), R3 (replicated rows) and Apache (same client).
 JSON: bench/results/datapath.json.
+``--idle SECONDS`` runs no load at all: each chosen setup's CPU ms per second of every server process
+over SECONDS, ``--settle`` (10) seconds after it is up (timers, ticks, heartbeats and checkpoints: the
+fixed cost every rate pays).
 ``--profile DIR`` also records a py-spy profile (``--native``) of the RocketScope broker (the leader
 or master) during each RocketScope row: ``DIR/<setup>-<path>.txt`` (collapsed stacks) and a summary
 in the JSON.
