@@ -102,7 +102,8 @@ class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
                 consume_message_orderly=c.consume_message_orderly,
                 retry_max_times=c.retry_max_times if c.retry_max_times >= 0 else 16,
                 retry_queue_nums=c.retry_queue_nums or 1, consume_broadcast_enable=c.consume_broadcast_enable,
-                which_broker_when_consume_slowly=c.which_broker_when_consume_slowly or 1, retry_policy=policy))
+                which_broker_when_consume_slowly=c.which_broker_when_consume_slowly or 1, retry_policy=policy,
+                attributes={k.lstrip("+"): v for k, v in c.attributes.items()}))
         except ValueError as exc:
             return fail(BAD_ARGUMENT, f"updateSubGroup {c.group_name!r}: {exc}")
         return ok()
@@ -128,7 +129,8 @@ class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
                             consume_message_orderly=g.consume_message_orderly, retry_max_times=g.retry_max_times,
                             retry_queue_nums=g.retry_queue_nums, consume_broadcast_enable=g.consume_broadcast_enable,
                             which_broker_when_consume_slowly=g.which_broker_when_consume_slowly,
-                            group_retry_policy=json.dumps(g.retry_policy) if g.retry_policy else "")
+                            group_retry_policy=json.dumps(g.retry_policy) if g.retry_policy else "",
+                            attributes=g.attributes)
         return resp
 
     async def GetMessageRequestModes(self, request: common_pb2.Empty, context: grpc.aio.ServicerContext

@@ -38,6 +38,7 @@ from .ha.event_log import HaEventLog
 from .ha.event_relay import SPOOL_NAME, EventRelay
 from .ha.master import ReplicationMaster
 from .ha.slave import ReplicationSlave
+from .lite import LiteService
 from .loop_lag import LoopLagMonitor
 from .metrics import BrokerMetrics
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
@@ -80,6 +81,7 @@ def store_config(s: Settings, store_host: str) -> StoreConfig:
         index_slot_num=s.maxHashSlotNum,
         index_num=s.maxIndexNum,
         store_host=store_host,
+        multi_dispatch=s.enableLmq and s.enableMultiDispatch,
         retention=RetentionPolicy(file_reserved_hours=s.fileReservedTime, delete_when=s.deleteWhen,
                                   disk_max_used_ratio=s.diskMaxUsedSpaceRatio / 100,
                                   interval_s=s.cleanResourceInterval / 1000),
@@ -116,6 +118,7 @@ class Broker:
         self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
         self.clients = ClientRegistry()
         self.pop = PopService(self.store, self.offsets, self.groups, self.topics, self.broker_name)
+        self.lite = LiteService(lambda: self.settings, self.store, self.groups, self.pop)  # broker/lite.py
         self.pop.priority_conf = lambda: (self.settings.priorityOrderAsc,
                                           self.settings.popFromRetryProbabilityForPriority)
         self.pull = PullService(self)

@@ -96,6 +96,18 @@ BROKER_KEYS: list[Key] = [
     Key("popFromRetryProbabilityForPriority", int, 0, "percent of POPs of a PRIORITY topic that read the group's "
         "retry topic before the topic's queues (otherwise after them, when the batch is not full); Apache RocketMQ "
         "5.4's key", check=lambda v: None if 0 <= v <= 100 else "must be a percentage"),
+    Key("enableLmq", bool, False, "Lite mode (broker/lite.py): light message queues `%LMQ%$<topic>$<liteTopic>`; "
+        "with enableMultiDispatch, a lite message of a LITE topic is also indexed in its lite topic's queue, which "
+        "the group's LitePushConsumers read. Off (Apache RocketMQ 5.5's default): a lite message is stored in its "
+        "topic only and a subscribed lite consumer receives nothing"),
+    Key("enableMultiDispatch", bool, False, "with enableLmq: index a record in the LMQ queues its property "
+        "INNER_MULTI_DISPATCH names (one commit-log record, extra consume-queue entries; broker/store/"
+        "multi_dispatch.py); Apache RocketMQ's key, default false"),
+    Key("maxLmqConsumeQueueNum", int, 20000, "most LMQ queues (lite topics) a broker holds: a lite message that "
+        "would open one more is refused with LITE_TOPIC_QUOTA_EXCEEDED (Apache's store key)", check=positive),
+    Key("maxLiteTopicSize", int, 64, "longest lite topic in bytes (UTF-8): longer ones are refused with "
+        "ILLEGAL_LITE_TOPIC; a LITE_PUSH_CONSUMER's Settings carry it as max_lite_topic_size (Apache's proxy key)",
+        check=positive),
     Key("defaultTopicQueueNums", int, 8, "queues of an auto-created topic", check=positive),
     Key("brokerPermission", int, 6, "6 read-write, 4 read-only, 2 write-only",
         check=lambda v: None if v in (2, 4, 6) else "must be 2, 4 or 6"),

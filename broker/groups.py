@@ -6,7 +6,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,24 @@ log = logging.getLogger(__name__)
 GROUP_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 GROUP_MAX_LENGTH = 255
 DEFAULT_RETRY_MAX_TIMES = 16
+LITE_BIND_TOPIC = "lite.bind.topic"
+LITE_SUB_MODEL = "lite.sub.model"
+LITE_CLIENT_QUOTA = "lite.sub.client.quota"
+LITE_CLIENT_QUOTA_DEFAULT = 2000
+LITE_SUB_MODELS = ("Shared", "Exclusive")
+
+
+def attribute_problem(key: str, value: str) -> str | None:
+    """Why a group attribute is refused (Apache 5.5's SubscriptionGroupAttributes), or None."""
+    if key == LITE_BIND_TOPIC:
+        return None if value.strip() else "attribute lite.bind.topic must name a topic"
+    if key == LITE_SUB_MODEL:
+        return None if value in LITE_SUB_MODELS else \
+            f"attribute lite.sub.model must be one of {', '.join(LITE_SUB_MODELS)}"
+    if key == LITE_CLIENT_QUOTA:
+        return None if value.lstrip("-").isdigit() and int(value) >= -1 else \
+            "attribute lite.sub.client.quota must be an integer of -1 or more"
+    return f"unknown attribute {key} (known: {LITE_BIND_TOPIC}, {LITE_SUB_MODEL}, {LITE_CLIENT_QUOTA})"
 
 
 def group_name_problem(name: str) -> str | None:
@@ -40,6 +58,17 @@ class GroupConfig:
     which_broker_when_consume_slowly: int = 1
     retry_policy: dict[str, Any] | None = None
     """groupRetryPolicy in Apache's JSON shape (broker/retry_policy.py); None: the default customized levels."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    """Apache RocketMQ 5.5's group attributes RocketScope knows (GROUP_ATTRIBUTES): a lite group's bind topic,
+    sub model and client quota (broker/lite.py)."""
+
+    @property
+    def lite_bind_topic(self) -> str:
+        return self.attributes.get(LITE_BIND_TOPIC, "")
+
+    @property
+    def lite_client_quota(self) -> int:
+        return int(self.attributes.get(LITE_CLIENT_QUOTA, LITE_CLIENT_QUOTA_DEFAULT))
 
 
 class GroupManager:
@@ -77,12 +106,15 @@ class GroupManager:
             raise ValueError(problem)
         if cfg.retry_max_times < 0:
             raise ValueError("retryMaxTimes must not be negative")
+        for key, value in cfg.attributes.items():
+            if problem := attribute_problem(key, value):
+                raise ValueError(problem)
         old = self.groups.get(cfg.name)
         self.groups[cfg.name] = cfg
         self._save()
-        log.info("consumer group %s %s: orderly=%s retryMaxTimes=%d groupRetryPolicy=%s", cfg.name,
+        log.info("consumer group %s %s: orderly=%s retryMaxTimes=%d groupRetryPolicy=%s attributes=%s", cfg.name,
                  "updated" if old else "created", cfg.consume_message_orderly, cfg.retry_max_times,
-                 cfg.retry_policy.get("type") if cfg.retry_policy else "default")
+                 cfg.retry_policy.get("type") if cfg.retry_policy else "default", cfg.attributes or "{}")
         return cfg
 
     def create_if_absent(self, name: str) -> GroupConfig:

@@ -522,6 +522,41 @@ class PopService:
                 qw.discard(fut)
                 gw.discard(fut)
 
+    def pop_lite(self, group: str, topic: str, lite_queues: list[str], batch: int, invisible_ms: int
+                 ) -> list[Delivery]:
+        """A lite consumer's POP (broker/lite.py): the group's due retries of ``topic`` (its LITE topic), then
+        the LMQ queues ``lite_queues`` (queue 0 each, starting from a rotating position), every message taken."""
+        if not self.serving():
+            return []
+        out = self._pop_retries(group, topic, batch, invisible_ms, None)
+        if lite_queues:
+            start = next(self._rotation) % len(lite_queues)
+            for lmq in lite_queues[start:] + lite_queues[:start]:
+                if len(out) >= batch:
+                    break
+                out.extend(self._pop_queue(group, lmq, 0, batch - len(out), invisible_ms, None))
+        return out
+
+    async def wait_dispatch(self, group: str, topic: str, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for a record of ``topic`` or of ``group``'s retry topic to be dispatched
+        (or for ``wake``)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        qw = self._topic_waiters.setdefault(topic, set())
+        gw = self._group_waiters.setdefault(group, set())
+        qw.add(fut)
+        gw.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            qw.discard(fut)
+            gw.discard(fut)
+
+    def wake(self, topic: str) -> None:
+        """End the long polls waiting on ``topic`` (a lite subscription changed what they may read)."""
+        self._wake_topic(topic)
+
     async def wait_for_topic(self, topic: str, timeout_s: float, ready: Callable[[], bool]) -> bool:
         """Wait until ``ready()`` holds, woken by dispatches to ``topic``; False on timeout."""
         deadline = time.monotonic() + timeout_s

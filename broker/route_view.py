@@ -25,6 +25,7 @@ ACCEPT = {
     "DELAY": [pb.DELAY],
     "TRANSACTION": [pb.TRANSACTION],
     "PRIORITY": [pb.PRIORITY],
+    "LITE": [pb.LITE],
     "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
 }
 

@@ -19,7 +19,11 @@ TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 PERM_READ, PERM_WRITE = 4, 2
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
-MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "MIXED")  # LITE: not yet (COMPATIBILITY.md)
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE", "MIXED")
+# a LITE topic's lite topics expire after this many minutes idle: -1 (never, the default) up to 30 days, as
+# Apache RocketMQ 5.5's topic attribute (accepted and kept; RocketScope deletes no lite queue: COMPATIBILITY.md P9)
+LITE_EXPIRATION_ATTRIBUTE = "lite.topic.expiration"
+LITE_EXPIRATION_MAX_MINUTES = 30 * 24 * 60
 
 
 def topic_name_problem(name: str) -> str | None:
@@ -101,6 +105,11 @@ class TopicManager:
             raise ValueError("readQueueNums and writeQueueNums must be positive")
         if cfg.message_type not in MESSAGE_TYPES:
             raise ValueError(f"attribute message.type must be one of {', '.join(MESSAGE_TYPES)}")
+        expiration = cfg.attributes.get(LITE_EXPIRATION_ATTRIBUTE)
+        if expiration is not None and not (expiration.lstrip("-").isdigit()
+                                           and -1 <= int(expiration) <= LITE_EXPIRATION_MAX_MINUTES):
+            raise ValueError(f"attribute {LITE_EXPIRATION_ATTRIBUTE} must be minutes from -1 to "
+                             f"{LITE_EXPIRATION_MAX_MINUTES}, not {expiration!r}")
         old = self.topics.get(cfg.name)
         self.topics[cfg.name] = cfg
         self._changed()

@@ -205,8 +205,10 @@ def delete_topic(namesrv: str | None, cluster: str | None, topic: str) -> None:
               help='the retry policy as JSON, as mqadmin: {"type":"EXPONENTIAL","exponentialRetryPolicy":'
                    '{"initial":5000,"max":7200000,"multiplier":2}} or {"type":"CUSTOMIZED","customizedRetryPolicy":'
                    '{"next":[1000,5000,10000]}} (ms); consumers get it as their back-off in Settings')
+@click.option("-a", "--attributes", default="", help="+lite.bind.topic=T style, comma-separated, as mqadmin: a lite "
+              "group's lite.bind.topic, lite.sub.model (Shared/Exclusive), lite.sub.client.quota")
 def update_sub_group(namesrv: str | None, broker: str | None, cluster: str | None, group: str, enable: bool,
-                     orderly: bool, retry_max: int, retry_queues: int, retry_policy: str) -> None:
+                     orderly: bool, retry_max: int, retry_queues: int, retry_policy: str, attributes: str) -> None:
     """Create or update a consumer group."""
     async def go(c: AdminClient) -> int:
         failed = 0
@@ -215,6 +217,9 @@ def update_sub_group(namesrv: str | None, broker: str | None, cluster: str | Non
                                                      consume_message_orderly=orderly, retry_max_times=retry_max,
                                                      retry_queue_nums=retry_queues,
                                                      group_retry_policy=retry_policy)
+            for item in filter(None, (a.strip() for a in attributes.split(","))):
+                key, _, value = item.lstrip("+").partition("=")
+                cfg.attributes[key] = value
             st = await c.broker_call(addr, "UpdateSubGroup", admin_pb2.UpdateSubGroupRequest(config=cfg))
             if st.code:  # type: ignore[attr-defined]
                 click.echo(f"update subscription group to {addr} failed: {st.remark}", err=True)  # type: ignore[attr-defined]

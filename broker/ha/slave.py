@@ -199,11 +199,12 @@ class ReplicationSlave:
             for g in groups.groups:
                 mine = b.groups.get(g.group_name)
                 policy = json.loads(g.group_retry_policy) if g.group_retry_policy else None
-                if mine is None or (mine.retry_max_times, mine.consume_message_orderly, mine.retry_policy) != (
-                        g.retry_max_times, g.consume_message_orderly, policy):
+                attrs = dict(g.attributes)
+                if mine is None or (mine.retry_max_times, mine.consume_message_orderly, mine.retry_policy,
+                                    mine.attributes) != (g.retry_max_times, g.consume_message_orderly, policy, attrs):
                     b.groups.update(GroupConfig(g.group_name, g.consume_enable, g.consume_message_orderly,
                                                 g.retry_max_times, g.retry_queue_nums, g.consume_broadcast_enable,
-                                                g.which_broker_when_consume_slowly, policy))
+                                                g.which_broker_when_consume_slowly, policy, attrs))
             modes = await stub.GetMessageRequestModes(common_pb2.Empty(), timeout=5,
                                                       metadata=b.security.inner_metadata())
             b.request_modes.replace([RequestMode(m.topic, m.group, m.mode, m.pop_share_queue_num) for m in modes.modes])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rocketscope.names import HA_EVENTS_TOPIC
 
-from . import record
+from . import multi_dispatch, record
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue, tag_hash
@@ -93,6 +93,8 @@ class StoreConfig:
     checkpoint_interval_s: float = 1.0
     store_host: str = "127.0.0.1:10911"
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    multi_dispatch: bool = False
+    """enableLmq and enableMultiDispatch: give records their LMQ offsets (broker/store/multi_dispatch.py)."""
 
 
 @dataclass
@@ -263,6 +265,7 @@ class MessageStore:
                 msg.store_timestamp = now or (now := int(time.time() * 1000))
             if not msg.store_host:
                 msg.store_host = config.store_host
+            lmq = multi_dispatch.assign(msg.topic, msg.properties, queue_next) if config.multi_dispatch else []
             try:
                 head = prepare(msg)
                 if msg.size > max_record:
@@ -271,9 +274,10 @@ class MessageStore:
                 status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(exc) else PutStatus.MESSAGE_ILLEGAL
                 results.append(PutResult(status, reason=str(exc)))
                 continue
-            if key not in before:
-                before[key] = queue_next.get(key)
-            queue_next[key] = qoff + 1
+            for k in (key, *lmq):
+                if k not in before:
+                    before[k] = queue_next.get(k)
+                queue_next[k] = queue_next.get(k, 0) + 1
             ok.append(msg)
             heads.append(head)
             results.append(PutResult(PutStatus.PUT_OK, msg))
@@ -315,6 +319,7 @@ class MessageStore:
             raise RecordError(f"body of {len(msg.body)} bytes exceeds maxMessageSize")
         key = (msg.topic, msg.queue_id)
         msg.queue_offset = self.queue_next.get(key, 0)
+        lmq = multi_dispatch.assign(msg.topic, msg.properties, self.queue_next) if self.config.multi_dispatch else []
         if not msg.store_timestamp:
             msg.store_timestamp = int(time.time() * 1000)
         msg.store_host = msg.store_host or self.config.store_host
@@ -328,6 +333,8 @@ class MessageStore:
             msg.physical_offset = planned
             data = record.encode(msg)
         self.queue_next[key] = msg.queue_offset + 1
+        for k in lmq:
+            self.queue_next[k] = self.queue_next.get(k, 0) + 1
         if self.on_data is not None and msg.topic != HA_EVENTS_TOPIC:
             self.on_data(msg.physical_offset + len(data))
         return data
@@ -356,6 +363,9 @@ class MessageStore:
         for msg in self.commit_log.iter_messages(self.dispatched, self.commit_log.max_offset):
             key = (msg.topic, msg.queue_id)
             self.queue_next[key] = max(self.queue_next.get(key, 0), msg.queue_offset + 1)
+            for lmq, off in multi_dispatch.entries(msg.topic, msg.properties):
+                k = (lmq, multi_dispatch.LMQ_QUEUE_ID)
+                self.queue_next[k] = max(self.queue_next.get(k, 0), off + 1)
 
     async def put(self, messages: Iterable[StoredMessage], wait_replicas: bool = True) -> list[PutResult]:
         """Append a batch, make it visible once confirmed, and wait for flush and replication.
@@ -628,12 +638,28 @@ class MessageStore:
                             add_key((f"{topic}#{k}", phy, ts))
                 if msg_id:
                     add_key((f"{topic}#{msg_id}", phy, ts))
+            if multi_dispatch.MULTI_QUEUE_OFFSET in props:
+                self._dispatch_lmq(msg, cqs, queue_next)
             for listener in listeners:
                 try:
                     listener(msg)
                 except Exception:  # a listener must never stop the store
                     log.exception("dispatch listener failed for %s", msg.msg_id)
             self.dispatched = phy + msg.size
+
+    def _dispatch_lmq(self, msg: StoredMessage, cqs: dict[tuple[str, int], ConsumeQueue],
+                      queue_next: dict[tuple[str, int], int]) -> None:
+        """The record's extra entries in the LMQ queues its properties name (broker/store/multi_dispatch.py);
+        an entry already there (a replay) is left as is."""
+        tag = _tag_hash(msg.properties.get("TAGS", ""))
+        for lmq, off in multi_dispatch.entries(msg.topic, msg.properties):
+            key = (lmq, multi_dispatch.LMQ_QUEUE_ID)
+            cq = cqs.get(key)
+            if cq is None:
+                cq = cqs[key] = ConsumeQueue(self.root / "consumequeue", lmq, key[1],
+                                             self.config.cq_entries_per_segment)
+            if cq.append(off, msg.physical_offset, msg.size, tag) and queue_next.get(key, 0) < off + 1:
+                queue_next[key] = off + 1
 
     # ------------------------------------------------------------------- reads
     def get(self, topic: str, queue_id: int, offset: int, max_count: int,

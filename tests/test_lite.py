@@ -1,0 +1,270 @@
+"""Lite mode (broker/lite.py, broker/store/multi_dispatch.py; docs/COMPATIBILITY.md P9), on RocketScope alone.
+
+The store tests show where a lite queue's entries come from: the commit log only (what makes them the same on
+every member of a replicated group and after a recovery).  The e2e tests run the official Python
+``LitePushConsumer`` and ``Producer`` against a real broker process with ``enableLmq`` and
+``enableMultiDispatch`` on; the ground truth is the lite topic each message was sent with.  The comparison with
+Apache RocketMQ 5.5.0 is tests/test_diff_priority.py (long).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import rmq
+from cluster import LocalCluster, wait_until
+from rocketmq import ConsumeResult, LitePushConsumer, Message, MessageListener
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
+from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+
+from rocketscope.broker.lite import lite_topic_problem, lmq_name, split_lmq
+from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
+from rocketscope.broker.store.message_store import MessageStore, PutStatus, StoreConfig
+from rocketscope.broker.store.multi_dispatch import MULTI_DISPATCH, MULTI_QUEUE_OFFSET
+from rocketscope.broker.store.record import StoredMessage
+from rocketscope.trace.client_trace import close_client_metrics
+
+LMQ_QUOTA = 12  # maxLmqConsumeQueueNum of the e2e broker: the quota test opens lite queues up to it
+
+
+# ------------------------------------------------------------------- unit: names and the store
+def test_lite_queue_names_and_lite_topic_rules() -> None:
+    assert lmq_name("T", "a") == "%LMQ%$T$a"
+    assert split_lmq("%LMQ%$T$a") == ("T", "a") and split_lmq("T") is None and split_lmq("%LMQ%$T$a$b") is None
+    assert lite_topic_problem("order-42_x", 64) is None
+    assert lite_topic_problem("x" * 64, 64) is None
+    for bad in ("", "  ", "x" * 65, "a$b", "a.b", "ä"):
+        assert lite_topic_problem(bad, 64), bad
+
+
+def lite_msg(i: int, lite: str, topic: str = "LT") -> StoredMessage:
+    return StoredMessage(topic=topic, queue_id=i % 2, body=f"m{i}".encode(),
+                         properties={"UNIQ_KEY": f"ID{i}", "__LITE_TOPIC": lite, MULTI_DISPATCH: lmq_name(topic, lite)},
+                         born_timestamp=1, born_host="10.0.0.1:5000")
+
+
+def lite_entries(store: MessageStore) -> dict[str, list[bytes]]:
+    out = {}
+    for lite in "abc":
+        got = store.get(lmq_name("LT", lite), 0, 0, 100)
+        out[lite] = [m.body for m in got.messages]
+    return out
+
+
+def test_multi_dispatch_one_record_and_lite_queue_entries_rebuilt_from_the_log(tmp_path: Path) -> None:
+    """One record per message in the topic; each also in its lite queue; a recovery with no consume queue at all
+    (a replica's store reading the leader's log: the offsets travel in the record) rebuilds the same entries."""
+    cfg = dict(commitlog_segment_size=1 << 16, cq_entries_per_segment=16, index_slot_num=64, index_num=256,
+               checkpoint_interval_s=3600)
+
+    async def write() -> dict[str, list[bytes]]:
+        store = MessageStore(StoreConfig(root=tmp_path, multi_dispatch=True, **cfg))  # type: ignore[arg-type]
+        await store.start()
+        res = await store.put([lite_msg(i, lite) for i, lite in enumerate("abacab")])
+        assert all(r.status is PutStatus.PUT_OK for r in res)
+        copy = StoredMessage(topic="%RETRY%G", queue_id=0, body=b"retry", properties=dict(res[0].message.properties))
+        (r,) = await store.put([copy])  # a retry copy keeps its original's properties: no second lite entry
+        assert MULTI_QUEUE_OFFSET not in r.message.properties
+        seen = lite_entries(store)
+        assert store.max_offset("LT", 0) + store.max_offset("LT", 1) == 6  # stored once, in the topic
+        await store.shutdown()
+        return seen
+
+    async def recover() -> dict[str, list[bytes]]:
+        store = MessageStore(StoreConfig(root=tmp_path, **cfg))  # type: ignore[arg-type]  # multi-dispatch off
+        await store.start()
+        seen = lite_entries(store)
+        await store.shutdown()
+        return seen
+
+    written = asyncio.run(write())
+    assert written == {"a": [b"m0", b"m2", b"m4"], "b": [b"m1", b"m5"], "c": [b"m3"]}
+    shutil.rmtree(tmp_path / "consumequeue")
+    (tmp_path / "checkpoint").unlink()
+    assert asyncio.run(recover()) == written
+
+
+def test_without_multi_dispatch_no_lite_queue(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = MessageStore(StoreConfig(root=tmp_path, commitlog_segment_size=1 << 16))
+        await store.start()
+        (r,) = await store.put([lite_msg(0, "a")])
+        assert r.status is PutStatus.PUT_OK and MULTI_QUEUE_OFFSET not in r.message.properties
+        assert store.max_offset(lmq_name("LT", "a"), 0) == 0
+        await store.shutdown()
+
+    asyncio.run(go())
+
+
+# ------------------------------------------------------------------------------ e2e
+@pytest.fixture(scope="module")
+def lite_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("lite"))
+    try:
+        c.start_namesrv()
+        c.start_broker("broker-a", enableLmq="true", enableMultiDispatch="true", maxLmqConsumeQueueNum=LMQ_QUOTA)
+        yield c
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+def admin(c: LocalCluster, method: str, request: Any) -> None:
+    with grpc.insecure_channel(c.brokers["broker-a"].admin_addr) as ch:
+        st = getattr(admin_pb2_grpc.BrokerAdminStub(ch), method)(request, timeout=30)
+    assert st.code == 0, st.remark
+
+
+def lite_topic_and_group(c: LocalCluster, topic: str, group: str, **group_attrs: str) -> None:
+    admin(c, "UpdateTopic", admin_pb2.UpdateTopicRequest(config=common_pb2.TopicConfig(
+        topic_name=topic, read_queue_nums=4, write_queue_nums=4, perm=6, attributes={"message.type": "LITE"})))
+    admin(c, "UpdateSubGroup", admin_pb2.UpdateSubGroupRequest(config=common_pb2.SubscriptionGroupConfig(
+        group_name=group, consume_enable=True, retry_max_times=16,
+        attributes={"+lite.bind.topic": topic, **group_attrs})))
+    route = svc.QueryRouteRequest(topic=pb.Resource(name=topic))
+    wait_until(lambda: stub_call(c, "QueryRoute", route).status.code == pb.Code.OK, timeout=30,
+               what=f"a route of {topic}")
+
+
+def stub_call(c: LocalCluster, method: str, request: Any, cid: str = "lite-test-client") -> Any:
+    with grpc.insecure_channel(c.brokers["broker-a"].endpoint) as ch:
+        return getattr(svc_grpc.MessagingServiceStub(ch), method)(request, timeout=30,
+                                                                  metadata=(("x-mq-client-id", cid),))
+
+
+def sync_req(topic: str, group: str, lites: list[str], action: str = "PARTIAL_ADD") -> svc.SyncLiteSubscriptionRequest:
+    return svc.SyncLiteSubscriptionRequest(action=pb.LiteSubscriptionAction.Value(action),
+                                           topic=pb.Resource(name=topic), group=pb.Resource(name=group),
+                                           lite_topic_set=lites)
+
+
+def send_lite(c: LocalCluster, topic: str, lite: str, body: bytes = b"x") -> tuple[str, str]:
+    m = pb.Message(topic=pb.Resource(name=topic), body=body)
+    m.system_properties.message_id = f"LITE{abs(hash((topic, lite, body))):016X}"
+    m.system_properties.message_type = pb.LITE
+    m.system_properties.lite_topic = lite
+    m.system_properties.born_host = "127.0.0.1"
+    m.system_properties.born_timestamp.GetCurrentTime()
+    resp = stub_call(c, "SendMessage", svc.SendMessageRequest(messages=[m]))
+    return pb.Code.Name(resp.status.code), resp.status.message
+
+
+class Collect(MessageListener):
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str, str]] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message):  # type: ignore[no-untyped-def]
+        with self.lock:
+            self.got.append((message.body.decode(), message.lite_topic,
+                             Message.message_type_desc(message.message_type)))
+        return ConsumeResult.SUCCESS
+
+    def bodies(self) -> set[str]:
+        with self.lock:
+            return {g[0] for g in self.got}
+
+
+@pytest.mark.e2e
+def test_lite_push_consumer_receives_its_lite_topics_only(lite_cluster: LocalCluster) -> None:
+    """Subscribe ``a``; lite messages a, b, a, c: exactly the two of ``a``, type LITE.  Unsubscribe ``a``
+    (PARTIAL_REMOVE) and subscribe ``b``: b's backlog comes, a later ``a`` message does not."""
+    c, topic, group = lite_cluster, "LiteE2E", "GID_lite_e2e"
+    lite_topic_and_group(c, topic, group)
+    listener = Collect()
+    consumer = LitePushConsumer(rmq.config(c.brokers["broker-a"].endpoint), group, topic, listener)
+    consumer.startup()
+    try:
+        consumer.subscribe_lite("a")
+        with pytest.raises(Exception, match="exceeded max length 64"):  # the client checks our Settings' size
+            consumer.subscribe_lite("x" * 65)
+        with rmq.producer(c.brokers["broker-a"].endpoint, topic) as p:
+            for i, lite in enumerate("abac"):
+                m = Message()
+                m.topic, m.body, m.lite_topic = topic, f"L{i}".encode(), lite
+                p.send(m)
+            wait_until(lambda: len(listener.bodies()) >= 2, timeout=30, what="the two messages of lite topic a")
+            consumer.unsubscribe_lite("a")
+            m = Message()
+            m.topic, m.body, m.lite_topic = topic, b"L4", "a"  # sent after the unsubscription: never delivered
+            p.send(m)
+            consumer.subscribe_lite("b")
+            m = Message()
+            m.topic, m.body, m.lite_topic = topic, b"L5", "b"  # dispatched after L4
+            p.send(m)
+            wait_until(lambda: {"L1", "L5"} <= listener.bodies(), timeout=30, what="lite topic b's messages")
+    finally:
+        consumer.shutdown()
+        close_client_metrics(consumer)
+    got = sorted(set(listener.got))
+    assert got == [("L0", "a", "LITE"), ("L1", "b", "LITE"), ("L2", "a", "LITE"), ("L5", "b", "LITE")]
+
+
+@pytest.mark.e2e
+def test_lite_bad_input_codes(lite_cluster: LocalCluster) -> None:
+    c, topic, group = lite_cluster, "LiteBad", "GID_lite_bad"
+    lite_topic_and_group(c, topic, group, **{"lite.sub.client.quota": "2"})
+
+    def sync(lites: list[str], t: str = topic, g: str = group, action: str = "PARTIAL_ADD") -> str:
+        return pb.Code.Name(stub_call(c, "SyncLiteSubscription", sync_req(t, g, lites, action)).status.code)
+
+    assert sync(["a"]) == "OK"
+    assert sync([""]) == "ILLEGAL_LITE_TOPIC"
+    assert sync(["x" * 65]) == "ILLEGAL_LITE_TOPIC"
+    assert sync(["a$b"]) == "ILLEGAL_LITE_TOPIC"
+    assert sync(["b", "c"]) == "LITE_SUBSCRIPTION_QUOTA_EXCEEDED"  # a, b, c: 3 > the group's quota 2
+    assert sync(["b"]) == "OK"
+    assert sync(["a"], action="PARTIAL_REMOVE") == "OK"
+    assert sync(["a"], t="LiteOther") == "ILLEGAL_TOPIC"  # the group binds LiteBad
+    resp = stub_call(c, "SyncLiteSubscription", sync_req(topic, "GID_lite_unbound", ["a"]))
+    assert (pb.Code.Name(resp.status.code), resp.status.message) == (
+        "ILLEGAL_TOPIC", f"lite group GID_lite_unbound is expected to bind topic null, but actual is {topic}")
+    assert send_lite(c, topic, "")[0] == "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"  # no lite topic: a NORMAL message
+    assert send_lite(c, topic, "x" * 65)[0] == "ILLEGAL_LITE_TOPIC"
+    assert send_lite(c, topic, "a.b")[0] == "ILLEGAL_LITE_TOPIC"
+
+
+@pytest.mark.e2e
+def test_lite_settings_and_lite_simple_consumer(lite_cluster: LocalCluster) -> None:
+    """A LITE_PUSH_CONSUMER's Settings carry the quota and size; a LITE_SIMPLE_CONSUMER's stream fails as
+    Apache 5.5.0's does (INTERNAL "Client type is not consumer, type: LITE_SIMPLE_CONSUMER")."""
+    c, topic, group = lite_cluster, "LiteSet", "GID_lite_set"
+    lite_topic_and_group(c, topic, group)
+
+    def settings_of(client_type: int) -> svc.TelemetryCommand:
+        s = pb.Settings(client_type=client_type, subscription=pb.Subscription(group=pb.Resource(name=group)))
+        with grpc.insecure_channel(c.brokers["broker-a"].endpoint) as ch:
+            stream = svc_grpc.MessagingServiceStub(ch).Telemetry(iter([svc.TelemetryCommand(settings=s)]), timeout=10,
+                                                                  metadata=(("x-mq-client-id", f"set-{client_type}"),))
+            return next(stream)
+
+    answer = settings_of(pb.LITE_PUSH_CONSUMER).settings.subscription
+    assert (answer.lite_subscription_quota, answer.max_lite_topic_size) == (2000, 64)
+    with pytest.raises(grpc.RpcError) as err:
+        settings_of(pb.LITE_SIMPLE_CONSUMER)
+    assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert err.value.details() == "Client type is not consumer, type: LITE_SIMPLE_CONSUMER"
+
+
+@pytest.mark.e2e
+def test_lite_topic_quota(lite_cluster: LocalCluster) -> None:
+    """maxLmqConsumeQueueNum: a message opening one lite queue too many is refused; existing ones still take
+    messages.  Runs last in this module: it fills the broker's lite queue quota."""
+    c, topic = lite_cluster, "LiteQuota"
+    lite_topic_and_group(c, topic, "GID_lite_quota")
+    codes = [send_lite(c, topic, f"q{i}")[0] for i in range(LMQ_QUOTA + 1)]
+    assert codes[-1] == "LITE_TOPIC_QUOTA_EXCEEDED"
+    first_refused = codes.index("LITE_TOPIC_QUOTA_EXCEEDED")
+    assert first_refused >= 1 and set(codes[:first_refused]) == {"OK"} and set(codes[first_refused:]) == {
+        "LITE_TOPIC_QUOTA_EXCEEDED"}
+    assert send_lite(c, topic, "q0", b"again")[0] == "OK"  # an existing lite queue
