@@ -42,8 +42,6 @@ APACHE_55_RULES: dict[str, Any] = {
 # at the topic's type (only the proxy does)
 APACHE_55_REMOTING = {"None": 0, "1": 1, "9": 3}
 OURS_NEGATIVE_PRIORITY = "BAD_REQUEST"  # deviation P6
-OURS_SYNC_LITE = "RPC_UNIMPLEMENTED"  # deviation P9
-OURS_LITE_SUBSCRIBE = "IllegalStateException"  # deviation P9: the official LitePushConsumer's subscribe_lite
 APACHE_55_LITE = {"lite_on_normal_topic": "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
                   # "lite group G is expected to bind topic null, but actual is T": the group has no lite bind topic
                   "sync_lite_subscription": "ILLEGAL_TOPIC"}

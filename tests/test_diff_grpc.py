@@ -24,16 +24,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 @contextmanager
-def rocketscope_like_the_reference(root: Path) -> Iterator[LocalCluster]:
+def rocketscope_like_the_reference(root: Path, **extra: str) -> Iterator[LocalCluster]:
     """A name server and one broker with the reference cluster's test settings, so that the two sides
-    of a differential test differ in the product only (also used by tests/test_diff_retry_policy.py)."""
+    of a differential test differ in the product only (also used by tests/test_diff_retry_policy.py);
+    ``extra``: broker keys both sides set (tests/test_diff_priority.py: the Lite mode keys)."""
     c = LocalCluster(root)
     try:
         c.start_namesrv()
         # 8 MiB segments: maxMessageSize is lowered to what fits one segment (broker/broker_config.py), and the
         # test harness's 1 MiB segments would tell clients 960 KiB where Apache tells them its 4 MiB
         c.start_broker("broker-a", **rc.TEST_BROKER_CONF, mappedFileSizeCommitLog=8 << 20,
-                       minInvisibleTimeMillsForRecv=rc.TEST_PROXY_CONF["minInvisibleTimeMillsForRecv"])
+                       minInvisibleTimeMillsForRecv=rc.TEST_PROXY_CONF["minInvisibleTimeMillsForRecv"], **extra)
         yield c
     except BaseException:
         print(c.logs())
