@@ -256,6 +256,73 @@ def test_lite_settings_and_lite_simple_consumer(lite_cluster: LocalCluster) -> N
     assert err.value.details() == "Client type is not consumer, type: LITE_SIMPLE_CONSUMER"
 
 
+def raw_lite_receive(c: LocalCluster, topic: str, group: str, cid: str) -> list[tuple[str, str]]:
+    """One ReceiveMessage (no long poll) of client ``cid``, registered as a LITE_PUSH_CONSUMER by its Settings."""
+    req = svc.ReceiveMessageRequest(group=pb.Resource(name=group),
+                                    message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+                                    filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+                                    batch_size=32, auto_renew=True)
+    req.long_polling_timeout.FromMilliseconds(0)
+    with grpc.insecure_channel(c.brokers["broker-a"].endpoint) as ch:
+        resps = list(svc_grpc.MessagingServiceStub(ch).ReceiveMessage(req, timeout=30,
+                                                                      metadata=(("x-mq-client-id", cid),)))
+    return [(r.message.body.decode(), r.message.system_properties.lite_topic) for r in resps
+            if r.WhichOneof("content") == "message"]
+
+
+def register_lite_client(c: LocalCluster, group: str, cid: str) -> None:
+    s = pb.Settings(client_type=pb.LITE_PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group)))
+    with grpc.insecure_channel(c.brokers["broker-a"].endpoint) as ch:
+        next(svc_grpc.MessagingServiceStub(ch).Telemetry(iter([svc.TelemetryCommand(settings=s)]), timeout=10,
+                                                         metadata=(("x-mq-client-id", cid),)))
+
+
+def lite_round(c: LocalCluster, topic: str, group: str) -> list[tuple[str, str]]:
+    """A lite client subscribed to ``a``; lite messages a, b, a, c sent; what one receive then gets."""
+    lite_topic_and_group(c, topic, group)
+    cid = f"raw-{group}"
+    register_lite_client(c, group, cid)
+    assert stub_call(c, "SyncLiteSubscription", sync_req(topic, group, ["a"]), cid=cid).status.code == pb.Code.OK
+    for i, lite in enumerate("abac"):
+        assert send_lite(c, topic, lite, f"L{i}".encode())[0] == "OK"
+    return sorted(raw_lite_receive(c, topic, group, cid))
+
+
+@pytest.mark.e2e
+def test_raw_lite_receive_with_the_keys_on(lite_cluster: LocalCluster) -> None:
+    assert lite_round(lite_cluster, "LiteRaw", "GID_lite_raw") == [("L0", "a"), ("L2", "a")]
+
+
+@pytest.mark.e2e
+@pytest.mark.long
+def test_with_the_keys_off_a_lite_consumer_receives_nothing(tmp_path: Path) -> None:
+    """enableLmq/enableMultiDispatch false (the defaults), as Apache 5.5.0 with them off (observed: a subscribed
+    lite consumer received nothing): the lite messages are stored in their topic (a plain consumer group gets
+    all 4) and none reaches the lite client's receive.  Long: a broker of its own (about 7 s)."""
+    c = LocalCluster(tmp_path)
+    try:
+        c.start_namesrv()
+        c.start_broker("broker-a")
+        assert lite_round(c, "LiteOff", "GID_lite_off") == []
+        plain = svc.ReceiveMessageRequest(group=pb.Resource(name="GID_plain_off"),
+                                          message_queue=pb.MessageQueue(topic=pb.Resource(name="LiteOff"), id=0),
+                                          filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+                                          batch_size=32, auto_renew=True)
+        got: set[str] = set()
+
+        def plain_receive() -> bool:
+            with grpc.insecure_channel(c.brokers["broker-a"].endpoint) as ch:
+                for r in svc_grpc.MessagingServiceStub(ch).ReceiveMessage(
+                        plain, timeout=30, metadata=(("x-mq-client-id", "plain-off"),)):
+                    if r.WhichOneof("content") == "message":
+                        got.add(r.message.body.decode())
+            return got == {"L0", "L1", "L2", "L3"}
+
+        wait_until(plain_receive, timeout=30, what="the 4 lite messages through a plain group")
+    finally:
+        c.stop()
+
+
 @pytest.mark.e2e
 def test_lite_topic_quota(lite_cluster: LocalCluster) -> None:
     """maxLmqConsumeQueueNum: a message opening one lite queue too many is refused; existing ones still take
