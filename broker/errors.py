@@ -28,6 +28,11 @@ class ErrorKind(StrEnum):
     INVALID_TRANSACTION_ID = "INVALID_TRANSACTION_ID"
     ILLEGAL_MESSAGE_ID = "ILLEGAL_MESSAGE_ID"
     INTERNAL = "INTERNAL"  # the broker failed to do what was asked (a write failed)
+    # Lite mode (broker/lite.py), Apache RocketMQ 5.5's codes
+    ILLEGAL_LITE_TOPIC = "ILLEGAL_LITE_TOPIC"  # blank, too long or outside [A-Za-z0-9_-]
+    ILLEGAL_TOPIC = "ILLEGAL_TOPIC"  # a lite group used with another topic than its lite.bind.topic
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED = "LITE_SUBSCRIPTION_QUOTA_EXCEEDED"  # past the group's lite.sub.client.quota
+    LITE_TOPIC_QUOTA_EXCEEDED = "LITE_TOPIC_QUOTA_EXCEEDED"  # past maxLmqConsumeQueueNum lite queues
 
 
 class BrokerError(Exception):
@@ -46,6 +51,10 @@ GRPC_CODES: dict[ErrorKind, int] = {
     ErrorKind.INVALID_TRANSACTION_ID: pb.Code.INVALID_TRANSACTION_ID,
     ErrorKind.ILLEGAL_MESSAGE_ID: pb.Code.ILLEGAL_MESSAGE_ID,
     ErrorKind.INTERNAL: pb.Code.INTERNAL_SERVER_ERROR,
+    ErrorKind.ILLEGAL_LITE_TOPIC: pb.Code.ILLEGAL_LITE_TOPIC,
+    ErrorKind.ILLEGAL_TOPIC: pb.Code.ILLEGAL_TOPIC,
+    ErrorKind.LITE_SUBSCRIPTION_QUOTA_EXCEEDED: pb.Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
+    ErrorKind.LITE_TOPIC_QUOTA_EXCEEDED: pb.Code.LITE_TOPIC_QUOTA_EXCEEDED,
 }
 """The v2 status code of each kind (apache/rocketmq-apis' Code)."""
 
@@ -59,6 +68,11 @@ REMOTING_CODES: dict[ErrorKind, int] = {
     ErrorKind.INVALID_TRANSACTION_ID: ResponseCode.SYSTEM_ERROR,
     ErrorKind.ILLEGAL_MESSAGE_ID: ResponseCode.SYSTEM_ERROR,
     ErrorKind.INTERNAL: ResponseCode.SYSTEM_ERROR,
+    # Lite mode is served over gRPC only; Apache's remoting codes for the two quotas (its ResponseCode)
+    ErrorKind.ILLEGAL_LITE_TOPIC: ResponseCode.SYSTEM_ERROR,
+    ErrorKind.ILLEGAL_TOPIC: ResponseCode.SYSTEM_ERROR,
+    ErrorKind.LITE_SUBSCRIPTION_QUOTA_EXCEEDED: 2018,  # LITE_SUBSCRIPTION_QUOTA_EXCEEDED
+    ErrorKind.LITE_TOPIC_QUOTA_EXCEEDED: 2017,  # LMQ_QUOTA_EXCEEDED
 }
 """The RemotingCommand response code of each kind."""
 

@@ -21,8 +21,9 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 from .convert import to_grpc, to_stored
-from .errors import grpc_code
+from .errors import BrokerError, grpc_code
 from .grpc_registration import Unparseable
+from .lite import Action as LiteAction
 from .pop import PopError, retry_topic
 from .priority import place
 from .request_metadata import request_metadata
@@ -59,6 +60,14 @@ PUT_STATUS_CODES = {
 # RocketMQ's delay levels 3..18: the default retry back-off of a push consumer
 GRPC_RESOLUTIONS = {pb.COMMIT: Resolution.COMMIT, pb.ROLLBACK: Resolution.ROLLBACK}  # else UNKNOWN (unspecified)
 ACK_WAIT_S = 3.0  # longest an ack waits for a new writer to catch up, or for its record to be replicated
+
+
+def lite_checked(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)`` of broker/lite.py, its refusals as v2 statuses (broker/errors.py)."""
+    try:
+        return fn(*args)
+    except BrokerError as exc:
+        raise RequestError(grpc_code(exc), str(exc)) from None
 
 
 class StreamRefused(Exception):
@@ -431,7 +440,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 queue_id = b.select_queue(cfg, msg.system_properties.message_group, msg.system_properties.queue_id)
                 one = to_stored(msg, queue_id, host)
                 one.queue_id = place(one.properties, cfg.write_queue_nums, queue_id)  # a priority's own queue
-                b.lite.prepare_send(cfg.name, one.properties, f"messages[{i}].system_properties")  # broker/lite.py
+                lite_checked(b.lite.prepare_send, cfg.name, one.properties, f"messages[{i}].system_properties")
                 stored.append(one)
         except RequestError as exc:
             for msg in request.messages:
@@ -552,7 +561,12 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         cid = self._client(context, group=request.group.name)
         if not cid:
             raise RequestError(Code.CLIENT_ID_REQUIRED, "metadata x-mq-client-id is missing")
-        self.broker.lite.sync(cid, request.group.name, request.topic.name, request.action, request.lite_topic_set)
+        try:
+            action = LiteAction(pb.LiteSubscriptionAction.Name(request.action))
+        except ValueError:
+            raise RequestError(Code.BAD_REQUEST, f"action {request.action} is not a LiteSubscriptionAction") from None
+        lite_checked(self.broker.lite.sync, cid, request.group.name, request.topic.name, action,
+                     request.lite_topic_set)
         return svc.SyncLiteSubscriptionResponse(status=status())
 
     # -------------------------------------------------------------------- ack

@@ -28,14 +28,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, MutableMapping
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from rocketmq.grpc_protocol import definition_pb2 as pb
-
+from .errors import BrokerError, ErrorKind
 from .groups import LITE_CLIENT_QUOTA_DEFAULT, GroupManager
 from .priority import LITE_TOPIC_PROPERTY
 from .store.multi_dispatch import LMQ_PREFIX, LMQ_QUEUE_ID, MULTI_DISPATCH
-from .validation import RequestError
 
 if TYPE_CHECKING:
     from rocketscope.config import Settings
@@ -44,10 +43,16 @@ if TYPE_CHECKING:
     from .store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
-Code = pb.Code
 LITE_QUEUE_PREFIX = LMQ_PREFIX + "$"
-LITE_TOPIC_TYPE = "LITE"
-Action = pb.LiteSubscriptionAction
+
+
+class Action(StrEnum):
+    """SyncLiteSubscription's actions (the v2 protocol's LiteSubscriptionAction, by name)."""
+
+    PARTIAL_ADD = "PARTIAL_ADD"
+    PARTIAL_REMOVE = "PARTIAL_REMOVE"
+    COMPLETE_ADD = "COMPLETE_ADD"
+    COMPLETE_REMOVE = "COMPLETE_REMOVE"
 
 
 def lmq_name(topic: str, lite_topic: str) -> str:
@@ -91,7 +96,7 @@ class LiteService:
     def check_lite_topic(self, lite_topic: str, where: str) -> None:
         problem = lite_topic_problem(lite_topic, self._settings().maxLiteTopicSize)
         if problem:
-            raise RequestError(Code.ILLEGAL_LITE_TOPIC, f"{where} {lite_topic!r} {problem}")
+            raise BrokerError(ErrorKind.ILLEGAL_LITE_TOPIC, f"{where} {lite_topic!r} {problem}")
 
     def quota(self, group: str) -> int:
         """The group's lite subscription quota per client (``lite.sub.client.quota``; -1: no limit)."""
@@ -113,17 +118,17 @@ class LiteService:
                 and (lmq, LMQ_QUEUE_ID) not in self.store.queue_next:
             count = sum(1 for (name, _) in self.store.queue_next if name.startswith(LITE_QUEUE_PREFIX))
             if count >= s.maxLmqConsumeQueueNum:
-                raise RequestError(Code.LITE_TOPIC_QUOTA_EXCEEDED,
+                raise BrokerError(ErrorKind.LITE_TOPIC_QUOTA_EXCEEDED,
                                    f"{where}.lite_topic {lite!r}: this broker holds {count} lite queues, "
                                    f"maxLmqConsumeQueueNum ({s.maxLmqConsumeQueueNum})")
 
     # ------------------------------------------------------------ subscription
-    def sync(self, client_id: str, group: str, topic: str, action: int, lite_topics: Iterable[str]) -> set[str]:
+    def sync(self, client_id: str, group: str, topic: str, action: Action, lite_topics: Iterable[str]) -> set[str]:
         """SyncLiteSubscription: apply ``action`` to the client's lite topics of ``topic``; return them."""
         cfg = self.groups.get(group)
         bind = cfg.lite_bind_topic if cfg is not None else ""
         if bind != topic:
-            raise RequestError(Code.ILLEGAL_TOPIC, f"lite group {group} is expected to bind topic "
+            raise BrokerError(ErrorKind.ILLEGAL_TOPIC, f"lite group {group} is expected to bind topic "
                                                    f"{bind or 'null'}, but actual is {topic}")
         wanted = list(lite_topics)
         for i, lite in enumerate(wanted):
@@ -136,13 +141,11 @@ class LiteService:
             new = mine - set(wanted)
         elif action == Action.COMPLETE_ADD:
             new = set(wanted)
-        elif action == Action.COMPLETE_REMOVE:
-            new = set()
         else:
-            raise RequestError(Code.BAD_REQUEST, f"action {action} is not a LiteSubscriptionAction")
+            new = set()
         quota = self.quota(group)
         if 0 <= quota < len(new) and len(new) > len(mine):
-            raise RequestError(Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
+            raise BrokerError(ErrorKind.LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
                                f"lite_topic_set: client {client_id} would subscribe {len(new)} lite topics of "
                                f"{topic}; the quota of group {group} (lite.sub.client.quota) is {quota}")
         if new:
@@ -151,7 +154,7 @@ class LiteService:
             clients.pop(client_id, None)
         if new != mine:
             log.info("lite subscription of client %s (group %s, topic %s): %s %s -> %d lite topics", client_id,
-                     group, topic, Action.Name(action), sorted(wanted)[:8], len(new))
+                     group, topic, action.value, sorted(wanted)[:8], len(new))
             self.pop.wake(topic)  # a long poll of this client may now find messages
         return new
 
