@@ -119,25 +119,25 @@ def lite_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
         c.stop()
 
 
-def admin(c: LocalCluster, method: str, request: Any) -> None:
-    with grpc.insecure_channel(c.brokers["broker-a"].admin_addr) as ch:
+def admin(c: LocalCluster, method: str, request: Any, node: str = "broker-a") -> None:
+    with grpc.insecure_channel(c.brokers[node].admin_addr) as ch:
         st = getattr(admin_pb2_grpc.BrokerAdminStub(ch), method)(request, timeout=30)
     assert st.code == 0, st.remark
 
 
-def lite_topic_and_group(c: LocalCluster, topic: str, group: str, **group_attrs: str) -> None:
+def lite_topic_and_group(c: LocalCluster, topic: str, group: str, node: str = "broker-a", **group_attrs: str) -> None:
     admin(c, "UpdateTopic", admin_pb2.UpdateTopicRequest(config=common_pb2.TopicConfig(
-        topic_name=topic, read_queue_nums=4, write_queue_nums=4, perm=6, attributes={"message.type": "LITE"})))
+        topic_name=topic, read_queue_nums=4, write_queue_nums=4, perm=6, attributes={"message.type": "LITE"})), node)
     admin(c, "UpdateSubGroup", admin_pb2.UpdateSubGroupRequest(config=common_pb2.SubscriptionGroupConfig(
         group_name=group, consume_enable=True, retry_max_times=16,
-        attributes={"+lite.bind.topic": topic, **group_attrs})))
+        attributes={"+lite.bind.topic": topic, **group_attrs})), node)
     route = svc.QueryRouteRequest(topic=pb.Resource(name=topic))
-    wait_until(lambda: stub_call(c, "QueryRoute", route).status.code == pb.Code.OK, timeout=30,
+    wait_until(lambda: stub_call(c, "QueryRoute", route, node=node).status.code == pb.Code.OK, timeout=30,
                what=f"a route of {topic}")
 
 
-def stub_call(c: LocalCluster, method: str, request: Any, cid: str = "lite-test-client") -> Any:
-    with grpc.insecure_channel(c.brokers["broker-a"].endpoint) as ch:
+def stub_call(c: LocalCluster, method: str, request: Any, cid: str = "lite-test-client", node: str = "broker-a") -> Any:
+    with grpc.insecure_channel(c.brokers[node].endpoint) as ch:
         return getattr(svc_grpc.MessagingServiceStub(ch), method)(request, timeout=30,
                                                                   metadata=(("x-mq-client-id", cid),))
 
@@ -148,14 +148,14 @@ def sync_req(topic: str, group: str, lites: list[str], action: str = "PARTIAL_AD
                                            lite_topic_set=lites)
 
 
-def send_lite(c: LocalCluster, topic: str, lite: str, body: bytes = b"x") -> tuple[str, str]:
+def send_lite(c: LocalCluster, topic: str, lite: str, body: bytes = b"x", node: str = "broker-a") -> tuple[str, str]:
     m = pb.Message(topic=pb.Resource(name=topic), body=body)
     m.system_properties.message_id = f"LITE{abs(hash((topic, lite, body))):016X}"
     m.system_properties.message_type = pb.LITE
     m.system_properties.lite_topic = lite
     m.system_properties.born_host = "127.0.0.1"
     m.system_properties.born_timestamp.GetCurrentTime()
-    resp = stub_call(c, "SendMessage", svc.SendMessageRequest(messages=[m]))
+    resp = stub_call(c, "SendMessage", svc.SendMessageRequest(messages=[m]), node=node)
     return pb.Code.Name(resp.status.code), resp.status.message
 
 
@@ -256,33 +256,39 @@ def test_lite_settings_and_lite_simple_consumer(lite_cluster: LocalCluster) -> N
     assert err.value.details() == "Client type is not consumer, type: LITE_SIMPLE_CONSUMER"
 
 
-def raw_lite_receive(c: LocalCluster, topic: str, group: str, cid: str) -> list[tuple[str, str]]:
+def raw_lite_receive(c: LocalCluster, topic: str, group: str, cid: str, node: str = "broker-a"
+                     ) -> list[tuple[str, str]]:
     """One ReceiveMessage (no long poll) of client ``cid``, registered as a LITE_PUSH_CONSUMER by its Settings."""
     req = svc.ReceiveMessageRequest(group=pb.Resource(name=group),
                                     message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
                                     filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
                                     batch_size=32, auto_renew=True)
     req.long_polling_timeout.FromMilliseconds(0)
-    with grpc.insecure_channel(c.brokers["broker-a"].endpoint) as ch:
+    with grpc.insecure_channel(c.brokers[node].endpoint) as ch:
         resps = list(svc_grpc.MessagingServiceStub(ch).ReceiveMessage(req, timeout=30,
                                                                       metadata=(("x-mq-client-id", cid),)))
     return [(r.message.body.decode(), r.message.system_properties.lite_topic) for r in resps
             if r.WhichOneof("content") == "message"]
 
 
-def register_lite_client(c: LocalCluster, group: str, cid: str) -> None:
+def register_lite_client(c: LocalCluster, group: str, cid: str, node: str = "broker-a") -> None:
     s = pb.Settings(client_type=pb.LITE_PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group)))
-    with grpc.insecure_channel(c.brokers["broker-a"].endpoint) as ch:
+    with grpc.insecure_channel(c.brokers[node].endpoint) as ch:
         next(svc_grpc.MessagingServiceStub(ch).Telemetry(iter([svc.TelemetryCommand(settings=s)]), timeout=10,
                                                          metadata=(("x-mq-client-id", cid),)))
+
+
+def subscribe_raw(c: LocalCluster, topic: str, group: str, cid: str, node: str = "broker-a") -> None:
+    register_lite_client(c, group, cid, node)
+    resp = stub_call(c, "SyncLiteSubscription", sync_req(topic, group, ["a"]), cid=cid, node=node)
+    assert resp.status.code == pb.Code.OK, resp.status.message
 
 
 def lite_round(c: LocalCluster, topic: str, group: str) -> list[tuple[str, str]]:
     """A lite client subscribed to ``a``; lite messages a, b, a, c sent; what one receive then gets."""
     lite_topic_and_group(c, topic, group)
     cid = f"raw-{group}"
-    register_lite_client(c, group, cid)
-    assert stub_call(c, "SyncLiteSubscription", sync_req(topic, group, ["a"]), cid=cid).status.code == pb.Code.OK
+    subscribe_raw(c, topic, group, cid)
     for i, lite in enumerate("abac"):
         assert send_lite(c, topic, lite, f"L{i}".encode())[0] == "OK"
     return sorted(raw_lite_receive(c, topic, group, cid))
@@ -335,3 +341,45 @@ def test_lite_topic_quota(lite_cluster: LocalCluster) -> None:
     assert first_refused >= 1 and set(codes[:first_refused]) == {"OK"} and set(codes[first_refused:]) == {
         "LITE_TOPIC_QUOTA_EXCEEDED"}
     assert send_lite(c, topic, "q0", b"again")[0] == "OK"  # an existing lite queue
+
+
+@pytest.mark.e2e
+@pytest.mark.long
+def test_lite_queues_survive_a_dledger_leader_change(tmp_path: Path) -> None:
+    """The lite queues' entries derive from the commit log on every member (broker/store/multi_dispatch.py): lite
+    messages a, b, a, c sent to a DLedger group's leader, the leader killed, a new group bound to the topic on the
+    new leader reads exactly the two of ``a`` from its own lite queue.  Long: a three-member group (30-60 s)."""
+    from cluster import start_dledger_group
+    from test_failover_client_visible import leader_index
+
+    c = LocalCluster(tmp_path)
+    try:
+        c.start_namesrv()
+        nodes = start_dledger_group(c, "broker-lite", enableLmq="true", enableMultiDispatch="true",
+                                    flushDiskType="SYNC_FLUSH")
+        (first,) = wait_until(lambda: leader_index(c, nodes), timeout=60, what="a leader")
+        lead = nodes[first].name
+        topic = "LiteRaft"
+        lite_topic_and_group(c, topic, "GID_lite_raft0", node=lead)
+        for i, lite in enumerate("abac"):
+            assert send_lite(c, topic, lite, f"L{i}".encode(), node=lead)[0] == "OK"
+        nodes[first].proc.kill9()
+        rest = [n for i, n in enumerate(nodes) if i != first]
+        (second,) = wait_until(lambda: leader_index(c, rest), timeout=60, what="a new leader")
+        new = rest[second].name
+        group = "GID_lite_raft1"  # a group that consumed nothing: it reads the lite queue from its start
+        lite_topic_and_group(c, topic, group, node=new)
+        subscribe_raw(c, topic, group, "raw-raft", node=new)
+        got: list[tuple[str, str]] = []
+
+        def received() -> bool:
+            got.extend(raw_lite_receive(c, topic, group, "raw-raft", node=new))
+            return len(got) >= 2
+
+        wait_until(received, timeout=30, what="the lite messages on the new leader")
+        assert sorted(got) == [("L0", "a"), ("L2", "a")]
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
