@@ -330,6 +330,32 @@ def test_with_the_keys_off_a_lite_consumer_receives_nothing(tmp_path: Path) -> N
 
 
 @pytest.mark.e2e
+def test_remoting_single_send_reaches_the_lite_queue(lite_cluster: LocalCluster) -> None:
+    """A remoting SEND_MESSAGE_V2 carrying ``__LITE_TOPIC`` (as Apache's Java client would) is multi-dispatched
+    too (Apache's SendMessageProcessor); a bad lite topic gets a remark naming it."""
+    import time
+    import uuid
+
+    from rocketscope.broker.remoting.client import RemotingClient
+    from rocketscope.broker.remoting.codec import RequestCode, ResponseCode, properties_to_string
+
+    c, topic, group = lite_cluster, "LiteRemoting", "GID_lite_remoting"
+    lite_topic_and_group(c, topic, group)
+    subscribe_raw(c, topic, group, "raw-remoting")
+    with RemotingClient(c.brokers["broker-a"].admin_addr) as b:
+        codes = []
+        for lite in ("a", "b", "a.b"):
+            props = {"UNIQ_KEY": uuid.uuid4().hex.upper(), "__LITE_TOPIC": lite}
+            header = {"a": "LitePG", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
+                      "g": str(int(time.time() * 1000)), "h": "0", "i": properties_to_string(props), "m": "false"}
+            resp = b.invoke(RequestCode.SEND_MESSAGE_V2, header, f"R-{lite}".encode())
+            codes.append((resp.code, resp.remark if resp.code != ResponseCode.SUCCESS else ""))
+    assert codes[:2] == [(ResponseCode.SUCCESS, ""), (ResponseCode.SUCCESS, "")]
+    assert codes[2][0] != ResponseCode.SUCCESS and "'a.b'" in codes[2][1]
+    assert raw_lite_receive(c, topic, group, "raw-remoting") == [("R-a", "a")]
+
+
+@pytest.mark.e2e
 def test_lite_topic_quota(lite_cluster: LocalCluster) -> None:
     """maxLmqConsumeQueueNum: a message opening one lite queue too many is refused; existing ones still take
     messages.  Runs last in this module: it fills the broker's lite queue quota."""

@@ -20,10 +20,11 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rocketscope.names import RETRY_PREFIX
 
+from ..errors import BrokerError, remoting_code
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
-from ..priority import PRIORITY_PROPERTY, place
+from ..priority import LITE_TOPIC_PROPERTY, PRIORITY_PROPERTY, place
 from ..sends import PLAIN, SendKind, new_uniq_key
 from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
@@ -432,6 +433,11 @@ class RemotingBroker:
                 props["UNIQ_KEY"] = new_uniq_key()
             if not batch and PRIORITY_PROPERTY in props:  # Apache's single send: a priority's own queue
                 queue_id = place(props, cfg.write_queue_nums, queue_id)
+            if not batch and LITE_TOPIC_PROPERTY in props:  # Apache's single send: the lite queue (broker/lite.py)
+                try:
+                    b.lite.prepare_send(topic_name, props, "properties")
+                except BrokerError as exc:
+                    raise HeaderError(str(exc), remoting_code(exc)) from None
             deliver_ms = None if _TIMER_KEYS.isdisjoint(props) else self._deliver_ms(props, now_ms)
             if deliver_ms is not None:
                 if batch:
