@@ -10,18 +10,31 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-
-from rocketmq.grpc_protocol import definition_pb2 as pb
+from enum import IntEnum
 
 log = logging.getLogger(__name__)
 
 CLIENT_EXPIRY_S = 120.0
 
 
+class ClientType(IntEnum):
+    """What kind of client this is, whatever protocol it speaks.  The numbers are the gRPC v2 ClientType's, so the
+    gRPC door checks a request's value and passes it through; the remoting door maps a heartbeat's producer and
+    consumer data (consumeType) onto the same kinds."""
+
+    CLIENT_TYPE_UNSPECIFIED = 0
+    PRODUCER = 1
+    PUSH_CONSUMER = 2
+    SIMPLE_CONSUMER = 3
+    PULL_CONSUMER = 4
+    LITE_PUSH_CONSUMER = 5
+    LITE_SIMPLE_CONSUMER = 6
+
+
 @dataclass
 class ClientInfo:
     client_id: str
-    client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
+    client_type: int = ClientType.CLIENT_TYPE_UNSPECIFIED
     group: str = ""
     language: str = ""
     version: str = ""
@@ -38,7 +51,7 @@ class ClientInfo:
     @property
     def type_name(self) -> str:
         try:
-            return pb.ClientType.Name(self.client_type)
+            return ClientType(self.client_type).name
         except ValueError:
             return f"UNKNOWN_{self.client_type}"
 
@@ -52,10 +65,10 @@ class ClientRegistry:
         if info is None:
             info = ClientInfo(client_id)
             self.clients[client_id] = info
-        fresh = info.client_type == pb.CLIENT_TYPE_UNSPECIFIED and fields.get("client_type") not in (
-            None, pb.CLIENT_TYPE_UNSPECIFIED)
+        fresh = info.client_type == ClientType.CLIENT_TYPE_UNSPECIFIED and fields.get("client_type") not in (
+            None, ClientType.CLIENT_TYPE_UNSPECIFIED)
         for name, value in fields.items():
-            if value not in (None, "", pb.CLIENT_TYPE_UNSPECIFIED):
+            if value not in (None, "", ClientType.CLIENT_TYPE_UNSPECIFIED):
                 setattr(info, name, value)
         info.last_seen = time.time()
         if fresh:
@@ -98,7 +111,8 @@ class ClientRegistry:
         return [c for c in self.clients.values() if c.group == group]
 
     def producers(self) -> list[ClientInfo]:
-        return [c for c in self.clients.values() if c.client_type == pb.PRODUCER]
+        return [c for c in self.clients.values() if c.client_type == ClientType.PRODUCER]
 
     def consumers(self) -> list[ClientInfo]:
-        return [c for c in self.clients.values() if c.client_type not in (pb.PRODUCER, pb.CLIENT_TYPE_UNSPECIFIED)]
+        not_consumers = (ClientType.PRODUCER, ClientType.CLIENT_TYPE_UNSPECIFIED)
+        return [c for c in self.clients.values() if c.client_type not in not_consumers]

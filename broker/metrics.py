@@ -36,6 +36,7 @@ from rocketscope.names import READER_GROUP, RETRY_PREFIX, SYSTEM_GROUP_PREFIX, i
 from rocketscope.telemetry import Telemetry
 
 from .broker_stats import BrokerStats
+from .clients import ClientType
 from .pop import Delivery, origin_topic, retry_topic
 from .remoting.mq_version import version_desc
 from .store.message_store import PutResult, PutStatus
@@ -66,7 +67,8 @@ HA_MASTER, HA_SLAVE = 3, 2
 PROPOSED_MAX = 200_000  # DLedger entries whose propose time is kept until every peer acknowledged them
 Labels = dict[str, Any]
 
-_CONSUME_MODE = {pb.PUSH_CONSUMER: "push", pb.SIMPLE_CONSUMER: "pop", pb.PULL_CONSUMER: "pull"}
+_CONSUME_MODE: dict[int, str] = {ClientType.PUSH_CONSUMER: "push", ClientType.SIMPLE_CONSUMER: "pop",
+                                 ClientType.PULL_CONSUMER: "pull"}
 
 
 def snake(name: str) -> str:
@@ -450,9 +452,9 @@ class BrokerMetrics:
             if c.protocol == "remoting":
                 continue  # counted per group below: one remoting client id serves all its JVM's groups
             lang, ver = (c.language or "unknown").lower(), rocketmq_version(c.version)
-            if c.client_type == pb.PRODUCER:
+            if c.client_type == ClientType.PRODUCER:
                 producers[(lang, ver, c.protocol)] = producers.get((lang, ver, c.protocol), 0) + 1
-            elif c.client_type != pb.CLIENT_TYPE_UNSPECIFIED and c.group:
+            elif c.client_type != ClientType.CLIENT_TYPE_UNSPECIFIED and c.group:
                 key = (c.group, lang, ver, _CONSUME_MODE.get(c.client_type, "pop"), c.protocol)
                 consumers[key] = consumers.get(key, 0) + 1
         # remoting clients from the remoting front's group tables (broker/remoting/broker_handlers.py): Apache's

@@ -395,8 +395,10 @@ GRPC_DOOR = {f"rocketscope.broker.{m}" for m in (
     "errors",  # the one table from the broker's error kinds to gRPC codes (and to remoting codes)
 )}
 PROTOBUF_KNOWN = {
-    # the client registry records a client's type as gRPC's ClientType, also for remoting clients
-    "rocketscope.broker.clients", "rocketscope.broker.metrics", "rocketscope.broker.remoting.broker_handlers",
+    # gRPC request metrics name their v2 status codes (rocketmq_rpc_latency response_code, protocol_type=grpc)
+    "rocketscope.broker.metrics",
+    # the checks shared by both doors (broker/validation.py) raise v2 codes, which remoting maps in one table
+    "rocketscope.broker.remoting.broker_handlers",
     # a filter expression arrives as gRPC's FilterExpression (remoting has its own parser entry)
     "rocketscope.broker.filter",
     # Broker keeps gRPC's Code for the statuses its admin and send paths answer

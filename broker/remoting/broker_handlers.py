@@ -20,6 +20,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rocketscope.names import RETRY_PREFIX
 
+from ..clients import ClientType
 from ..errors import BrokerError, remoting_code
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
@@ -702,7 +703,7 @@ class RemotingBroker:
             if not group or group_name_problem(group):
                 continue
             self.producers.setdefault(group, {})[cid] = RemoteClient(cid, conn, cmd.language, cmd.version)
-            info = b.clients.touch(cid, client_type=pb.PRODUCER, group=group, language=cmd.language,
+            info = b.clients.touch(cid, client_type=ClientType.PRODUCER, group=group, language=cmd.language,
                                    version=version_desc(cmd.version), address=conn.peer, protocol="remoting")
             if info.outbox is None or isinstance(info.outbox, TransactionCheckOutbox):
                 info.outbox = TransactionCheckOutbox(self, conn, group)  # type: ignore[assignment]
@@ -739,7 +740,8 @@ class RemotingBroker:
                 members[cid] = RemoteClient(cid, conn, cmd.language, cmd.version, subs, consume_mode=mode)
                 self._notify_changed(group)
             # consume_mode as Apache labels remoting consumers: CONSUME_PASSIVELY push, CONSUME_ACTIVELY pull
-            kind = pb.PUSH_CONSUMER if cd.get("consumeType") == "CONSUME_PASSIVELY" else pb.PULL_CONSUMER
+            passive = cd.get("consumeType") == "CONSUME_PASSIVELY"
+            kind = ClientType.PUSH_CONSUMER if passive else ClientType.PULL_CONSUMER
             b.clients.touch(cid, client_type=kind, group=group, language=cmd.language,
                             version=version_desc(cmd.version), address=conn.peer, topics=set(subs), protocol="remoting")
         return cmd.response(ext_fields={"IS_SUPPORT_HEART_BEAT_V2": "false",
