@@ -509,18 +509,7 @@ class PopService:
             if not self.serving():
                 await asyncio.sleep(min(remaining, 0.01))
                 continue
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            qw = self._topic_waiters.setdefault(topic, set())
-            gw = self._group_waiters.setdefault(group, set())
-            qw.add(fut)
-            gw.add(fut)
-            try:
-                await asyncio.wait_for(fut, remaining)
-            except TimeoutError:
-                pass
-            finally:
-                qw.discard(fut)
-                gw.discard(fut)
+            await self.wait_dispatch(group, topic, remaining)
 
     def pop_lite(self, group: str, topic: str, lite_queues: list[str], batch: int, invisible_ms: int
                  ) -> list[Delivery]:

@@ -10,17 +10,12 @@ member's own log: its "leader of term" and "no longer leader" lines.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
-import grpc
 import pytest
-from cluster import LocalCluster, cluster_with_namesrv, wait_until
+from cluster import LocalCluster, cluster_with_namesrv, ha_status, wait_until
 from conftest import failed_call, free_port
-
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +23,6 @@ pytestmark = pytest.mark.e2e
 # leader that is going to be deposed for silence is deposed within it.  Watching four windows after
 # every member has caught up leaves the group time to show a step-down it would have made.
 WATCH_S = 2.4
-
-
-def status(addr: str) -> dict[str, Any]:
-    with grpc.insecure_channel(addr) as ch:
-        return json.loads(admin_pb2_grpc.BrokerAdminStub(ch).HaStatus(common_pb2.Empty(), timeout=10).json)
 
 
 @pytest.fixture()
@@ -54,8 +44,8 @@ def test_a_new_group_keeps_its_first_leader(cluster: LocalCluster) -> None:
                             dLegerGroup="broker-f", dLegerPeers=peers, dLegerSelfId=f"n{i}") for i in range(3)]
     # every member, the last one started included, has caught up with the leader's log (and so has read
     # the writer's timer claim)
-    wait_until(lambda: len({(s["commitIndex"], s["term"]) for s in map(status, (n.admin_addr for n in nodes))}) == 1
-               and any(status(n.admin_addr)["role"] == "LEADER" for n in nodes), timeout=60,
+    wait_until(lambda: len({(s["commitIndex"], s["term"]) for s in map(ha_status, (n.admin_addr for n in nodes))}) == 1
+               and any(ha_status(n.admin_addr)["role"] == "LEADER" for n in nodes), timeout=60,
                what="one leader and every member at the same commit index")
     time.sleep(WATCH_S)  # an observation window (see WATCH_S), not a wait for a condition
     lines = leadership_lines(c)

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 import rmq
-from cluster import LocalCluster, wait_until
+from cluster import LocalCluster, cluster_with_namesrv, wait_until
 from rocketmq import ConsumeResult, LitePushConsumer, Message, MessageListener
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
@@ -107,16 +107,10 @@ def test_without_multi_dispatch_no_lite_queue(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ e2e
 @pytest.fixture(scope="module")
 def lite_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("lite"))
-    try:
-        c.start_namesrv()
+    # the module's processes' logs are printed when setting them up fails
+    with cluster_with_namesrv(tmp_path_factory.mktemp("lite"), lambda: False) as c:
         c.start_broker("broker-a", enableLmq="true", enableMultiDispatch="true", maxLmqConsumeQueueNum=LMQ_QUOTA)
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def admin(c: LocalCluster, method: str, request: Any, node: str = "broker-a") -> None:
