@@ -102,7 +102,17 @@ class Model:
 
     def _keep(self, name: str, df: DataFrame) -> DataFrame:
         if self.persist:
-            df = df.persist(self.storage_level)
+            # The plan that fills the cache is made here, and made without adaptive execution so that it
+            # reports its partitioning (by message) to the plans that read the cached table.  An adaptive
+            # cached plan reports none until it has run, so every aggregate and join over a cached table
+            # shuffled its rows again, although they were already partitioned by message: 11 shuffles of
+            # message rows per run where this layout needs 2 (tests/test_spark_plans.py counts them).
+            adaptive = self.spark.conf.get("spark.sql.adaptive.enabled")
+            self.spark.conf.set("spark.sql.adaptive.enabled", "false")
+            try:
+                df = df.persist(self.storage_level)
+            finally:
+                self.spark.conf.set("spark.sql.adaptive.enabled", adaptive or "true")
         self._cache[name] = df
         return df
 
@@ -324,10 +334,33 @@ class Model:
             F.when(dlq_grp.isNotNull(), F.struct(dlq_grp.alias("g"), F.lit(True).alias("via_dlq"))),
         ))
         tagged = a.select("*", F.explode(roles).alias("role")).select(
-            "*", F.col("role.g").alias("role_grp"), F.col("role.via_dlq").alias("via_dlq"))
+            MSG_KEY, "msg_id", "request_id", "begin_ts", "end_ts", "success", "retry_times",
+            F.col("role.g").alias("role_grp"), F.col("role.via_dlq").alias("via_dlq"),
+            F.lit(None).cast("long").alias("dlq_pub_t"))
+        # the broker's record of the move itself: a Pub on %DLQ%<group> (trace/broker_side.py
+        # on_dead_lettered), also for a group whose retryMaxTimes is below MAX_RECONSUME_TIMES
+        # and whose dead letters nobody reads.  Its rows join the attempts' rows in the one aggregate
+        # below (no delivery of their own: via_dlq), instead of a full outer join with the aggregate,
+        # whose output Spark cannot know to be partitioned by message.
+        dlq_pubs = self.records.where(
+            (F.col("rec_type") == "Pub") & F.col("topic").startswith(DLQ_PREFIX)
+            & F.coalesce(F.col("success"), F.lit(True))
+        ).select(
+            MSG_KEY, "msg_id", F.lit(None).cast("string").alias("request_id"),
+            F.lit(None).cast("long").alias("begin_ts"), F.lit(None).cast("long").alias("end_ts"),
+            F.lit(None).cast("boolean").alias("success"),
+            F.lit(None).cast("int").alias("retry_times"),
+            F.substring(F.col("topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("role_grp"), F.lit(True).alias("via_dlq"),
+            F.col("ts").alias("dlq_pub_t"),
+        )
         own = ~F.col("via_dlq")
         failed_final = own & (F.col("success") == F.lit(False)) & (F.col("retry_times") >= MAX_RECONSUME_TIMES)
-        stats = tagged.groupBy(MSG_KEY, "msg_id", F.col("role_grp").alias("grp")).agg(
+        # The attempts come out of a full outer join, which Spark cannot know to be partitioned by
+        # message: one explicit shuffle by message, so that the aggregate by (message, group) needs no
+        # other and its output (the cached table) is partitioned by message for message_timeline.
+        stats = self.by_message(tagged.unionByName(dlq_pubs)).groupBy(
+            MSG_KEY, "msg_id", F.col("role_grp").alias("grp")
+        ).agg(
             # attempts are unique per (msgId, request id) after the join: a plain count, no distinct aggregate
             F.count(F.when(own, F.col("request_id"))).alias("deliveries"),
             F.min(F.when(own, F.col("begin_ts"))).alias("first_delivery_ts"),
@@ -336,28 +369,18 @@ class Model:
             F.count(F.when(own & (F.col("success") == F.lit(False)), True)).alias("failures"),
             F.min(F.when(failed_final, F.coalesce("end_ts", "begin_ts"))).alias("dlq_retry_ts"),
             F.min(F.when(F.col("via_dlq"), F.coalesce("begin_ts", "end_ts"))).alias("dlq_read_ts"),
-        )
-        # the broker's record of the move itself: a Pub on %DLQ%<group> (trace/broker_side.py
-        # on_dead_lettered), also for a group whose retryMaxTimes is below MAX_RECONSUME_TIMES
-        # and whose dead letters nobody reads
-        from_dlq_pub = (
-            self.records.where((F.col("rec_type") == "Pub") & F.col("topic").startswith(DLQ_PREFIX)
-                               & F.coalesce(F.col("success"), F.lit(True)))
-            .select(MSG_KEY, "msg_id", F.substring(F.col("topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("grp"),
-                    F.col("ts").alias("t"))
-            .groupBy(MSG_KEY, "msg_id", "grp")
-            .agg(F.min("t").alias("dlq_pub_ts"))
+            F.min("dlq_pub_t").alias("dlq_pub_ts"),
         )
         dlq_topic_ts = F.least("dlq_read_ts", "dlq_pub_ts")
-        joined = stats.join(from_dlq_pub.hint("shuffle_hash"), on=[MSG_KEY, "msg_id", "grp"], how="full_outer").select(
+        joined = stats.select(
             MSG_KEY,
             "msg_id",
             "grp",
-            F.coalesce("deliveries", F.lit(0)).cast("int").alias("deliveries"),
+            F.col("deliveries").cast("int").alias("deliveries"),
             "first_delivery_ts",
             "first_ack_ts",
             "max_retry_times",
-            F.coalesce("failures", F.lit(0)).cast("int").alias("failures"),
+            F.col("failures").cast("int").alias("failures"),
             (F.col("dlq_retry_ts").isNotNull() | dlq_topic_ts.isNotNull()).alias("dlq"),
             F.least("dlq_retry_ts", dlq_topic_ts).alias("dlq_ts"),
         )

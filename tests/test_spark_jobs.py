@@ -16,6 +16,7 @@ from rocketscope.spark.generate import GenConfig, generate
 from rocketscope.spark.jobs import JOBS
 from rocketscope.spark.model import Model
 from rocketscope.spark.output import write_table
+from rocketscope.spark.plans import describe, nodes, shuffles
 from rocketscope.spark.reference import Reference, nearest_rank, read_rows
 from rocketscope.spark.schema import QUORUM
 
@@ -193,3 +194,47 @@ def test_rerun_is_idempotent_and_keeps_other_partitions(spark, written, tmp_path
     after = spark.read.parquet(str(out / name))
     assert after.where("date = date'2000-01-01'").count() == 1
     assert sorted(map(tuple, after.where("date <> date'2000-01-01'").collect())) == before
+
+
+# How the jobs are planned: what docs/ANALYTICS.md ("How the shared tables are laid out") claims.
+# The plans of the model the tests above ran are walked in the JVM (spark/plans.py), no job runs:
+# the Parquet scans read only the columns the decoders use; every record is shuffled once (by
+# message), the copies once more (the replication rows back to the message partitioning), the
+# attempts once more (a full outer join's output is not known to be partitioned); the Pub dedup,
+# the effective copy and message_timeline run in place; no sort over message rows leads with a
+# string (its 8-byte sort prefix tells the msgIds of one producer apart from nothing).
+DECODER_COLUMNS = {"topic", "tags", "body"}
+
+
+def test_every_scan_reads_only_the_columns_the_decoders_use(written) -> None:  # type: ignore[no-untyped-def]
+    model: Model = written[1]
+    # every scan is in a job's own plan or in the plan of a cached table it reads: each walked once
+    plans = {name: build(model) for name, build in JOBS.items()}
+    plans.update({f"cached {name}": df for name, df in model._cache.items()})
+    scans = {name: [n.read_columns() for n in nodes(df) if n.kind == "FileSourceScanExec"]
+             for name, df in plans.items()}
+    assert scans["cached records"] and scans["cached events"], scans
+    assert all(set(cols) <= DECODER_COLUMNS for found in scans.values() for cols in found), scans
+
+
+def test_message_keyed_steps_stay_in_the_message_partitions(written) -> None:  # type: ignore[no-untyped-def]
+    model: Model = written[1]
+    # records: the one shuffle of every record; copies: the replication rows back to the message
+    # partitioning; consumers: the attempts (a full outer join, whose output Spark does not know to be
+    # partitioned) once more.  Before session 15 every cached table hid its partitioning and the run
+    # shuffled message rows 11 times.
+    expected = {"records": 1, "pubs": 0, "copies": 1, "messages": 0, "consumers": 1, "message_timeline": 0}
+    tables = {name: getattr(model, name) for name in expected if name != "message_timeline"}
+    tables["message_timeline"] = JOBS["message_timeline"](model)
+    actual = {name: len(shuffles(df)) for name, df in tables.items()}
+    assert actual == expected, {name: describe(shuffles(df)) for name, df in tables.items()}
+
+
+def test_no_sort_over_message_rows_leads_with_a_string(written) -> None:  # type: ignore[no-untyped-def]
+    model: Model = written[1]
+    tables = {name: getattr(model, name) for name in ("records", "pubs", "copies", "messages", "consumers")}
+    tables["message_timeline"] = JOBS["message_timeline"](model)
+    for name, df in tables.items():
+        for node in nodes(df, into_broadcasts=False):
+            types = node.sort_key_types()
+            assert not types or types[0] != "string", f"{name}: a sort led by a string: {node.jvm.toString()}"
