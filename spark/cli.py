@@ -49,7 +49,8 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True, help="As-of join implementation (docs/ANALYTICS.md)."),
         click.option("--driver-memory", default=None, help="spark.driver.memory, e.g. 2g."),
         click.option("--quick-start", is_flag=True,
-                     help="Serial GC and C1-only JIT: faster start-up, slower on large inputs."),
+                     help="For small inputs: serial GC, C1-only JIT, interpreted expressions, no adaptive "
+                          "execution, one shuffle partition; much slower on large inputs."),
         click.option("--decoder", type=click.Choice(DECODERS), default="sql", show_default=True,
                      help="Trace decoding: Spark SQL expressions in the JVM, or the Python codec (mapInArrow)."),
         click.option("--incremental", is_flag=True,

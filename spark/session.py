@@ -21,6 +21,20 @@ tasks 56 s), but 20k (99 -> 100) and 1M (438 -> 435) unchanged within the noise
 (docs/ANALYTICS.md, "Results", session 10).  Code that runs over millions of rows still
 reaches C2."""
 
+QUICK_START_CONF = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+"""Spark settings of ``quick_start`` (with one shuffle partition): a tiny input is cheaper to run
+interpreted than to compile.  A run generates a few hundred classes (Janino in the driver thread,
+then HotSpot compiles them) and re-plans every stage adaptively; on ~120 messages that is most of
+the run.  ``rocketscope demo``'s Spark step (``analyze all --namesrv ... --quick-start``, ~100
+messages, on a live demo cluster), one run each at load average 10-16: 79.6 -> 50.3 CPU seconds of
+the driver JVM (the py4j driver thread, planning and Janino, 33.8 -> 27.3 s; the tasks 16.9 -> 7.7 s),
+Python workers 6.1 -> 4.7 s (docs/ANALYTICS.md, "Results", session 15).  Interpreted expressions are
+many times slower per row: for small inputs only, like the C1-only JIT of the same option."""
+
 CODEGEN_CACHE_ENTRIES = 2000
 """Spark's cache of compiled generated classes (``spark.sql.codegen.cache.maxEntries``, default 100).
 One run of the four jobs generates about 370 classes at 1M messages, so with 100 entries a second
@@ -46,9 +60,10 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
                 quick_start: bool = False, conf: dict[str, str] | None = None) -> SparkSession:
     """A session bound to loopback, in UTC.
 
-    ``quick_start`` adds the serial GC and the C1-only JIT: seconds less start-up for
-    small inputs (tests, a day of a small cluster), but the C1 code is much slower on
-    millions of records, so it is off by default.  In local mode the shuffle partitions
+    ``quick_start`` adds the serial GC and the C1-only JIT, interpreted expressions instead of
+    generated code, no adaptive execution and one shuffle partition (:data:`QUICK_START_CONF`):
+    seconds less start-up and planning for small inputs (tests, the demo, a day of a small
+    cluster), but much slower on millions of records, so it is off by default.  In local mode the shuffle partitions
     default to twice the cores: Spark's 200 cost seconds of task overhead per stage here.
     A local driver JVM gets :data:`LOCAL_JIT_JAVA_OPTIONS` (fewer C2 compilations of
     generated code that runs briefly).
@@ -78,6 +93,9 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
     )
     if quick_start:
         builder = builder.config("spark.driver.extraJavaOptions", QUICK_START_JAVA_OPTIONS)
+        for key, value in QUICK_START_CONF.items():
+            builder = builder.config(key, value)
+        shuffle_partitions = shuffle_partitions or 1
     elif master and master.startswith("local"):
         # the driver JVM is started here and runs the tasks too (under spark-submit it already runs)
         builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JIT_JAVA_OPTIONS)
