@@ -274,7 +274,10 @@ class MessageStore:
                 status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(exc) else PutStatus.MESSAGE_ILLEGAL
                 results.append(PutResult(status, reason=str(exc)))
                 continue
-            for k in (key, *lmq):
+            if key not in before:
+                before[key] = queue_next.get(key)
+            queue_next[key] = qoff + 1
+            for k in lmq:  # its LMQ queues (multi-dispatch), restored with the topic's on a failed append
                 if k not in before:
                     before[k] = queue_next.get(k)
                 queue_next[k] = queue_next.get(k, 0) + 1
@@ -617,9 +620,7 @@ class MessageStore:
             key = (topic, msg.queue_id)
             cq = cqs.get(key)
             if cq is None:
-                cq = ConsumeQueue(self.root / "consumequeue", topic, msg.queue_id,
-                                  self.config.cq_entries_per_segment)
-                cqs[key] = cq
+                cq = self._open_cq(cqs, key)
             props = msg.properties
             qoff = msg.queue_offset
             phy = msg.physical_offset
@@ -647,6 +648,11 @@ class MessageStore:
                     log.exception("dispatch listener failed for %s", msg.msg_id)
             self.dispatched = phy + msg.size
 
+    def _open_cq(self, cqs: dict[tuple[str, int], ConsumeQueue], key: tuple[str, int]) -> ConsumeQueue:
+        """The consume queue of ``key`` (topic or LMQ queue, queue id) seen for the first time in a dispatch."""
+        cq = cqs[key] = ConsumeQueue(self.root / "consumequeue", key[0], key[1], self.config.cq_entries_per_segment)
+        return cq
+
     def _dispatch_lmq(self, msg: StoredMessage, cqs: dict[tuple[str, int], ConsumeQueue],
                       queue_next: dict[tuple[str, int], int]) -> None:
         """The record's extra entries in the LMQ queues its properties name (broker/store/multi_dispatch.py);
@@ -656,8 +662,7 @@ class MessageStore:
             key = (lmq, multi_dispatch.LMQ_QUEUE_ID)
             cq = cqs.get(key)
             if cq is None:
-                cq = cqs[key] = ConsumeQueue(self.root / "consumequeue", lmq, key[1],
-                                             self.config.cq_entries_per_segment)
+                cq = self._open_cq(cqs, key)
             if cq.append(off, msg.physical_offset, msg.size, tag) and queue_next.get(key, 0) < off + 1:
                 queue_next[key] = off + 1
 
