@@ -113,11 +113,11 @@ def record_cost(n: int = 20_000, runs: int = 5) -> dict[str, float]:
             results = [SimpleNamespace(message=msg, status=PutStatus.PUT_OK)]
             for _ in range(1000):
                 metrics.on_put(results)  # type: ignore[arg-type]
-                metrics.on_rpc("SendMessage", 20000, 0.0012, False)
+                metrics.on_rpc("SendMessage", "ok", True, 0.0012, False)
             t0 = time.perf_counter()
             for _ in range(n):
                 metrics.on_put(results)  # type: ignore[arg-type]
-                metrics.on_rpc("SendMessage", 20000, 0.0012, False)
+                metrics.on_rpc("SendMessage", "ok", True, 0.0012, False)
             return (time.perf_counter() - t0) / n * 1e6
         finally:
             tel.stop()

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2_grpc, namesrv_pb2
 from rocketscope.config import ConfigError, Settings
@@ -28,6 +27,7 @@ from .admin_service import BrokerAdminService
 from .broker_config import namesrv_addresses
 from .client_metrics import ClientMetricsProxy
 from .clients import ClientRegistry
+from .errors import BrokerError, ErrorKind
 from .filter import MessageFilter
 from .forwarding import LeaderForwarder
 from .groups import GroupManager
@@ -59,14 +59,12 @@ from .timer import TimerService
 from .topics import TopicConfig, TopicManager, group_queue
 from .trace_hooks import NoTrace, TraceHooks
 from .transaction import HALF_TOPIC, TransactionService
-from .validation import RequestError
 
 if TYPE_CHECKING:
     from .dledger.node import DLedgerNode
     from .dledger.retention import DLedgerRetention
 
 log = logging.getLogger(__name__)
-Code = pb.Code
 
 
 def store_config(s: Settings, store_host: str) -> StoreConfig:
@@ -612,20 +610,22 @@ class Broker:
         return route
 
     async def topic_for_send(self, name: str) -> TopicConfig:
+        """The topic a send writes to, created when autoCreateTopicEnable allows; a BrokerError (NOT_WRITER,
+        TOPIC_NOT_FOUND, FORBIDDEN) when this broker cannot take the send, which each front door maps."""
         if not self.is_master:
-            raise RequestError(Code.FORBIDDEN, f"broker {self.node_id} is a slave: send to the master of "
-                                               f"{self.broker_name}")
+            raise BrokerError(ErrorKind.NOT_WRITER, f"broker {self.node_id} is a slave: send to the master of "
+                                                    f"{self.broker_name}")
         cfg = self.topics.get(name)
         if cfg is None:
             if self.settings.autoCreateTopicEnable and not is_system_topic(name):
                 cfg = self.topics.create_if_absent(name)
                 self.topics_on_change()
             else:
-                raise RequestError(Code.TOPIC_NOT_FOUND,
-                                   f"topic.name: topic {name} does not exist on broker {self.broker_name}")
+                raise BrokerError(ErrorKind.TOPIC_NOT_FOUND,
+                                  f"topic.name: topic {name} does not exist on broker {self.broker_name}")
         if not (cfg.writable and self.writable):
-            raise RequestError(Code.FORBIDDEN, f"topic.name: topic {name} is not writable on broker "
-                                               f"{self.broker_name}")
+            raise BrokerError(ErrorKind.FORBIDDEN, f"topic.name: topic {name} is not writable on broker "
+                                                   f"{self.broker_name}")
         return cfg
 
     def select_queue(self, cfg: TopicConfig, message_group: str, client_queue: int | None = None) -> int:
@@ -694,8 +694,9 @@ class Broker:
         await self.pop.forward_to_dlq(group, handle)
 
     # ------------------------------------------------- hooks for later layers
-    def record_rpc(self, method: str, code: int, seconds: float, long_polling: bool = False) -> None:
-        self.metrics.on_rpc(method, code, seconds, long_polling)
+    def record_rpc(self, method: str, response_code: str, served: bool, seconds: float,
+                   long_polling: bool = False) -> None:
+        self.metrics.on_rpc(method, response_code, served, seconds, long_polling)
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         """Recall a delayed message before its time (RecallError when it cannot); returns its message id."""

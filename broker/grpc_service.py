@@ -21,7 +21,8 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 from .convert import to_grpc, to_stored
-from .errors import BrokerError, grpc_code
+from .errors import BrokerError
+from .grpc_errors import PUT_STATUS_CODES, RequestError, grpc_code, rpc_outcome
 from .grpc_registration import Unparseable
 from .lite import Action as LiteAction
 from .pop import PopError, retry_topic
@@ -30,12 +31,11 @@ from .request_metadata import request_metadata
 from .retry_policy import fill_backoff
 from .route_view import message_queues
 from .sends import SendKind
-from .store.message_store import PutStatus
 from .timer import RecallError
 from .topics import TopicConfig
 from .trace_hooks import CLIENT_TRACE_HEADER
 from .transaction import CheckBack, Resolution, TransactionError
-from .validation import RequestError, check_group, check_message, check_topic, parse_tag_filter
+from .validation import check_group, check_message, check_topic, parse_tag_filter
 
 if TYPE_CHECKING:
     from rocketscope.config import Settings
@@ -47,27 +47,17 @@ CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER, pb.LIT
 Code = pb.Code
 R = TypeVar("R")
 
-PUT_STATUS_CODES = {
-    PutStatus.PUT_OK: Code.OK,
-    PutStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
-    PutStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
-    PutStatus.SERVICE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
-    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: Code.HA_NOT_AVAILABLE,
-    PutStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
-    PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
-}
 # RocketMQ's delay levels 3..18: the default retry back-off of a push consumer
 GRPC_RESOLUTIONS = {pb.COMMIT: Resolution.COMMIT, pb.ROLLBACK: Resolution.ROLLBACK}  # else UNKNOWN (unspecified)
 ACK_WAIT_S = 3.0  # longest an ack waits for a new writer to catch up, or for its record to be replicated
 
 
 def lite_checked(fn: Callable[..., R], *args: Any) -> R:
-    """``fn(*args)`` of broker/lite.py, its refusals as v2 statuses (broker/errors.py)."""
+    """``fn(*args)`` of broker/lite.py, its refusals as v2 statuses (broker/grpc_errors.py)."""
     try:
         return fn(*args)
     except BrokerError as exc:
-        raise RequestError(grpc_code(exc), str(exc)) from None
+        raise RequestError.of(exc) from None
 
 
 class StreamRefused(Exception):
@@ -95,13 +85,16 @@ def guarded(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]], C
             except RequestError as exc:
                 code = exc.code
                 return response_type(status=status(exc.code, exc.message))  # type: ignore[call-arg]
+            except BrokerError as exc:  # a core refusal no handler mapped itself: its kind's v2 code
+                code = grpc_code(exc)
+                return response_type(status=status(code, str(exc)))  # type: ignore[call-arg]
             except Exception as exc:
                 code = Code.INTERNAL_SERVER_ERROR
                 log.exception("%s failed", fn.__name__)
                 return response_type(status=status(Code.INTERNAL_SERVER_ERROR,  # type: ignore[call-arg]
                                                    f"internal error in {fn.__name__}: {exc}"))
             finally:
-                self.broker.record_rpc(fn.__name__, code, time.perf_counter() - started)
+                self.broker.record_rpc(fn.__name__, *rpc_outcome(code), time.perf_counter() - started)
 
         return inner
 
@@ -435,7 +428,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 if msg.topic.name != request.messages[0].topic.name:
                     raise RequestError(Code.BAD_REQUEST, f"messages[{i}].topic.name differs from messages[0]: one "
                                                          "request carries messages of one topic")
-                cfg = await b.topic_for_send(msg.topic.name)
+                try:
+                    cfg = await b.topic_for_send(msg.topic.name)
+                except BrokerError as exc:
+                    raise RequestError.of(exc) from None
                 check_send_type(b.settings, msg, i, cfg)
                 queue_id = b.select_queue(cfg, msg.system_properties.message_group, msg.system_properties.queue_id)
                 one = to_stored(msg, queue_id, host)
@@ -502,12 +498,16 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         except RequestError as exc:
             code = exc.code
             yield svc.ReceiveMessageResponse(status=status(exc.code, exc.message))
+        except BrokerError as exc:
+            code = grpc_code(exc)
+            yield svc.ReceiveMessageResponse(status=status(code, str(exc)))
         except Exception as exc:
             code = Code.INTERNAL_SERVER_ERROR
             log.exception("ReceiveMessage failed")
             yield svc.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}"))
         finally:
-            self.broker.record_rpc("ReceiveMessage", code, time.perf_counter() - started, long_polling=True)
+            self.broker.record_rpc("ReceiveMessage", *rpc_outcome(code), time.perf_counter() - started,
+                                   long_polling=True)
 
     async def _receive(self, request: svc.ReceiveMessageRequest, context: grpc.aio.ServicerContext) -> list[Any]:
         b = self.broker
@@ -630,7 +630,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             handle = self.broker.change_invisible(request.group.name, request.receipt_handle, invisible,
                                                   request.message_id)
         except PopError as exc:
-            raise RequestError(grpc_code(exc), f"receipt_handle: {exc}") from None
+            raise RequestError.of(exc, "receipt_handle: ") from None
         return svc.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
 
     @guarded(svc.ForwardMessageToDeadLetterQueueResponse)
@@ -642,7 +642,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         try:
             await self.broker.forward_to_dlq(request.group.name, request.receipt_handle, request.message_id)
         except PopError as exc:
-            raise RequestError(grpc_code(exc), f"receipt_handle: {exc}") from None
+            raise RequestError.of(exc, "receipt_handle: ") from None
         return svc.ForwardMessageToDeadLetterQueueResponse(status=status())
 
     # ------------------------------------------- message types and pull APIs
@@ -657,7 +657,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                                GRPC_RESOLUTIONS.get(request.resolution, Resolution.UNKNOWN),
                                                request.source == pb.SOURCE_SERVER_CHECK)
         except TransactionError as exc:
-            raise RequestError(grpc_code(exc), str(exc)) from None
+            raise RequestError.of(exc) from None
         return svc.EndTransactionResponse(status=status())
 
     @guarded(svc.RecallMessageResponse)
@@ -667,7 +667,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         try:
             msg_id = await self.broker.recall(request.topic.name, request.recall_handle)
         except RecallError as exc:
-            raise RequestError(grpc_code(exc), f"recall_handle: {exc}") from None
+            raise RequestError.of(exc, "recall_handle: ") from None
         return svc.RecallMessageResponse(status=status(), message_id=msg_id)
 
     async def PullMessage(self, request: svc.PullMessageRequest,
@@ -687,7 +687,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             log.exception("PullMessage failed")
             yield svc.PullMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}"))
         finally:
-            self.broker.record_rpc("PullMessage", code, time.perf_counter() - started, long_polling=True)
+            self.broker.record_rpc("PullMessage", *rpc_outcome(code), time.perf_counter() - started,
+                                   long_polling=True)
 
     async def _pull(self, request: svc.PullMessageRequest, context: grpc.aio.ServicerContext
                     ) -> AsyncIterator[svc.PullMessageResponse]:

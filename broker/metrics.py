@@ -30,8 +30,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rocketmq.grpc_protocol import definition_pb2 as pb
-
 from rocketscope.names import READER_GROUP, RETRY_PREFIX, SYSTEM_GROUP_PREFIX, is_retry_or_dlq, is_system_topic
 from rocketscope.telemetry import Telemetry
 
@@ -174,7 +172,7 @@ class BrokerMetrics:
         self.per_queue = telemetry.wants("rocketmq_consumer_queue_lag_messages")
         self._in: dict[tuple[str, str], tuple[Any, Any, Any] | None] = {}  # (count.add, bytes.add, size.record)
         self._out: dict[tuple[str, str, bool], tuple[Any, Any]] = {}
-        self._rpc: dict[tuple[str, int, bool], Any] = {}
+        self._rpc: dict[tuple[str, str, bool], Any] = {}
         self._labels: dict[tuple[Any, ...], Labels] = {}  # snapshot label dicts, reused between snapshots
         self._labels_next: dict[tuple[Any, ...], Labels] = {}
 
@@ -333,22 +331,19 @@ class BrokerMetrics:
         if d is not None:
             self.elections.add(1, {"group": d.group, "self_id": d.self_id, "election_result": result})
 
-    def on_rpc(self, method: str, code: int, seconds: float, long_polling: bool) -> None:
+    def on_rpc(self, method: str, response_code: str, served: bool, seconds: float, long_polling: bool) -> None:
+        """A gRPC request answered: ``response_code`` is the name of its v2 status code and ``served`` whether it
+        counts as a success, as the gRPC door names them (broker/grpc_errors.py ``rpc_outcome``)."""
         if not self.enabled:
             return
-        bound = self._rpc.get((method, code, long_polling))
+        bound = self._rpc.get((method, response_code, long_polling))
         if bound is None:
-            try:
-                code_name = pb.Code.Name(code).lower()
-            except ValueError:
-                code_name = str(code)
-            ok = code in (pb.OK, pb.MULTIPLE_RESULTS, pb.MESSAGE_NOT_FOUND)
             bound = self.rpc_latency.bind({
-                "protocol_type": "grpc", "request_code": snake(method), "response_code": code_name,
-                "is_long_polling": long_polling, "result": "success" if ok else "process_request_failed"}).record
+                "protocol_type": "grpc", "request_code": snake(method), "response_code": response_code,
+                "is_long_polling": long_polling, "result": "success" if served else "process_request_failed"}).record
             if len(self._rpc) >= BIND_CACHE_MAX:
                 self._rpc.clear()
-            self._rpc[(method, code, long_polling)] = bound
+            self._rpc[(method, response_code, long_polling)] = bound
         bound(seconds * 1000)
 
     # ----------------------------------------------------------------- gauges

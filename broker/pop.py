@@ -67,7 +67,7 @@ def origin_topic(msg: StoredMessage) -> str:
 
 
 class PopError(BrokerError):
-    """A refused POP operation (broker/errors.py maps its kind to each protocol's code)."""
+    """A refused POP operation (each front door maps its kind once: broker/errors.py)."""
 
 
 @dataclass

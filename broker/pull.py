@@ -18,8 +18,9 @@ from rocketscope.names import COMMITLOG_OFFSET_PROPERTY
 
 from .convert import to_grpc
 from .filter import keep, store_tags
+from .grpc_errors import RequestError
 from .pop import origin_topic
-from .validation import RequestError, check_group, check_topic, parse_filter
+from .validation import check_group, check_topic, parse_filter
 
 if TYPE_CHECKING:
     from rocketscope.config import Settings

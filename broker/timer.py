@@ -83,7 +83,7 @@ STORE_LABELS = {"storage_type": "local", "storage_medium": "disk"}
 
 
 class RecallError(BrokerError):
-    """A refused RecallMessage (broker/errors.py maps its kind to each protocol's code)."""
+    """A refused RecallMessage (each front door maps its kind once: broker/errors.py)."""
 
 
 def make_recall_handle(broker: str, topic: str, deliver_ms: int, msg_id: str) -> str:

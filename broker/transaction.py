@@ -59,7 +59,7 @@ CATCH_UP_WAIT_S = 3.0  # longest an EndTransaction waits for a new writer to con
 
 
 class TransactionError(BrokerError):
-    """A refused EndTransaction (broker/errors.py maps its kind to each protocol's code)."""
+    """A refused EndTransaction (each front door maps its kind once: broker/errors.py)."""
 
 
 class Resolution(Enum):

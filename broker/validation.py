@@ -1,8 +1,10 @@
-"""Request validation for the client-facing gRPC protocol.
+"""Request validation for the client-facing gRPC protocol (the gRPC front door's own checks).
 
-Every check raises RequestError with the RocketMQ v2 status code a client of the
-official SDK expects and a message that names the offending field, so a bad request
-is answered, never crashes a handler, and never reaches the store.
+Every check raises RequestError (broker/grpc_errors.py) with the RocketMQ v2 status code a
+client of the official SDK expects and a message that names the offending field, so a bad
+request is answered, never crashes a handler, and never reaches the store.  The remoting door
+checks its frames' headers itself (broker/remoting/); the rules both share (topic and group
+names, filters) live in the core (broker/topics.py, broker/groups.py, broker/filter/).
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from .convert import RESERVED_PROPERTIES
-from .filter import FilterRefused, MessageFilter, compile_filter, grpc_expression_type
+from .filter import SQL92, TAG, FilterRefused, MessageFilter, compile_filter
 from .groups import group_name_problem
+from .grpc_errors import RequestError
 from .topics import topic_name_problem
 
 Code = pb.Code
@@ -20,13 +23,6 @@ MAX_MESSAGE_GROUP_LENGTH = 64
 MAX_USER_PROPERTIES_BYTES = 16 * 1024
 MAX_USER_PROPERTIES = 128
 MAX_KEY_LENGTH = 128
-
-
-class RequestError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _has_control(text: str) -> bool:
@@ -89,6 +85,11 @@ def check_message(msg: pb.Message, max_body: int, index: int) -> None:
     if size > MAX_USER_PROPERTIES_BYTES:
         raise RequestError(Code.MESSAGE_PROPERTIES_TOO_LARGE,
                            f"{where}.user_properties are {size} bytes, more than {MAX_USER_PROPERTIES_BYTES}")
+
+
+def grpc_expression_type(expr: pb.FilterExpression) -> str:
+    """RocketMQ's ExpressionType name of a v2 FilterExpression (FILTER_TYPE_UNSPECIFIED is TAG, as the proxy)."""
+    return SQL92 if expr.type == pb.SQL else TAG
 
 
 def parse_filter(expr: pb.FilterExpression, property_filter_enabled: bool) -> MessageFilter:

@@ -386,24 +386,17 @@ def test_no_broker_module_reads_another_objects_private_attributes() -> None:
 
 
 # Issue 17 item 2, "protobuf stays in the protocol layers": which broker modules may import the gRPC v2
-# protocol (rocketmq.grpc_protocol).  The gRPC front door and what only it uses do; the core services do
-# not (TransactionService takes a Resolution and emits a CheckBack, each front door mapping its own
-# protocol).  PROTOBUF_KNOWN lists core modules that still do, each with why; like KNOWN it only shrinks.
+# protocol (rocketmq.grpc_protocol).  The gRPC front door and what only it uses do; the core does not: its
+# services raise BrokerError with a protocol-neutral kind (broker/errors.py) that each door maps in one table
+# (broker/grpc_errors.py, broker/remoting/errors.py), TransactionService takes a Resolution and emits a
+# CheckBack, filters take RocketMQ's expression type names, and request metrics take the code's name.
+# PROTOBUF_KNOWN lists core modules that still do, each with why; like KNOWN it only shrinks (it is empty).
 GRPC_DOOR = {f"rocketscope.broker.{m}" for m in (
     "grpc_service", "grpc_registration", "convert", "route_view", "forwarding", "stream_revival", "slave_read",
     "pull", "validation", "client_metrics", "retry_policy", "security.interceptor",
-    "errors",  # the one table from the broker's error kinds to gRPC codes (and to remoting codes)
+    "grpc_errors",  # the one table from the broker's error kinds (and store statuses) to v2 codes
 )}
-PROTOBUF_KNOWN = {
-    # gRPC request metrics name their v2 status codes (rocketmq_rpc_latency response_code, protocol_type=grpc)
-    "rocketscope.broker.metrics",
-    # the checks shared by both doors (broker/validation.py) raise v2 codes, which remoting maps in one table
-    "rocketscope.broker.remoting.broker_handlers",
-    # a filter expression arrives as gRPC's FilterExpression (remoting has its own parser entry)
-    "rocketscope.broker.filter",
-    # Broker keeps gRPC's Code for the statuses its admin and send paths answer
-    "rocketscope.broker.broker",
-}
+PROTOBUF_KNOWN: set[str] = set()
 
 
 def imports_grpc_protocol(path: Path) -> bool:

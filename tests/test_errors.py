@@ -1,5 +1,6 @@
-"""The broker's one error model (broker/errors.py): every kind has exactly one code per protocol, and the
-services' refusals are BrokerErrors whose kind the front doors map (the codes a client sees are checked
+"""The broker's one error model (broker/errors.py): every kind has exactly one code per protocol (the tables of
+the two front doors, broker/grpc_errors.py and broker/remoting/errors.py), and the services' refusals are
+BrokerErrors whose kind the front doors map (the codes a client sees are checked
 end to end in tests/test_e2e_broker.py, tests/test_e2e_message_types.py and the remoting tests)."""
 
 from __future__ import annotations
@@ -7,8 +8,10 @@ from __future__ import annotations
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rocketscope.broker.errors import GRPC_CODES, REMOTING_CODES, BrokerError, ErrorKind, grpc_code, remoting_code
+from rocketscope.broker.errors import BrokerError, ErrorKind
+from rocketscope.broker.grpc_errors import GRPC_CODES, grpc_code
 from rocketscope.broker.pop import PopError
+from rocketscope.broker.remoting.errors import REMOTING_CODES, remoting_code
 from rocketscope.broker.timer import RecallError
 from rocketscope.broker.transaction import TransactionError
 

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from .sql92 import SqlParseError, compile_sql92
-
-if TYPE_CHECKING:
-    from rocketmq.grpc_protocol import definition_pb2 as pb
 
 __all__ = [
     "SQL92",
@@ -30,7 +27,6 @@ __all__ = [
     "SqlFilter",
     "accepts",
     "compile_filter",
-    "grpc_expression_type",
     "keep",
     "parse_tag_expression",
     "store_tags",
@@ -132,9 +128,3 @@ def keep(f: MessageFilter, msgs: Iterable[M]) -> list[M]:
         return [m for m in msgs if f.accepts(m)]
     return list(msgs)
 
-
-def grpc_expression_type(expr: pb.FilterExpression) -> str:
-    """RocketMQ's ExpressionType name of a v2 FilterExpression (FILTER_TYPE_UNSPECIFIED is TAG, as the proxy)."""
-    from rocketmq.grpc_protocol import definition_pb2 as pb
-
-    return SQL92 if expr.type == pb.SQL else TAG

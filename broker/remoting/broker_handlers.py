@@ -16,12 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rocketmq.grpc_protocol import definition_pb2 as pb
-
 from rocketscope.names import RETRY_PREFIX
 
 from ..clients import ClientType
-from ..errors import BrokerError, remoting_code
+from ..errors import BrokerError
 from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
@@ -32,7 +30,6 @@ from ..store.record import StoredMessage
 from ..topics import topic_name_problem
 from ..trace_hooks import NoTrace
 from ..transaction import CheckBack
-from ..validation import RequestError
 from .client_config import CHECK_CLIENT_CONFIG, client_config_handler
 from .codec import (
     CODE_NAMES,
@@ -52,6 +49,7 @@ from .codec import (
 )
 from .compression import SYSFLAG_COMPRESSED, inflate
 from .config import parse_delay_levels
+from .errors import PUT_CODES, remoting_code
 from .mq_version import version_desc
 from .server import Connection, Handler, RemotingServer
 from .tags import parse_tags
@@ -83,7 +81,6 @@ def filter_refusal(exc: FilterRefused, in_request: bool) -> HeaderError:
                            f"({exc.message})", FILTER_DATA_NOT_EXIST)
     return HeaderError(f"parse the consumer's subscription failed: {exc.message}", RC.SUBSCRIPTION_PARSE_FAILED)
 RC = ResponseCode
-Code = pb.Code
 
 SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
@@ -94,25 +91,6 @@ CLIENT_EXPIRY_S = 120.0
 LOCK_EXPIRY_S = 60.0
 TIMER_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 
-# v2 codes the broker core raises -> remoting response codes
-CORE_CODES = {
-    Code.TOPIC_NOT_FOUND: RC.TOPIC_NOT_EXIST,
-    Code.FORBIDDEN: RC.NO_PERMISSION,
-    Code.BAD_REQUEST: RC.INVALID_PARAMETER,
-    Code.CONSUMER_GROUP_NOT_FOUND: RC.SUBSCRIPTION_GROUP_NOT_EXIST,
-}
-PUT_CODES = {
-    PutStatus.PUT_OK: RC.SUCCESS,
-    PutStatus.FLUSH_DISK_TIMEOUT: RC.FLUSH_DISK_TIMEOUT,
-    PutStatus.FLUSH_SLAVE_TIMEOUT: RC.FLUSH_SLAVE_TIMEOUT,
-    PutStatus.SERVICE_NOT_AVAILABLE: RC.SERVICE_NOT_AVAILABLE,
-    # Apache's SendMessageProcessor answers SYSTEM_ERROR "in-sync replicas not enough" (not SLAVE_NOT_AVAILABLE),
-    # which its clients retry; DLedger's quorum timeout is this status on both (docs/COMPATIBILITY.md R6-R8)
-    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: RC.SYSTEM_ERROR,
-    PutStatus.MESSAGE_ILLEGAL: RC.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: RC.MESSAGE_ILLEGAL,
-    PutStatus.OS_PAGE_CACHE_BUSY: RC.SYSTEM_BUSY,
-}
 # answers that still carry the stored message's headers (Apache's sendOK=true): the clients report a status, no error
 _STORED_CODES = frozenset((RC.SUCCESS, RC.FLUSH_DISK_TIMEOUT, RC.FLUSH_SLAVE_TIMEOUT, RC.SLAVE_NOT_AVAILABLE))
 # SendMessageRequestHeaderV2's short names -> the V1 header's names
@@ -396,11 +374,8 @@ class RemotingBroker:
                 self._valid_topic_names.add(topic)
             try:
                 cfg = await b.topic_for_send(topic)
-            except RequestError as exc:
-                # a slave (or DLedger follower) answers a write SERVICE_NOT_AVAILABLE, as Apache's store does for
-                # BrokerRole.SLAVE: the clients retry another broker (gRPC's answer stays FORBIDDEN)
-                code = RC.SERVICE_NOT_AVAILABLE if not b.is_master else CORE_CODES.get(exc.code, RC.SYSTEM_ERROR)
-                raise HeaderError(exc.message, code) from None
+            except BrokerError as exc:  # a slave's NOT_WRITER is SERVICE_NOT_AVAILABLE (broker/remoting/errors.py)
+                raise HeaderError(str(exc), remoting_code(exc)) from None
         if queue_id >= max(cfg.read_queue_nums, cfg.write_queue_nums):
             raise HeaderError(f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums:"
                               f"[{cfg.write_queue_nums}]", RC.INVALID_PARAMETER)
@@ -856,7 +831,6 @@ class RemotingBroker:
 
     # -------------------------------------------------------- transactions
     async def end_transaction(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
-        from ..errors import remoting_code
         from ..transaction import Resolution, TransactionError
 
         h = Header(cmd)
