@@ -39,7 +39,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2 as svc
@@ -50,13 +50,59 @@ from .receipt import SLAVE_ORIGIN
 from .request_metadata import SLAVE_READ_HEADER, request_metadata
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from rocketscope.config import Settings
+
+    from .forwarding import LeaderForwarder
+    from .ha.master import ReplicationMaster
+    from .ha.slave import ReplicationSlave
+    from .namesrv_client import NamesrvClient
+    from .pop import PopService
+    from .security import SecurityConfig
+    from .store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 SUGGEST_HEADER = "x-rocketscope-suggest-broker"
 PULL_PATH = "/apache.rocketmq.v2.MessagingService/PullMessage"
 ACK_PATH = "/apache.rocketmq.v2.MessagingService/AckMessage"
 CHANGE_INVISIBLE_PATH = "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
+
+
+class SlaveReadHost(Protocol):
+    """What slaveReadEnable uses of its broker (issue 17: this, not the whole Broker); read-only views.
+
+    The relay reads the store's queue index and the slaves' ack offsets and opens channels through the
+    forwarder; the acting slave reads its replication link, the name servers' cluster view and the POP
+    engine's queue states (which it clears and stamps with its receipts' origin), and calls the master's
+    admin service with the broker's internal credentials.  ``dledger`` and ``replicas`` only say whether
+    the mode is Master/Slave (both None), the one mode a slave acts in.
+    """
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def is_master(self) -> bool: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def broker_name(self) -> str: ...
+    @property
+    def store(self) -> MessageStore: ...
+    @property
+    def pop(self) -> PopService: ...
+    @property
+    def replication_master(self) -> ReplicationMaster: ...
+    @property
+    def replication_slave(self) -> ReplicationSlave: ...
+    @property
+    def forwarder(self) -> LeaderForwarder: ...
+    @property
+    def namesrv(self) -> NamesrvClient: ...
+    @property
+    def security(self) -> SecurityConfig: ...
+    @property
+    def dledger(self) -> object | None: ...
+    @property
+    def replicas(self) -> object | None: ...
 
 
 def physical_memory_bytes() -> int:
@@ -74,7 +120,7 @@ def far_behind_threshold(settings: Any) -> int:
 
 
 class SlaveReader:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: SlaveReadHost) -> None:
         self.broker = broker
         self.relayed = 0  # pulls this master served through a slave
         self.threshold = far_behind_threshold(broker.settings)
@@ -126,7 +172,7 @@ CHECK_S = 1.0  # how often an acting slave asks the name servers whether its mas
 class SlaveActing:
     """A slave with slaveReadEnable serving ReceiveMessage while its master is unreachable (see the module doc)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: SlaveReadHost) -> None:
         self.broker = broker
         self.acting = False
         self.acting_since = 0.0
@@ -141,7 +187,7 @@ class SlaveActing:
     @property
     def enabled(self) -> bool:
         b = self.broker
-        return bool(b.settings.slaveReadEnable) and b.dledger is None and getattr(b, "replicas", None) is None
+        return bool(b.settings.slaveReadEnable) and b.dledger is None and b.replicas is None
 
     def link_down(self) -> bool:
         b = self.broker

@@ -223,7 +223,7 @@ def test_a_second_definition_of_a_name_is_caught() -> None:
 # as classes get the narrow things they use instead.
 BROKER_HANDLE = {f"rocketscope.broker.{m}" for m in (
     "broker", "grpc_service", "remoting.admin_handlers",
-    "remoting.admin_ops_handlers", "remoting.broker_handlers", "remoting.pop_handlers", "slave_read")}
+    "remoting.admin_ops_handlers", "remoting.broker_handlers", "remoting.pop_handlers")}
 
 
 def _is_type_checking(test: ast.expr) -> bool:
