@@ -47,7 +47,7 @@ from .offsets import OffsetManager
 from .pop import Delivery, PopService, request_id
 from .pop_log import PopStateLog
 from .pull import PullService
-from .remoting.broker_handlers import bind_broker_port
+from .remoting.broker_handlers import RemotingBroker, bind_broker_port
 from .request_modes import RequestModes
 from .security import AclGuard, AclInterceptor, FileWatcher, SecurityConfig, bind_listener
 from .sends import PLAIN, SendKind
@@ -92,6 +92,7 @@ class Broker:
         s = settings
         self.security = SecurityConfig.from_properties(s.raw)
         self.acl_guard: AclGuard | None = None
+        self.remoting: RemotingBroker | None = None  # the remoting front door, with enableRemoting
         self._listeners: list[Any] = []  # security/listener.py's and remoting/server.py's, started after the servers
         self._acl_watcher: FileWatcher | None = None
         self.dledger: DLedgerNode | None = None
@@ -327,7 +328,8 @@ class Broker:
             self.replicas.register_services(self.admin_server)
         internal = sec.server_tls.for_internal()
         # listenPort: internal gRPC and RocketMQ's remoting protocol on one port (docs/REMOTING.md)
-        self._listeners.append(bind_broker_port(self, self.admin_server, self.bind_host, s.listenPort, internal))
+        listener, self.remoting = bind_broker_port(self, self.admin_server, self.bind_host, s.listenPort, internal)
+        self._listeners.append(listener)
         self.ha_server = grpc.aio.server(interceptors=sec.peer_interceptors("HA"),
                                          options=server_options(("grpc.max_send_message_length", 64 << 20)))
         ha_pb2_grpc.add_ReplicationServicer_to_server(self.replication_master, self.ha_server)

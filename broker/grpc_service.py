@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -38,9 +38,24 @@ from .transaction import CheckBack, Resolution, TransactionError
 from .validation import check_group, check_message, check_topic, parse_tag_filter
 
 if TYPE_CHECKING:
+    from rocketscope.broker.protocol import namesrv_pb2
     from rocketscope.config import Settings
 
-    from .broker import Broker
+    from .client_metrics import ClientMetricsProxy
+    from .clients import ClientRegistry
+    from .filter import MessageFilter
+    from .forwarding import LeaderForwarder
+    from .groups import GroupManager
+    from .lite import LiteService
+    from .metrics import BrokerMetrics
+    from .pop import Delivery, PopService
+    from .pull import PullService
+    from .slave_read import SlaveReader
+    from .store.message_store import PutResult
+    from .store.record import StoredMessage
+    from .topics import TopicManager
+    from .trace_hooks import TraceHooks
+    from .transaction import TransactionService
 
 log = logging.getLogger(__name__)
 CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER, pb.LITE_PUSH_CONSUMER)
@@ -186,8 +201,63 @@ def send_kind(msg: pb.Message) -> SendKind:
     return SendKind(sp.message_type == pb.TRANSACTION, deliver)
 
 
+class MessagingHost(Protocol):
+    """What the gRPC front door uses of the broker core: the façade's send, receive, ack and recall calls and
+    the services it reads or drives directly (issue 17).  A front door translates a whole protocol onto the
+    core, so this is most of ``Broker``'s public face; being a Protocol, it keeps the door from importing the
+    Broker class and says exactly what the door may touch (mypy checks that the Broker passed fits)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def broker_name(self) -> str: ...
+    @property
+    def is_master(self) -> bool: ...
+    @property
+    def writable(self) -> bool: ...
+    @property
+    def clients(self) -> ClientRegistry: ...
+    @property
+    def groups(self) -> GroupManager: ...
+    @property
+    def topics(self) -> TopicManager: ...
+    @property
+    def topics_on_change(self) -> Callable[[], None]: ...
+    @property
+    def pop(self) -> PopService: ...
+    @property
+    def pull(self) -> PullService: ...
+    @property
+    def lite(self) -> LiteService: ...
+    @property
+    def transactions(self) -> TransactionService: ...
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+    @property
+    def client_metrics(self) -> ClientMetricsProxy: ...
+    @property
+    def forwarder(self) -> LeaderForwarder: ...
+    @property
+    def slave_reader(self) -> SlaveReader: ...
+    @property
+    def trace_hooks(self) -> TraceHooks: ...
+    async def route_for(self, topic: str) -> namesrv_pb2.TopicRouteData | None: ...
+    async def topic_for_send(self, name: str) -> TopicConfig: ...
+    def select_queue(self, cfg: TopicConfig, message_group: str, client_queue: int | None = None) -> int: ...
+    async def put_messages(self, stored: list[StoredMessage], kinds: list[SendKind],
+                           client_id: str = "") -> list[PutResult]: ...
+    async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+                      tags: MessageFilter, poll_s: float) -> list[Delivery]: ...
+    def ack(self, group: str, handle: str, message_id: str, client_id: str = "", traced: bool = False) -> None: ...
+    def change_invisible(self, group: str, handle: str, invisible_ms: int, message_id: str) -> str: ...
+    async def forward_to_dlq(self, group: str, handle: str, message_id: str) -> None: ...
+    async def recall(self, topic: str, recall_handle: str) -> str: ...
+    def record_rpc(self, method: str, response_code: str, served: bool, seconds: float,
+                   long_polling: bool = False) -> None: ...
+
+
 class MessagingService(svc_grpc.MessagingServiceServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MessagingHost) -> None:
         self.broker = broker
 
     # ------------------------------------------------------------------ helpers

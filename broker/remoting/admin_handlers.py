@@ -18,8 +18,8 @@ from .server import Connection, Handler
 from .stats_body import consume_stats_json
 
 if TYPE_CHECKING:
-    from ..broker import Broker
     from .broker_handlers import RemotingBroker
+    from .host import RemotingHost
 
 UPDATE_AND_CREATE_TOPIC = 17
 GET_BROKER_RUNTIME_INFO = 28
@@ -30,7 +30,7 @@ GET_TOPIC_CONFIG = 351
 BROKER_VERSION_DESC = "V5_3_3"  # what mqadmin clusterList prints as the broker's version
 
 
-def admin_handlers(broker: Broker, front: RemotingBroker) -> dict[int, Handler]:
+def admin_handlers(broker: RemotingHost, front: RemotingBroker) -> dict[int, Handler]:
     svc = BrokerAdminService(broker)
 
     async def update_topic(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

@@ -21,8 +21,8 @@ from .stats_body import consume_stats_json
 
 if TYPE_CHECKING:
     from ..admin_service import BrokerAdminService
-    from ..broker import Broker
     from .broker_handlers import RemotingBroker
+    from .host import RemotingHost
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
-def admin_ops_handlers(broker: Broker, front: RemotingBroker, svc: BrokerAdminService) -> dict[int, Handler]:
+def admin_ops_handlers(broker: RemotingHost, front: RemotingBroker, svc: BrokerAdminService) -> dict[int, Handler]:
     async def get_config(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         resp = await svc.GetBrokerConfig(common_pb2.Empty(), None)  # type: ignore[arg-type]
         version = compact({"counter": broker.topics.data_version[1], "stateVersion": 0,

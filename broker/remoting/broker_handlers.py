@@ -55,7 +55,7 @@ from .server import Connection, Handler, RemotingServer
 from .tags import parse_tags
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from .host import RemotingHost
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class TransactionCheckOutbox:
 class RemotingBroker:
     """The broker's remoting handlers and the client state only remoting needs."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: RemotingHost) -> None:
         self.b = broker
         s = broker.settings
         port = s.remotingListenPort or s.listenPort
@@ -850,25 +850,28 @@ class RemotingBroker:
         return cmd.response()
 
 
-def bind_broker_port(broker: Broker, server: Any, host: str, port: int, tls: Any) -> Any:
-    """The broker's listenPort: internal gRPC, plus remoting when enableRemoting (docs/REMOTING.md)."""
+def bind_broker_port(broker: RemotingHost, server: Any, host: str, port: int, tls: Any
+                     ) -> tuple[Any, RemotingBroker | None]:
+    """The broker's listenPort: internal gRPC, plus remoting when enableRemoting (docs/REMOTING.md).
+
+    Returns the port's listener and the remoting front door (None without enableRemoting)."""
     from ..security import bind_listener
     from .server import bind_with_remoting
 
     s = broker.settings
     if not s.enableRemoting:
-        return bind_listener(server, "listenPort", host, port, tls)
-    broker.remoting = RemotingBroker(broker)  # type: ignore[attr-defined]
+        return bind_listener(server, "listenPort", host, port, tls), None
+    front = RemotingBroker(broker)
     guard = broker.acl_guard
     if guard is not None:  # aclEnable: the same accounts as gRPC (docs/SECURITY.md)
         from ..security.remoting_acl import RemotingAcl
 
-        broker.remoting.server.gate = RemotingAcl(guard).gate  # type: ignore[attr-defined]
+        front.server.gate = RemotingAcl(guard).gate
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         # remoting is a client front door: TLS it terminates follows tls.server.need.client.auth, not the
         # internal rule ``tls`` carries for the admin gRPC service sharing the port
-        return bind_with_remoting(server, address, tls, broker.remoting.server,  # type: ignore[attr-defined]
-                                  s.remotingListenPort, broker.security.server_tls)
+        return bind_with_remoting(server, address, tls, front.server, s.remotingListenPort,
+                                  broker.security.server_tls), front
     except OSError as exc:
         raise OSError(f"config key listenPort: cannot listen on {address}: {exc}") from None
