@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from rocketscope.broker.protocol import admin_pb2, common_pb2
+from rocketscope.config import parse_bool as config_bool
 from rocketscope.names import DLQ_PREFIX, RETRY_PREFIX
 
 from . import remoting_client as rc
@@ -43,10 +44,10 @@ def parse_timestamp(text: str) -> int:
 
 def parse_bool(text: str, flag: str) -> bool:
     """mqadmin's boolean options take a value (``-f false``), not a bare flag."""
-    low = text.strip().lower()
-    if low not in ("true", "false"):
-        raise click.BadParameter(f"{text!r}: expected true or false", param_hint=flag)
-    return low == "true"
+    try:
+        return config_bool(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected true or false", param_hint=flag) from None
 
 
 async def route_masters(c: AdminClient, topic: str) -> list[tuple[str, str]]:

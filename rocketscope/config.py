@@ -37,6 +37,19 @@ def parse_bool(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
+def bool_key(raw: Mapping[str, str], key: str, default: bool) -> bool:
+    """A boolean key read straight from a properties map (the security and TLS settings, which every process
+    reads from its raw config): ``default`` when absent or blank, else :func:`parse_bool`; ConfigError names
+    the key and its value."""
+    text = raw.get(key) or ""
+    if not text.strip():
+        return default
+    try:
+        return parse_bool(text)
+    except ValueError:
+        raise ConfigError(f"config key {key} has bad value {text!r}: expected true or false") from None
+
+
 @dataclass(frozen=True)
 class Key:
     name: str

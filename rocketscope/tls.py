@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from rocketscope.config import ConfigError
+from rocketscope.config import ConfigError, bool_key
 from rocketscope.peer_auth import client_interceptors
 
 log = logging.getLogger(__name__)
@@ -59,12 +59,10 @@ def _enum(raw: Mapping[str, str], key: str, cls: type[Enum], default: Enum) -> A
 
 
 def _bool(raw: Mapping[str, str], key: str, default: bool) -> bool:
-    text = (raw.get(key) or "").strip().lower()
-    if not text or text == "auto":
+    """A boolean TLS key; ``auto`` (tls.enable's documented value) is the default, as absent is."""
+    if (raw.get(key) or "").strip().lower() == "auto":
         return default
-    if text in ("true", "false"):
-        return text == "true"
-    raise ConfigError(f"config key {key} has bad value {raw[key]!r}: expected true or false")
+    return bool_key(raw, key, default)
 
 
 def _read(key: str, path: str) -> bytes:

@@ -34,6 +34,8 @@ from enum import IntFlag
 from pathlib import Path
 from typing import Any
 
+from rocketscope.config import parse_bool
+
 
 class AclError(ValueError):
     """A bad ACL file; the message names the account and field, never a secret."""
@@ -203,10 +205,10 @@ def _as_bool(value: Any, where: str) -> bool:
         return value
     if value is None:
         return False
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise AclError(f"{where}: expected true or false, got {value!r}")
+    try:
+        return parse_bool(str(value))
+    except ValueError:
+        raise AclError(f"{where}: expected true or false, got {value!r}") from None
 
 
 def _addresses(value: Any, where: str) -> tuple[AddressPattern, ...]:

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from rocketscope import signature as sig
-from rocketscope.config import ConfigError, Key, non_negative, positive
+from rocketscope.config import ConfigError, Key, bool_key, non_negative, positive
 from rocketscope.names import TRACE_TOPIC
 from rocketscope.peer_auth import server_interceptors
 from rocketscope.tls import TlsClientConfig, TlsServerConfig, client_config, server_config, start_metrics_server
@@ -61,15 +61,6 @@ SECURITY_KEY_NAMES = frozenset(k.name for k in SECURITY_KEYS)
 TLS_KEYS: list[Key] = [k for k in SECURITY_KEYS if k.name.startswith("tls.") or k.name == "internalPeerSecret"]
 
 
-def _bool(raw: Mapping[str, str], key: str, default: bool) -> bool:
-    text = (raw.get(key) or "").strip().lower()
-    if not text:
-        return default
-    if text in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-        return text in ("true", "1", "yes", "on")
-    raise ConfigError(f"config key {key} has bad value {raw[key]!r}: expected true or false")
-
-
 def _int(raw: Mapping[str, str], key: str, default: int, minimum: int) -> int:
     text = (raw.get(key) or "").strip()
     if not text:
@@ -109,7 +100,7 @@ class SecurityConfig:
             except (ValueError, KeyError, TypeError):
                 raise ConfigError('config key innerClientAuthenticationCredentials must be JSON '
                                   '{"accessKey": "...", "secretKey": "..."}') from None
-        cfg = cls(server, client, _bool(raw, "aclEnable", False), (raw.get("aclFile") or "").strip(),
+        cfg = cls(server, client, bool_key(raw, "aclEnable", False), (raw.get("aclFile") or "").strip(),
                   _int(raw, "aclClockSkewSeconds", sig.DEFAULT_SKEW_S, 0),
                   _int(raw, "aclFileWatchIntervalMillis", 1000, 1) / 1000, ak, sk)
         if validate:
