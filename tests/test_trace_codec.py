@@ -32,7 +32,7 @@ def body(*records: list[str], terminate: bool = True) -> str:
     return text + ("\x02" if terminate else "")
 
 
-# The Pub record of RocketMQ's TraceDataEncoderTest, as quoted in the reference (section 2.2).
+# The Pub record of Apache RocketMQ's TraceDataEncoderTest (its trace module's encoder test).
 JAVA_PUB = (
     "Pub\x011700000000123\x01DefaultRegion\x01PID-test\x01topic-test\x01AC1415116D1418B4AAC217FE1B4E0000"
     "\x01Tags\x01Keys\x01127.0.0.1:10911\x0126\x01245\x010\x010A9A002600002A9F0000000000002329\x01true\x02"

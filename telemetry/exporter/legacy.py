@@ -1,14 +1,14 @@
 """The legacy rocketmq-exporter names, derived from the series nodes push to us.
 
-Why: existing Grafana boards and alert rules query rocketmq-exporter's gauges (reference
-section 5). We serve the key ones, computed from our own series, so those boards keep
-working during a migration. Each definition is in ``LEGACY_DOC`` (rendered into
-docs/METRICS.md). The ``*_tps`` values are per-second rates between a node's last two
-collections (rocketmq-exporter used the broker's per-minute stats). As in rocketmq-exporter,
-``broker`` is the brokerName (the ``broker_group`` label of the node's ``rocketmq_ha_role``) and
-``brokerIP`` the broker's address (that series' ``broker_addr``, brokerIP1:listenPort), unless the
-node sets a ``broker_ip`` attribute (for example ``metricsLabel=broker_ip:10.0.0.5``). The members of
-one broker group report the same offsets (replicas), so offsets take the largest of them; rates add up.
+Why: existing Grafana boards and alert rules query the gauges of Apache's rocketmq-exporter. We
+serve the key ones, computed from our own series, so those boards keep working during a migration.
+Each definition is in ``LEGACY_DOC`` (rendered into docs/METRICS.md). The ``*_tps`` values are
+per-second rates between a node's last two collections (rocketmq-exporter used the broker's
+per-minute stats). As in rocketmq-exporter, ``broker`` is the brokerName (the ``broker_group`` label
+of the node's ``rocketmq_ha_role``) and ``brokerIP`` the broker's address (that series'
+``broker_addr``, brokerIP1:listenPort), unless the node sets a ``broker_ip`` attribute (for example
+``metricsLabel=broker_ip:10.0.0.5``). The members of one broker group report the same offsets
+(replicas), so offsets take the largest of them; rates add up.
 """
 
 from __future__ import annotations
