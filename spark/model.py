@@ -106,7 +106,7 @@ class Model:
             # reports its partitioning (by message) to the plans that read the cached table.  An adaptive
             # cached plan reports none until it has run, so every aggregate and join over a cached table
             # shuffled its rows again, although they were already partitioned by message: 11 shuffles of
-            # message rows per run where this layout needs 2 (tests/test_spark_plans.py counts them).
+            # message rows per run where this layout needs 2 (tests/test_spark_jobs.py counts them).
             adaptive = self.spark.conf.get("spark.sql.adaptive.enabled")
             self.spark.conf.set("spark.sql.adaptive.enabled", "false")
             try:
