@@ -12,7 +12,7 @@ from __future__ import annotations
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from .convert import RESERVED_PROPERTIES
-from .filter import SQL92, TAG, FilterRefused, MessageFilter, compile_filter
+from .filter import SQL92, TAG, FilterProblem, FilterRefused, MessageFilter, compile_filter
 from .groups import group_name_problem
 from .grpc_errors import RequestError
 from .topics import topic_name_problem
@@ -103,9 +103,10 @@ def parse_filter(expr: pb.FilterExpression, property_filter_enabled: bool) -> Me
     try:
         return compile_filter(grpc_expression_type(expr), expr.expression, property_filter_enabled)
     except FilterRefused as exc:
-        code = Code.UNSUPPORTED if exc.kind == "disabled" else Code.ILLEGAL_FILTER_EXPRESSION
+        code = Code.UNSUPPORTED if exc.kind is FilterProblem.DISABLED else Code.ILLEGAL_FILTER_EXPRESSION
         # Apache's own text for a blank expression; the others name the field
-        raise RequestError(code, exc.message if exc.kind == "empty" else f"filter_expression: {exc.message}") from None
+        message = exc.message if exc.kind is FilterProblem.EMPTY else f"filter_expression: {exc.message}"
+        raise RequestError(code, message) from None
 
 
 def parse_tag_filter(expr: pb.FilterExpression) -> MessageFilter:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import Protocol, TypeVar
 
 from .sql92 import SqlParseError, compile_sql92
@@ -22,6 +23,7 @@ from .sql92 import SqlParseError, compile_sql92
 __all__ = [
     "SQL92",
     "TAG",
+    "FilterProblem",
     "FilterRefused",
     "MessageFilter",
     "SqlFilter",
@@ -64,16 +66,22 @@ class SqlFilter:
 MessageFilter = set[str] | frozenset[str] | SqlFilter | None
 
 
+class FilterProblem(StrEnum):
+    """Why a subscription is refused; each front door answers each with its protocol's code (the gRPC door in
+    broker/validation.py, the remoting door in broker/remoting/broker_handlers.py and client_config.py)."""
+
+    DISABLED = "disabled"  # SQL92 while enablePropertyFilter is false
+    EMPTY = "empty"  # SQL92 with no text
+    INVALID = "invalid"  # not a valid SQL92 expression
+    TYPE = "type"  # an expression type other than TAG and SQL92
+
+
 class FilterRefused(ValueError):
-    """A subscription the broker cannot serve; ``kind`` says why, for each protocol's status code.
+    """A subscription the broker cannot serve; ``kind`` (a :class:`FilterProblem`) says why."""
 
-    kind: "disabled" (SQL92 while enablePropertyFilter is false), "empty" (SQL92 with no text),
-    "invalid" (not a valid SQL92 expression), "type" (an expression type other than TAG and SQL92).
-    """
-
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: FilterProblem, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind = FilterProblem(kind)
         self.message = message
 
 
@@ -97,16 +105,16 @@ def compile_filter(expression_type: str, text: str, property_filter_enabled: boo
         tags = parse_tag_expression(text)
         return None if tags is None else frozenset(tags)  # cached: shared by every caller, so immutable
     if kind != SQL92:
-        raise FilterRefused("type", f"expression type {expression_type!r} is not TAG or SQL92")
+        raise FilterRefused(FilterProblem.TYPE, f"expression type {expression_type!r} is not TAG or SQL92")
     if not property_filter_enabled:
-        raise FilterRefused("disabled", "The broker does not support consumer to filter message by SQL92 "
+        raise FilterRefused(FilterProblem.DISABLED, "The broker does not support consumer to filter message by SQL92 "
                                         "(enablePropertyFilter is false)")
     if not text or not text.strip():
-        raise FilterRefused("empty", "Expression can't be null! SQL92")
+        raise FilterRefused(FilterProblem.EMPTY, "Expression can't be null! SQL92")
     try:
         return SqlFilter(text)
     except SqlParseError as exc:
-        raise FilterRefused("invalid", f"SQL92 expression {text!r} is invalid: {exc}") from None
+        raise FilterRefused(FilterProblem.INVALID, f"SQL92 expression {text!r} is invalid: {exc}") from None
 
 
 def store_tags(f: MessageFilter) -> set[str] | frozenset[str] | None:

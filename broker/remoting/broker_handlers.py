@@ -20,7 +20,7 @@ from rocketscope.names import RETRY_PREFIX
 
 from ..clients import ClientType
 from ..errors import BrokerError
-from ..filter import FilterRefused, MessageFilter, compile_filter, keep, store_tags
+from ..filter import FilterProblem, FilterRefused, MessageFilter, compile_filter, keep, store_tags
 from ..groups import group_name_problem
 from ..pop import retry_topic
 from ..priority import LITE_TOPIC_PROPERTY, PRIORITY_PROPERTY, place
@@ -72,9 +72,9 @@ def filter_refusal(exc: FilterRefused, in_request: bool) -> HeaderError:
     for a subscription that pull cannot build; Apache 5.3.3 answers 23 only for an empty expression and
     serves a bad one unfiltered (docs/COMPATIBILITY.md). Every remark names the expression.
     """
-    if exc.kind == "disabled":
+    if exc.kind is FilterProblem.DISABLED:
         return HeaderError(exc.message, RC.SYSTEM_ERROR)
-    if exc.kind == "type":
+    if exc.kind is FilterProblem.TYPE:
         return HeaderError(exc.message, RC.SUBSCRIPTION_PARSE_FAILED)
     if not in_request:
         return HeaderError("The broker's consumer filter data is not exist!Your expression may be wrong! "
