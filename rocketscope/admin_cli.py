@@ -472,7 +472,7 @@ def remove_broker(namesrv: str | None, container: str, identity: str) -> None:
 
 def _mount_controller_commands() -> None:
     """Controller mode's commands (getSyncStateSet, getBrokerEpoch, electMaster, getControllerMetaData)."""
-    from rocketscope.broker.controller.admin_commands import COMMANDS
+    from rocketscope.admin_cli_controller import COMMANDS
 
     for cmd in COMMANDS:
         admin.add_command(cmd)

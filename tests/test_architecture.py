@@ -45,8 +45,6 @@ ALLOWED = {
 }
 
 KNOWN = {
-    # the controller's admin commands are CLI code living beside the controller; they share the CLI's channel
-    ("rocketscope.broker.controller.admin_commands", "rocketscope.admin_cli"),
     # the remoting client reuses the broker's frame codec and connection, and its message conversion
     ("rocketscope.remoting_client", "rocketscope.broker.remoting.client"),
     ("rocketscope.remoting_client", "rocketscope.broker.remoting.codec"),

@@ -1,8 +1,9 @@
 """`rocketscope admin` commands of controller mode: getSyncStateSet, getBrokerEpoch, electMaster,
 getControllerMetaData (mqadmin's names and options).
 
-They live here, next to the protocol they speak, and are mounted on the admin group by
-rocketscope/admin_cli.py.  Controller addresses come from ``-a`` (mqadmin's
+They are CLI code (the top layer, docs/ARCHITECTURE.md), beside the other admin command modules, and are
+mounted on the admin group by rocketscope/admin_cli.py; they speak the controller's protocol through its
+client (broker/controller/client.py).  Controller addresses come from ``-a`` (mqadmin's
 ``controllerAddress``), `;`-separated; calls follow the controller leader.
 """
 
@@ -18,12 +19,11 @@ import click
 import grpc
 from google.protobuf.json_format import MessageToDict
 
+from rocketscope.broker.controller.client import ControllerClient, ControllerUnavailable
+from rocketscope.broker.controller.config import controller_addresses
+from rocketscope.broker.controller.state import Code
 from rocketscope.broker.protocol import controller_pb2 as cpb
 from rocketscope.broker.protocol import controller_pb2_grpc
-
-from .client import ControllerClient, ControllerUnavailable
-from .config import controller_addresses
-from .state import Code
 
 ctl_opt = click.option("-a", "--controllerAddress", "controllers", required=True,
                        help="controllers' client addresses, host:port;host:port")
