@@ -39,7 +39,9 @@ class LoopLagMonitor:
         self.max_lag_s = 0.0  # the worst lag since start (admin status, tests)
         self.late_total = 0  # probes that came warn_s or more late
         self._pending: list[float] = []  # late probes not yet reported
-        self._reported_at = 0.0
+        # never reported: the first late probe is reported at once (0.0 was "reported at boot" on the monotonic
+        # clock, which held the first report back until report_every_s after the machine started)
+        self._reported_at = float("-inf")
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
