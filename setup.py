@@ -8,7 +8,7 @@ sub-package of ``rocketscope`` (``rocketscope.trace`` lives in ``trace/``), both
 ``package_dir``).
 """
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 FOLDERS = {
     "rocketscope": "rocketscope",
@@ -32,4 +32,10 @@ setup(
     packages=packages,
     package_dir=package_dir,
     package_data={"rocketscope.dashboards": ["*.toml", "pages/*.py"], "rocketscope.broker": ["protocol/*.proto"]},
+    # The remoting send path's byte layouts in C (issue 20; docs/ARCHITECTURE.md "Compiled send path"): a plain
+    # CPython extension, so the build needs only a C compiler and Python's headers, nothing from a registry.
+    # optional=False: a failed compile fails `pip install` (and so `make test`) instead of leaving the broker
+    # silently on the pure-Python path; ROCKETSCOPE_PURE_PYTHON=1 selects that path at run time.
+    ext_modules=[Extension("rocketscope.broker._speedups", ["broker/_speedups.c"], optional=False,
+                           extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"])],
 )

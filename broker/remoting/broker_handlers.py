@@ -25,6 +25,7 @@ from ..groups import group_name_problem
 from ..pop import retry_topic
 from ..priority import LITE_TOPIC_PROPERTY, PRIORITY_PROPERTY, place
 from ..sends import PLAIN, SendKind, new_uniq_key
+from ..speedups import compiled as _C
 from ..store.message_store import PutStatus
 from ..store.record import StoredMessage
 from ..topics import topic_name_problem
@@ -40,7 +41,7 @@ from .codec import (
     RequestCode,
     ResponseCode,
     WireMessage,
-    decode_batch,
+    batch_entries,
     encode_message,
     json_body,
     offset_msg_id,
@@ -106,6 +107,17 @@ _TIMER_KEYS = frozenset(TIMER_PROPERTIES)
 
 
 def _send_fields(cmd: RemotingCommand) -> tuple[str, str, int, int, int, int, int, bool, str]:
+    """``_send_fields_python``'s result, read by the compiled reader (broker/_speedups.c) when every field is in its
+    plain form; a missing or malformed field goes to the Python reader, which names it."""
+    ext = cmd.ext_fields
+    if _C is not None and ext is not None:
+        got = _C.send_fields(ext, cmd.code)
+        if got is not None:
+            return got
+    return _send_fields_python(cmd)
+
+
+def _send_fields_python(cmd: RemotingCommand) -> tuple[str, str, int, int, int, int, int, bool, str]:
     """A send's header: producerGroup, topic, queueId, sysFlag, bornTimestamp, flag, reconsumeTimes, batch and
     properties, with ``Header``'s checks and remarks (a missing or non-numeric field is named by its V1 name).
 
@@ -384,7 +396,7 @@ class RemotingBroker:
         # (body, flag, properties): each properties dict is decoded for this message alone, so it is not copied
         if batch:
             try:
-                entries = [(e.body, e.flag, e.properties) for e in decode_batch(cmd.body)]
+                entries = batch_entries(cmd.body)
             except FrameError as exc:
                 raise HeaderError(f"batch body: {exc}", RC.MESSAGE_ILLEGAL) from None
             if not entries:

@@ -20,6 +20,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..speedups import compiled as _C
+
 JSON, ROCKETMQ = 0, 1
 SERIALIZE_NAMES = {JSON: "JSON", ROCKETMQ: "ROCKETMQ"}
 FLAG_RESPONSE = 1
@@ -223,6 +225,17 @@ def _short(value: int, what: str) -> int:
 
 
 def encode(cmd: RemotingCommand) -> bytes:
+    """A command -> its frame, length prefix included (the compiled encoder for a JSON header, when it takes it)."""
+    if _C is not None and cmd.serialize_type == JSON:
+        got = _C.encode_json_frame(cmd.code, cmd.ext_fields, cmd.remark, cmd.opaque, cmd.flag, cmd.language,
+                                   cmd.version, cmd.body)
+        if got is not None:
+            return got
+    return encode_python(cmd)
+
+
+def encode_python(cmd: RemotingCommand) -> bytes:
+    """``encode`` in Python: the reference the compiled encoder is tested against."""
     header = _binary_header(cmd) if cmd.serialize_type == ROCKETMQ else _json_header(cmd)
     return (_I32.pack(4 + len(header) + len(cmd.body)) + _I32.pack((cmd.serialize_type << 24) | len(header))
             + header + cmd.body)
@@ -241,7 +254,17 @@ def decode(frame: bytes | memoryview) -> RemotingCommand:
     """A frame without its 4-byte length prefix -> RemotingCommand; FrameError names what is wrong.
 
     ``frame`` may be a memoryview of the connection's read buffer: the header is read from it in
-    place and the body copied once."""
+    place and the body copied once.  A JSON header in the common form is read by the compiled decoder
+    (broker/_speedups.c); every other frame, a malformed one included, by ``decode_python``."""
+    if _C is not None:
+        got = _C.decode_json_frame(frame)
+        if got is not None:
+            return RemotingCommand(*got)
+    return decode_python(frame)
+
+
+def decode_python(frame: bytes | memoryview) -> RemotingCommand:
+    """``decode`` in Python: the reference the compiled decoder is tested against, and its fallback."""
     if len(frame) < 4:
         raise FrameError(f"frame of {len(frame)} bytes has no header-length field")
     (mark,) = _I32.unpack_from(frame, 0)
@@ -412,6 +435,15 @@ def properties_to_string(props: dict[str, str]) -> str:
 
 def string_to_properties(text: str | None) -> dict[str, str]:
     """RocketMQ's ``string2messageProperties``: fragments without a name, a separator or a value are dropped."""
+    if _C is not None and text:
+        got = _C.parse_properties(text)
+        if got is not None:
+            return got
+    return string_to_properties_python(text)
+
+
+def string_to_properties_python(text: str | None) -> dict[str, str]:
+    """``string_to_properties`` in Python (the reference of the compiled parser)."""
     out: dict[str, str] = {}
     if not text:
         return out
@@ -451,6 +483,15 @@ def decode_batch(body: bytes) -> list[BatchEntry]:
         out.append(BatchEntry(bytes(b), flag, props))
         pos += total
     return out
+
+
+def batch_entries(body: bytes) -> list[tuple[bytes, int, dict[str, str]]]:
+    """``decode_batch`` as (body, flag, properties) tuples, what the send path stores (compiled when it can)."""
+    if _C is not None:
+        got = _C.decode_batch(body)
+        if got is not None:
+            return got
+    return [(e.body, e.flag, e.properties) for e in decode_batch(body)]
 
 
 def encode_batch(entries: list[BatchEntry]) -> bytes:

@@ -16,6 +16,8 @@ except ImportError:  # pragma: no cover - isal is a declared dependency
     from zlib import crc32
 from dataclasses import dataclass, field
 
+from ..speedups import compiled as _C
+
 MESSAGE_MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
 
@@ -149,6 +151,11 @@ def prepare(msg: StoredMessage) -> bytes:
     """
     try:
         prefix = _prefix(msg.born_host, msg.store_host, msg.topic)
+        if _C is not None:  # the compiled head (broker/_speedups.c), None when it does not take these properties
+            head = _C.record_head(prefix, msg.properties, len(msg.body))
+            if head is not None:
+                msg.size = FIXED_SIZE + len(head) + len(msg.body)
+                return head
         props = encode_properties(msg.properties)
         if len(props) > MAX_PROPERTIES_BYTES:
             raise RecordError(f"field 'properties' is {len(props)} bytes, more than {MAX_PROPERTIES_BYTES}")

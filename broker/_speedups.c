@@ -1,0 +1,637 @@
+/* rocketscope.broker._speedups: the byte layouts of the remoting send path, compiled (issue 20).
+ *
+ * One job: turn the bytes of a remoting request into the values the broker needs, and the values
+ * of an answer or a commit-log record head back into bytes, for the common case only.  Every
+ * function returns None when its input is anything but that common case (an unusual JSON form,
+ * a missing or malformed field, a non-str value, text that is not valid UTF-8, a number that is
+ * not plain decimal digits): the caller then runs the pure-Python implementation it stands in for,
+ * which gives the same result, or the error and message naming the field.  So the compiled path
+ * never has its own error messages, and tests/test_speedups_equivalence.py checks that both give
+ * the same output on the same inputs, byte for byte, malformed inputs included.
+ *
+ * The Python counterparts (the reference behaviour) are in broker/remoting/codec.py (decode,
+ * encode, decode_batch, string_to_properties), broker/remoting/broker_handlers.py (_send_fields)
+ * and broker/store/record.py (prepare).  broker/speedups.py selects this module or not.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define INT32_MIN_ (-2147483647LL - 1)
+#define INT32_MAX_ 2147483647LL
+
+/* ------------------------------------------------------------------ big-endian helpers */
+static inline int32_t rd_i32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+}
+static inline int16_t rd_i16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]); }
+static inline void wr_u32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* interned key and value objects, made once */
+static PyObject *s_code, *s_extFields, *s_flag, *s_language, *s_opaque, *s_remark, *s_version, *s_serialize,
+    *s_JAVA, *s_empty, *s_empty_bytes;
+static PyObject *send_long[9], *send_short[9];
+
+/* ------------------------------------------------------------------ a growable byte buffer */
+typedef struct { char *p; Py_ssize_t n, cap; char small[1024]; } Buf;
+static void buf_init(Buf *b) { b->p = b->small; b->n = 0; b->cap = (Py_ssize_t)sizeof b->small; }
+static void buf_free(Buf *b) { if (b->p != b->small) PyMem_Free(b->p); }
+static int buf_reserve(Buf *b, Py_ssize_t more) {
+    if (b->n + more <= b->cap) return 0;
+    Py_ssize_t cap = b->cap * 2;
+    while (cap < b->n + more) cap *= 2;
+    char *np = PyMem_Malloc((size_t)cap);
+    if (np == NULL) { PyErr_NoMemory(); return -1; }
+    memcpy(np, b->p, (size_t)b->n);
+    if (b->p != b->small) PyMem_Free(b->p);
+    b->p = np; b->cap = cap;
+    return 0;
+}
+static int buf_put(Buf *b, const char *s, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->p + b->n, s, (size_t)n); b->n += n;
+    return 0;
+}
+static int buf_putc(Buf *b, char c) { return buf_put(b, &c, 1); }
+
+/* ================================================================== JSON header decode
+ * The grammar taken here is a subset of JSON: an object whose values are strings, integers
+ * (-?(0|[1-9][0-9]*), at most 18 digits), null, or (for "extFields" only) an object of string
+ * values.  Whitespace between tokens is allowed, not before the first '{' or after the last '}'
+ * (codec._loads hands those to json.loads).  Anything else: FALLBACK. */
+enum { OK = 0, FALLBACK = 1, FAIL = -1 };  /* FAIL: a Python exception is set (memory) */
+
+typedef struct { const unsigned char *p, *end; } Cur;
+
+static inline void skip_ws(Cur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+static int hexval(unsigned char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* A JSON string at c->p (on its opening quote) -> a new str in *out. */
+static int parse_string(Cur *c, PyObject **out) {
+    const unsigned char *start = ++c->p;
+    const unsigned char *q = start;
+    int escaped = 0;
+    while (q < c->end && *q != '"') {
+        if (*q < 0x20) return FALLBACK;  /* strict JSON refuses raw control characters */
+        if (*q == '\\') { escaped = 1; q++; if (q >= c->end) return FALLBACK; }
+        q++;
+    }
+    if (q >= c->end) return FALLBACK;
+    if (!escaped) {
+        *out = PyUnicode_DecodeUTF8((const char *)start, q - start, NULL);
+        c->p = q + 1;
+        if (*out == NULL) { PyErr_Clear(); return FALLBACK; }
+        return OK;
+    }
+    Buf b; buf_init(&b);
+    const unsigned char *r = start;
+    while (r < q) {
+        if (*r != '\\') {
+            const unsigned char *run = r;
+            while (r < q && *r != '\\') r++;
+            if (buf_put(&b, (const char *)run, r - run) < 0) { buf_free(&b); return FAIL; }
+            continue;
+        }
+        r++;
+        char e;
+        switch (*r) {
+            case '"': e = '"'; break;
+            case '\\': e = '\\'; break;
+            case '/': e = '/'; break;
+            case 'b': e = '\b'; break;
+            case 'f': e = '\f'; break;
+            case 'n': e = '\n'; break;
+            case 'r': e = '\r'; break;
+            case 't': e = '\t'; break;
+            case 'u': {
+                if (q - r < 5) { buf_free(&b); return FALLBACK; }
+                unsigned int cp = 0;
+                for (int i = 1; i <= 4; i++) {
+                    int h = hexval(r[i]);
+                    if (h < 0) { buf_free(&b); return FALLBACK; }
+                    cp = (cp << 4) | (unsigned int)h;
+                }
+                if (cp >= 0xD800 && cp <= 0xDFFF) { buf_free(&b); return FALLBACK; }  /* surrogates: json's rules */
+                char u[3]; Py_ssize_t n;
+                if (cp < 0x80) { u[0] = (char)cp; n = 1; }
+                else if (cp < 0x800) { u[0] = (char)(0xC0 | (cp >> 6)); u[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
+                else { u[0] = (char)(0xE0 | (cp >> 12)); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                       u[2] = (char)(0x80 | (cp & 0x3F)); n = 3; }
+                if (buf_put(&b, u, n) < 0) { buf_free(&b); return FAIL; }
+                r += 5;
+                continue;
+            }
+            default: buf_free(&b); return FALLBACK;
+        }
+        if (buf_putc(&b, e) < 0) { buf_free(&b); return FAIL; }
+        r++;
+    }
+    *out = PyUnicode_DecodeUTF8(b.p, b.n, NULL);
+    buf_free(&b);
+    c->p = q + 1;
+    if (*out == NULL) { PyErr_Clear(); return FALLBACK; }
+    return OK;
+}
+
+/* A JSON integer at c->p -> *out (at most 18 digits, no fraction or exponent). */
+static int parse_int(Cur *c, long long *out) {
+    const unsigned char *p = c->p;
+    int neg = 0;
+    if (p < c->end && *p == '-') { neg = 1; p++; }
+    if (p >= c->end || *p < '0' || *p > '9') return FALLBACK;
+    const unsigned char *digits = p;
+    long long v = 0;
+    if (*p == '0') p++;
+    else while (p < c->end && *p >= '0' && *p <= '9') { v = v * 10 + (*p - '0'); p++; if (p - digits > 18) return FALLBACK; }
+    if (p < c->end && (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9'))) return FALLBACK;
+    c->p = p;
+    *out = neg ? -v : v;
+    return OK;
+}
+
+static int lit(Cur *c, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return 0;
+    c->p += n;
+    return 1;
+}
+
+/* extFields: an object of string values -> a new dict in *out (a repeated key: the last one, as json.loads) */
+static int parse_ext(Cur *c, PyObject **out) {
+    PyObject *d = PyDict_New();
+    if (d == NULL) return FAIL;
+    c->p++;  /* '{' */
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') { c->p++; *out = d; return OK; }
+    for (;;) {
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != '"') { Py_DECREF(d); return FALLBACK; }
+        PyObject *k = NULL, *v = NULL;
+        int rc = parse_string(c, &k);
+        if (rc != OK) { Py_DECREF(d); return rc; }
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != ':') { Py_DECREF(k); Py_DECREF(d); return FALLBACK; }
+        c->p++;
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != '"') { Py_DECREF(k); Py_DECREF(d); return FALLBACK; }
+        rc = parse_string(c, &v);
+        if (rc != OK) { Py_DECREF(k); Py_DECREF(d); return rc; }
+        PyUnicode_InternInPlace(&k);
+        rc = PyDict_SetItem(d, k, v);
+        Py_DECREF(k); Py_DECREF(v);
+        if (rc < 0) { Py_DECREF(d); return FAIL; }
+        skip_ws(c);
+        if (c->p < c->end && *c->p == ',') { c->p++; continue; }
+        if (c->p < c->end && *c->p == '}') { c->p++; *out = d; return OK; }
+        Py_DECREF(d);
+        return FALLBACK;
+    }
+}
+
+typedef struct {
+    int has_code; long long code, opaque, flag, version;
+    PyObject *ext;       /* NULL: absent or null */
+    PyObject *remark;    /* NULL: absent or null */
+    PyObject *language;  /* NULL: absent */
+} Header;
+
+static void header_clear(Header *h) { Py_CLEAR(h->ext); Py_CLEAR(h->remark); Py_CLEAR(h->language); }
+
+static int key_is(const unsigned char *k, Py_ssize_t n, const char *name) {
+    return (size_t)n == strlen(name) && memcmp(k, name, (size_t)n) == 0;
+}
+
+/* The top-level object; known keys into h, an unknown key (json's ``extra``): FALLBACK. */
+static int parse_header(const unsigned char *p, Py_ssize_t n, Header *h) {
+    Cur c = {p, p + n};
+    if (n < 2 || p[0] != '{' || p[n - 1] != '}') return FALLBACK;
+    c.p++;
+    skip_ws(&c);
+    if (c.p < c.end && *c.p == '}') return c.p + 1 == c.end ? OK : FALLBACK;
+    for (;;) {
+        skip_ws(&c);
+        if (c.p >= c.end || *c.p != '"') return FALLBACK;
+        const unsigned char *k = ++c.p;  /* known keys are plain ASCII without escapes */
+        while (c.p < c.end && *c.p != '"' && *c.p != '\\' && *c.p >= 0x20 && *c.p < 0x80) c.p++;
+        if (c.p >= c.end || *c.p != '"') return FALLBACK;
+        Py_ssize_t kn = c.p - k;
+        c.p++;
+        skip_ws(&c);
+        if (c.p >= c.end || *c.p != ':') return FALLBACK;
+        c.p++;
+        skip_ws(&c);
+        if (c.p >= c.end) return FALLBACK;
+        int rc;
+        unsigned char first = *c.p;
+        long long *num = NULL;
+        if (key_is(k, kn, "code")) { num = &h->code; h->has_code = 1; }
+        else if (key_is(k, kn, "opaque")) num = &h->opaque;
+        else if (key_is(k, kn, "flag")) num = &h->flag;
+        else if (key_is(k, kn, "version")) num = &h->version;
+        if (num != NULL) {
+            rc = parse_int(&c, num);
+            if (rc != OK) return rc;
+            if (*num < INT32_MIN_ || *num > INT32_MAX_) return FALLBACK;
+        } else if (key_is(k, kn, "extFields")) {
+            Py_CLEAR(h->ext);
+            if (first == '{') { rc = parse_ext(&c, &h->ext); if (rc != OK) return rc; }
+            else if (!lit(&c, "null")) return FALLBACK;
+        } else if (key_is(k, kn, "remark")) {
+            Py_CLEAR(h->remark);
+            if (first == '"') { rc = parse_string(&c, &h->remark); if (rc != OK) return rc; }
+            else if (!lit(&c, "null")) return FALLBACK;
+        } else if (key_is(k, kn, "language")) {
+            Py_CLEAR(h->language);
+            if (first != '"') return FALLBACK;  /* a numeric language: codec's mapping */
+            rc = parse_string(&c, &h->language);
+            if (rc != OK) return rc;
+        } else if (key_is(k, kn, "serializeTypeCurrentRPC")) {  /* read and ignored, as codec does */
+            if (first == '"') {
+                PyObject *s = NULL;
+                rc = parse_string(&c, &s);
+                if (rc != OK) return rc;
+                Py_DECREF(s);
+            } else if (!lit(&c, "null")) {
+                long long ignored;
+                rc = parse_int(&c, &ignored);
+                if (rc != OK) return rc;
+            }
+        } else {
+            return FALLBACK;
+        }
+        skip_ws(&c);
+        if (c.p < c.end && *c.p == ',') { c.p++; continue; }
+        if (c.p < c.end && *c.p == '}') { c.p++; return c.p == c.end ? OK : FALLBACK; }
+        return FALLBACK;
+    }
+}
+
+/* decode_json_frame(frame) -> (code, ext_fields, body, remark, opaque, flag, language, version, 0, {}) or None.
+ * ``frame`` is a frame without its length prefix (any buffer); the tuple is RemotingCommand's fields in order. */
+static PyObject *decode_json_frame(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t n = view.len;
+    PyObject *result = NULL;
+    Header h = {0};
+    if (n < 4) goto fallback;
+    int32_t mark = rd_i32(p);
+    if (((mark >> 24) & 0xFF) != 0) goto fallback;
+    Py_ssize_t hlen = mark & 0xFFFFFF;
+    if (hlen > n - 4) goto fallback;
+    int rc = parse_header(p + 4, hlen, &h);
+    if (rc == FAIL) goto done;
+    if (rc == FALLBACK || !h.has_code) goto fallback;
+    PyObject *body = (n - 4 - hlen) ? PyBytes_FromStringAndSize((const char *)p + 4 + hlen, n - 4 - hlen)
+                                    : Py_NewRef(s_empty_bytes);
+    if (body == NULL) goto done;
+    PyObject *extra = PyDict_New();
+    if (extra == NULL) { Py_DECREF(body); goto done; }
+    result = Py_BuildValue("(LOOOLLOLiN)", h.code, h.ext ? h.ext : Py_None, body, h.remark ? h.remark : Py_None,
+                           h.opaque, h.flag, h.language ? h.language : s_JAVA, h.version, 0, extra);
+    Py_DECREF(body);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    header_clear(&h);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ================================================================== JSON header encode */
+static const char HEX[] = "0123456789abcdef";
+
+/* A str as json.dumps(ensure_ascii=False) writes it; -1 with no exception set: not the common case. */
+static int put_json_str(Buf *b, PyObject *s) {
+    if (!PyUnicode_CheckExact(s)) return -1;
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (u == NULL) { PyErr_Clear(); return -1; }  /* lone surrogates: codec's own path */
+    if (buf_reserve(b, n + 2) < 0) return -2;
+    b->p[b->n++] = '"';
+    const char *run = u;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)u[i];
+        if (ch >= 0x20 && ch != '"' && ch != '\\') continue;
+        if (buf_put(b, run, (u + i) - run) < 0) return -2;
+        run = u + i + 1;
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        Py_ssize_t en = 2;
+        switch (ch) {
+            case '"': esc[1] = '"'; break;
+            case '\\': esc[1] = '\\'; break;
+            case '\b': esc[1] = 'b'; break;
+            case '\f': esc[1] = 'f'; break;
+            case '\n': esc[1] = 'n'; break;
+            case '\r': esc[1] = 'r'; break;
+            case '\t': esc[1] = 't'; break;
+            default: esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = HEX[ch >> 4]; esc[5] = HEX[ch & 15]; en = 6;
+        }
+        if (buf_put(b, esc, en) < 0) return -2;
+    }
+    if (buf_put(b, run, (u + n) - run) < 0) return -2;
+    return buf_putc(b, '"') < 0 ? -2 : 0;
+}
+
+static int put_int(Buf *b, PyObject *v) {
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); return -1; }
+    char tmp[32];
+    int k = snprintf(tmp, sizeof tmp, "%lld", x);
+    return buf_put(b, tmp, k) < 0 ? -2 : 0;
+}
+
+#define PUT(expr) do { int r_ = (expr); if (r_ == -1) goto fallback; if (r_ < -1) goto fail; } while (0)
+#define PUTS(lit_) do { if (buf_put(&b, lit_, (Py_ssize_t)(sizeof(lit_) - 1)) < 0) goto fail; } while (0)
+
+/* encode_json_frame(code, ext_fields, remark, opaque, flag, language, version, body) -> the whole frame, or None. */
+static PyObject *encode_json_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) { PyErr_SetString(PyExc_TypeError, "encode_json_frame takes 8 arguments"); return NULL; }
+    PyObject *code = args[0], *ext = args[1], *remark = args[2], *opaque = args[3], *flag = args[4],
+             *language = args[5], *version = args[6], *body = args[7];
+    if (!PyBytes_CheckExact(body)) Py_RETURN_NONE;
+    Buf b; buf_init(&b);
+    if (buf_reserve(&b, 8) < 0) goto fail;
+    b.n = 8;  /* the two length fields, filled in below */
+    PUTS("{\"code\":");
+    PUT(put_int(&b, code));
+    if (ext != Py_None) {
+        if (!PyDict_CheckExact(ext)) goto fallback;
+        PUTS(",\"extFields\":{");
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(ext, &pos, &k, &v)) {
+            if (i++ && buf_putc(&b, ',') < 0) goto fail;
+            PUT(put_json_str(&b, k));
+            if (buf_putc(&b, ':') < 0) goto fail;
+            PUT(put_json_str(&b, v));
+        }
+        if (buf_putc(&b, '}') < 0) goto fail;
+    }
+    PUTS(",\"flag\":");
+    PUT(put_int(&b, flag));
+    PUTS(",\"language\":");
+    PUT(put_json_str(&b, language));
+    PUTS(",\"opaque\":");
+    PUT(put_int(&b, opaque));
+    if (remark != Py_None) {
+        PUTS(",\"remark\":");
+        PUT(put_json_str(&b, remark));
+    }
+    PUTS(",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+    PUT(put_int(&b, version));
+    if (buf_putc(&b, '}') < 0) goto fail;
+    Py_ssize_t hlen = b.n - 8, blen = PyBytes_GET_SIZE(body);
+    if (hlen > 0xFFFFFF || 4 + hlen + blen > INT32_MAX_) goto fallback;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, b.n + blen);
+    if (out == NULL) goto fail;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    wr_u32((unsigned char *)b.p, (uint32_t)(4 + hlen + blen));
+    wr_u32((unsigned char *)b.p + 4, (uint32_t)hlen);
+    memcpy(o, b.p, (size_t)b.n);
+    memcpy(o + b.n, PyBytes_AS_STRING(body), (size_t)blen);
+    buf_free(&b);
+    return out;
+fallback:
+    buf_free(&b);
+    Py_RETURN_NONE;
+fail:
+    buf_free(&b);
+    return NULL;
+}
+
+/* ================================================================== properties */
+/* string_to_properties for a str: fragments split on \x02, name and value on the first \x01; a fragment
+ * without a separator, a name or a value is dropped (RocketMQ's string2messageProperties). */
+static int parse_props_into(PyObject *d, PyObject *text) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), pos = 0;
+    while (pos <= n) {
+        Py_ssize_t end = n ? PyUnicode_FindChar(text, 0x02, pos, n, 1) : -1;
+        if (end == -2) return -1;
+        if (end < 0) end = n;
+        if (end > pos) {
+            Py_ssize_t sep = PyUnicode_FindChar(text, 0x01, pos, end, 1);
+            if (sep == -2) return -1;
+            if (sep > pos && sep + 1 < end) {
+                PyObject *k = PyUnicode_Substring(text, pos, sep);
+                PyObject *v = k ? PyUnicode_Substring(text, sep + 1, end) : NULL;
+                if (v == NULL) { Py_XDECREF(k); return -1; }
+                PyUnicode_InternInPlace(&k);
+                int rc = PyDict_SetItem(d, k, v);
+                Py_DECREF(k); Py_DECREF(v);
+                if (rc < 0) return -1;
+            }
+        }
+        pos = end + 1;
+    }
+    return 0;
+}
+
+static PyObject *parse_properties(PyObject *self, PyObject *text) {
+    if (!PyUnicode_CheckExact(text)) Py_RETURN_NONE;
+    PyObject *d = PyDict_New();
+    if (d == NULL) return NULL;
+    if (PyUnicode_GET_LENGTH(text) && parse_props_into(d, text) < 0) { Py_DECREF(d); return NULL; }
+    return d;
+}
+
+/* ================================================================== send header fields */
+/* Plain decimal (-?[0-9]{1,18}) -> *out; anything else is int()'s business: 0 here. */
+static int plain_int(PyObject *s, long long *out) {
+    if (!PyUnicode_CheckExact(s) || !PyUnicode_IS_ASCII(s)) return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    const char *p = (const char *)PyUnicode_DATA(s);
+    Py_ssize_t i = 0;
+    int neg = 0;
+    if (n && p[0] == '-') { neg = 1; i = 1; }
+    if (i >= n || n - i > 18) return 0;
+    long long v = 0;
+    for (; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* send_fields(ext, code) -> (group, topic, queueId, sysFlag, bornTimestamp, flag, reconsumeTimes, batch, properties)
+ * as broker_handlers._send_fields reads them, or None (a missing or non-plain field: its HeaderError). */
+static PyObject *send_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) Py_RETURN_NONE;
+    PyObject *ext = args[0];
+    long code = PyLong_AsLong(args[1]);
+    if (code == -1 && PyErr_Occurred()) { PyErr_Clear(); Py_RETURN_NONE; }
+    int v2 = code != 10 && PyDict_GetItemWithError(ext, send_short[1]) != NULL;
+    if (PyErr_Occurred()) return NULL;
+    PyObject *raw[9];
+    for (int i = 0; i < 9; i++) {
+        raw[i] = PyDict_GetItemWithError(ext, v2 ? send_short[i] : send_long[i]);  /* borrowed */
+        if (raw[i] == NULL && PyErr_Occurred()) return NULL;
+        if (raw[i] == NULL && v2) {
+            raw[i] = PyDict_GetItemWithError(ext, send_long[i]);
+            if (raw[i] == NULL && PyErr_Occurred()) return NULL;
+        }
+    }
+    if (raw[0] == NULL || raw[1] == NULL || !PyUnicode_CheckExact(raw[0]) || !PyUnicode_CheckExact(raw[1]))
+        Py_RETURN_NONE;
+    long long num[5];
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = raw[2 + i];
+        if (i == 4 && (v == NULL || (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) == 0))) { num[i] = 0; continue; }
+        if (v == NULL || !plain_int(v, &num[i])) Py_RETURN_NONE;
+    }
+    int batch = code == 320;
+    PyObject *bv = raw[7];
+    if (bv != NULL) {
+        if (!PyUnicode_CheckExact(bv) || !PyUnicode_IS_ASCII(bv)) Py_RETURN_NONE;
+        if (PyUnicode_GET_LENGTH(bv) == 4) {
+            const char *p = (const char *)PyUnicode_DATA(bv);
+            if ((p[0] | 32) == 't' && (p[1] | 32) == 'r' && (p[2] | 32) == 'u' && (p[3] | 32) == 'e') batch = 1;
+        }
+    }
+    PyObject *props = raw[8];
+    if (props != NULL && !PyUnicode_CheckExact(props)) Py_RETURN_NONE;
+    if (props == NULL || PyUnicode_GET_LENGTH(props) == 0) props = s_empty;
+    return Py_BuildValue("(OOLLLLLOO)", raw[0], raw[1], num[0], num[1], num[2], num[3], num[4],
+                         batch ? Py_True : Py_False, props);
+}
+
+/* ================================================================== SEND_BATCH_MESSAGE body */
+/* decode_batch(body) -> [(body, flag, properties), ...] or None (a malformed record: codec's FrameError). */
+static PyObject *decode_batch(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t n = view.len, pos = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) goto fail;
+    while (pos < n) {
+        if (n - pos < 20) goto fallback;
+        int32_t total = rd_i32(p + pos), flag = rd_i32(p + pos + 12), blen = rd_i32(p + pos + 16);
+        if (total < 22 || total > n - pos) goto fallback;
+        if (blen < 0 || 20 + (int64_t)blen + 2 > total) goto fallback;
+        int16_t plen = rd_i16(p + pos + 20 + blen);
+        if (plen < 0 || 20 + (int64_t)blen + 2 + plen > total) goto fallback;
+        PyObject *text = PyUnicode_DecodeUTF8((const char *)p + pos + 22 + blen, plen, NULL);
+        if (text == NULL) { PyErr_Clear(); goto fallback; }
+        PyObject *props = PyDict_New();
+        if (props == NULL || (plen && parse_props_into(props, text) < 0)) { Py_DECREF(text); Py_XDECREF(props); goto fail; }
+        Py_DECREF(text);
+        PyObject *item = Py_BuildValue("(y#iN)", (const char *)p + pos + 20, (Py_ssize_t)blen, (int)flag, props);
+        if (item == NULL) goto fail;
+        int rc = PyList_Append(out, item);
+        Py_DECREF(item);
+        if (rc < 0) goto fail;
+        pos += total;
+    }
+    PyBuffer_Release(&view);
+    return out;
+fallback:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* ================================================================== commit-log record head */
+/* record_head(prefix, properties, body_len) -> prefix + u16 len + properties + u32 body_len, as record.prepare
+ * builds it, or None (a non-str name or value, text that is not UTF-8, properties over 32767 bytes). */
+static PyObject *record_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) Py_RETURN_NONE;
+    PyObject *prefix = args[0], *props = args[1];
+    long long body_len = PyLong_AsLongLong(args[2]);
+    if (body_len == -1 && PyErr_Occurred()) { PyErr_Clear(); Py_RETURN_NONE; }
+    if (body_len < 0 || body_len > 0xFFFFFFFFLL) Py_RETURN_NONE;
+    Buf b; buf_init(&b);
+    Py_ssize_t plen = PyBytes_GET_SIZE(prefix);
+    if (buf_put(&b, PyBytes_AS_STRING(prefix), plen) < 0 || buf_put(&b, "\0\0", 2) < 0) goto fail;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v)) goto fallback;
+        Py_ssize_t kn, vn;
+        const char *ku = PyUnicode_AsUTF8AndSize(k, &kn);
+        if (ku == NULL) { PyErr_Clear(); goto fallback; }
+        const char *vu = PyUnicode_AsUTF8AndSize(v, &vn);
+        if (vu == NULL) { PyErr_Clear(); goto fallback; }
+        if (buf_put(&b, ku, kn) < 0 || buf_putc(&b, 1) < 0 || buf_put(&b, vu, vn) < 0 || buf_putc(&b, 2) < 0) goto fail;
+    }
+    Py_ssize_t props_len = b.n - plen - 2;
+    if (props_len > 32767) goto fallback;
+    b.p[plen] = (char)(props_len >> 8);
+    b.p[plen + 1] = (char)props_len;
+    if (buf_reserve(&b, 4) < 0) goto fail;
+    wr_u32((unsigned char *)b.p + b.n, (uint32_t)body_len);
+    b.n += 4;
+    PyObject *out = PyBytes_FromStringAndSize(b.p, b.n);
+    buf_free(&b);
+    return out;
+fallback:
+    buf_free(&b);
+    Py_RETURN_NONE;
+fail:
+    buf_free(&b);
+    return NULL;
+}
+
+/* ================================================================== module */
+static PyMethodDef methods[] = {
+    {"decode_json_frame", decode_json_frame, METH_O, "A JSON-header frame -> RemotingCommand's fields, or None."},
+    {"encode_json_frame", (PyCFunction)(void (*)(void))encode_json_frame, METH_FASTCALL,
+     "RemotingCommand's fields -> the JSON-header frame with its length prefix, or None."},
+    {"parse_properties", parse_properties, METH_O, "string_to_properties for a str, or None."},
+    {"send_fields", (PyCFunction)(void (*)(void))send_fields, METH_FASTCALL, "_send_fields' tuple, or None."},
+    {"decode_batch", decode_batch, METH_O, "A SEND_BATCH_MESSAGE body -> [(body, flag, properties)], or None."},
+    {"record_head", (PyCFunction)(void (*)(void))record_head, METH_FASTCALL,
+     "A commit-log record's bytes between its fixed part and its body, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups",
+                                    "The remoting send path's byte layouts, compiled (broker/_speedups.c).", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    static const char *longs[9] = {"producerGroup", "topic", "queueId", "sysFlag", "bornTimestamp", "flag",
+                                   "reconsumeTimes", "batch", "properties"};
+    static const char *shorts[9] = {"a", "b", "e", "f", "g", "h", "j", "m", "i"};
+    for (int i = 0; i < 9; i++) {
+        send_long[i] = PyUnicode_InternFromString(longs[i]);
+        send_short[i] = PyUnicode_InternFromString(shorts[i]);
+        if (!send_long[i] || !send_short[i]) return NULL;
+    }
+    s_code = PyUnicode_InternFromString("code");
+    s_extFields = PyUnicode_InternFromString("extFields");
+    s_flag = PyUnicode_InternFromString("flag");
+    s_language = PyUnicode_InternFromString("language");
+    s_opaque = PyUnicode_InternFromString("opaque");
+    s_remark = PyUnicode_InternFromString("remark");
+    s_version = PyUnicode_InternFromString("version");
+    s_serialize = PyUnicode_InternFromString("serializeTypeCurrentRPC");
+    s_JAVA = PyUnicode_InternFromString("JAVA");
+    s_empty = PyUnicode_InternFromString("");
+    s_empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    if (!s_code || !s_extFields || !s_flag || !s_language || !s_opaque || !s_remark || !s_version || !s_serialize
+        || !s_JAVA || !s_empty || !s_empty_bytes)
+        return NULL;
+    return PyModule_Create(&module);
+}

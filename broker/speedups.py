@@ -1,0 +1,33 @@
+"""Which implementation of the send path's byte layouts runs: the compiled one or the pure-Python one.
+
+broker/_speedups.c does, in C, the per-request byte work of a remoting send that the session-15
+profile found spread over Python layers (issue 20): the JSON header of a request frame into its
+fields, a send header's fields, the properties string, a SEND_BATCH_MESSAGE body, the answer frame,
+and the head of a commit-log record.  Each of its functions covers the common case only and returns
+None otherwise; the Python implementation in codec.py, broker_handlers.py and record.py then runs,
+so both give the same bytes, values and errors (tests/test_speedups_equivalence.py runs both).
+
+``pip install .`` (and ``-e .``, which ``make test`` runs) compiles it; a failed compile fails the
+install (setup.py), so it is never missing by accident.  ``ROCKETSCOPE_PURE_PYTHON=1`` in the
+environment selects the Python implementation (read once, at import): for comparison runs
+(bench/send_path_micro.py) and for a platform without a C compiler, with `optional=True` there.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+PURE_ENV = "ROCKETSCOPE_PURE_PYTHON"
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return None
+    from . import _speedups  # an ImportError here is a broken install: setup.py always builds it
+
+    return _speedups
+
+
+compiled: ModuleType | None = _load()
+IMPLEMENTATION = "c" if compiled is not None else "python"
