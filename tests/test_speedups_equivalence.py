@@ -1,0 +1,343 @@
+"""The compiled send path (broker/_speedups.c) gives what the pure-Python one gives, byte for byte (issue 20).
+
+Every function of the compiled module stands in for a Python function on its common case and hands
+everything else back (None) to that function.  Each test here runs the public entry point twice on
+the same input, once with the compiled module selected and once without it (the modules' ``_C``
+set to None, what ``ROCKETSCOPE_PURE_PYTHON=1`` does at import), and compares the outcomes: the
+value, or the exception's type, text and code/opaque.  Inputs are generated (hypothesis): request
+frames in the forms Apache's Go and Java clients write and in unusual JSON forms, frames with bytes
+flipped, cut or inserted, send headers with plain and odd numbers, batch bodies whole and damaged,
+properties with separators anywhere, answers with control characters, quotes, non-ASCII text and
+lone surrogates.  Other tests check the compiled path really takes the common forms (so these
+comparisons are not between two runs of the Python code).  No process is started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from rocketscope.broker import speedups
+from rocketscope.broker.remoting import broker_handlers, codec
+from rocketscope.broker.remoting.codec import BatchEntry, RemotingCommand, RequestCode
+from rocketscope.broker.store import record
+from rocketscope.broker.store.record import StoredMessage
+
+C = speedups.compiled
+needs_c = pytest.mark.skipif(C is None, reason=f"{speedups.PURE_ENV} is set: the compiled module is not loaded")
+MODULES = (codec, broker_handlers, record)
+
+
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    saved = [m._C for m in MODULES]  # type: ignore[attr-defined]
+    for m in MODULES:
+        m._C = None  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for m, c in zip(MODULES, saved, strict=True):
+            m._C = c  # type: ignore[attr-defined]
+
+
+def outcome(fn: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
+    """What ``fn`` gives: ("ok", value) or ("raised", type, text, the error's code or opaque)."""
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # every failure the Python code raises must be raised the same way
+        return ("raised", type(exc), str(exc), getattr(exc, "code", None), getattr(exc, "opaque", None))
+
+
+def both(fn: Callable[..., Any], *args: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    compiled = outcome(fn, *args)
+    with pure_python():
+        python = outcome(fn, *args)
+    return compiled, python
+
+
+def test_the_compiled_module_is_built_unless_the_pure_path_is_asked_for() -> None:
+    """setup.py builds it with optional=False; only the environment variable may leave it out."""
+    if os.environ.get(speedups.PURE_ENV, "") not in ("", "0"):
+        assert (C, speedups.IMPLEMENTATION) == (None, "python")
+    else:
+        assert C is not None and speedups.IMPLEMENTATION == "c"
+
+
+# ------------------------------------------------------------------ request frames
+text = st.text(max_size=12)
+ascii_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12)
+int32 = st.integers(-(1 << 31), (1 << 31) - 1)
+GO_SEND = {"a": "bench_group", "b": "TopicA", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1764288000123",
+           "h": "0", "i": "UNIQ_KEY\x017F0000010001B4AA\x02WAIT\x01true\x02", "j": "0", "k": "false", "l": "0",
+           "m": "false", "n": "broker-a"}
+
+
+def frame_of(header: dict[str, Any], body: bytes, *, separators: tuple[str, str] = (",", ":"),
+             ensure_ascii: bool = False) -> bytes:
+    raw = json.dumps(header, separators=separators, ensure_ascii=ensure_ascii).encode("utf-8")
+    return struct.pack(">i", len(raw)) + raw + body
+
+
+@st.composite
+def headers(draw: st.DrawFn) -> dict[str, Any]:
+    """JSON headers as clients write them (Go: its own key order, remark "", language GO), and odder ones."""
+    h: dict[str, Any] = {"code": draw(st.sampled_from([10, 310, 320, 34, 105]) | int32)}
+    optional: dict[str, Any] = {
+        "language": draw(st.sampled_from(["GO", "JAVA", "CPP"]) | text | st.integers(-2, 20) | st.none()),
+        "version": draw(st.sampled_from([317, 479]) | int32 | st.integers() | st.none()),
+        "opaque": draw(int32 | st.integers(-(1 << 40), 1 << 40) | st.booleans()),
+        "flag": draw(st.sampled_from([0, 1, 2]) | int32),
+        "remark": draw(st.none() | text | st.integers()),
+        "extFields": draw(st.none() | st.just(GO_SEND) | st.dictionaries(text, text, max_size=5)
+                          | st.dictionaries(ascii_text, st.integers() | st.booleans() | st.none(), max_size=3)),
+        "serializeTypeCurrentRPC": draw(st.sampled_from(["JSON", 0])),
+        "unknownKey": draw(st.integers()),
+    }
+    keep = draw(st.lists(st.sampled_from(sorted(optional)), unique=True))
+    for k in draw(st.permutations(keep)):
+        h[k] = optional[k]
+    if draw(st.booleans()):
+        h.pop("code")
+    return h
+
+
+@needs_c
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(headers(), st.binary(max_size=64), st.sampled_from([(",", ":"), (", ", ": ")]), st.booleans())
+def test_request_frames_decode_the_same(header: dict[str, Any], body: bytes, separators: tuple[str, str],
+                                        ensure_ascii: bool) -> None:
+    frame = frame_of(header, body, separators=separators, ensure_ascii=ensure_ascii)
+    compiled, python = both(codec.decode, frame)
+    assert compiled == python
+    with memoryview(bytearray(frame)) as view:  # as the server passes it: a view of its read buffer
+        assert outcome(codec.decode, view) == python
+    if _common(header, ensure_ascii):  # the compiled decoder took it: this was not the Python decoder against itself
+        assert C is not None and C.decode_json_frame(frame) is not None
+
+
+def _common(h: dict[str, Any], ensure_ascii: bool) -> bool:
+    """The header forms the compiled decoder is meant to take (broker/_speedups.c's grammar; with ensure_ascii a
+    character beyond the BMP is written as a surrogate pair, which it leaves to json)."""
+    def i32(v: Any) -> bool:
+        return type(v) is int and -(1 << 31) <= v < 1 << 31
+
+    ext = h.get("extFields")
+    return ("code" in h and "unknownKey" not in h and all(i32(h[k]) for k in ("code", "opaque", "flag", "version")
+                                                          if k in h)
+            and type(h.get("language", "")) is str and (h.get("remark") is None or type(h["remark"]) is str)
+            and (ext is None or all(type(v) is str for v in ext.values()))
+            and not (ensure_ascii and any(ord(ch) > 0xFFFF for x in _strings(h) for ch in x)))
+
+
+def _strings(h: dict[str, Any]) -> list[str]:
+    ext = h.get("extFields") or {}
+    return [x for x in (*ext, *ext.values(), h.get("remark"), h.get("language")) if isinstance(x, str)]
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_damaged_frames_give_the_same_value_or_the_same_error(data: st.DataObject) -> None:
+    frame = bytearray(frame_of({"code": 310, "extFields": GO_SEND, "flag": 0, "language": "GO",
+                                "opaque": 77, "remark": "", "version": 317}, b"x" * 16))
+    for _ in range(data.draw(st.integers(1, 3))):
+        pos = data.draw(st.integers(0, len(frame) - 1))
+        action = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        if action == "flip":
+            frame[pos] = data.draw(st.sampled_from(b'{}[]":,\\-.0e\x00\x01\x7f\x80\xc3\xff ') | st.integers(0, 255))
+        elif action == "cut":
+            del frame[pos:]
+            if not frame:
+                break
+        else:
+            frame[pos:pos] = data.draw(st.binary(min_size=1, max_size=4))
+    compiled, python = both(codec.decode, bytes(frame))
+    assert compiled == python
+
+
+@needs_c
+@pytest.mark.parametrize("header", [
+    '{"code":310,"extFields":{"a":"\\u00e9\\n\\"\\\\\\/\\u0001"},"opaque":1}',
+    '{"code":310,"extFields":{"a":"\\ud83d\\ude00"},"opaque":1}',  # a surrogate pair: json's own path
+    '{"code":310,"extFields":{"a":"\\ud83d"},"opaque":1}',  # a lone surrogate
+    '{"code":310,"extFields":{"a":"x\ty"},"opaque":1}',  # a raw control character: refused by json
+    '{"code":310,"code":311,"opaque":1,"opaque":2}', '{"code":310,"extFields":{"a":"1","a":"2"}}',
+    '{"code":01}', '{"code":-0}', '{"code":1.0}', '{"code":1e3}', '{"code":2147483648}', '{"code":-2147483649}',
+    '{"code":123456789012345678901}', '{"code":true}', '{"code":null}', '{"code":"310"}', '{ "code" : 310 }',
+    ' {"code":310}', '{"code":310} ', '{"code":310}}', '{"code":310,}', '{"code":310,"extFields":[]}',
+    '{"code":310,"extFields":{}}', '{"code":310,"extFields":null,"remark":null}', '{"code":310,"language":null}',
+    '{"code":310,"language":9}', '{"code":310,"remark":5}', '{"code":310,"extFields":{"a":1}}',
+    '{"code":310,"extFields":{"a":null,"b":"c"}}', '{"code":310,"extFields":{"a":{"b":"c"}}}',
+    '{"\\u0063ode":310}', '{"code":310,"serializeTypeCurrentRPC":null}', '{}', '{"code":310,"x":1}',
+    '{"code":310,"remark":"\xff"}', '{"code":310,"extFields":{"\xc3\xa9":"\xe2\x82"}}'])
+def test_unusual_json_headers_decode_the_same(header: str) -> None:
+    raw = header.encode("latin-1") if "\xff" in header or "\xc3" in header else header.encode("utf-8")
+    frame = struct.pack(">i", len(raw)) + raw + b"body"
+    compiled, python = both(codec.decode, frame)
+    assert compiled == python
+
+
+@needs_c
+def test_the_compiled_decoder_takes_what_the_clients_send() -> None:
+    go = {"code": 310, "language": "GO", "version": 317, "opaque": 7, "flag": 0, "remark": "", "extFields": GO_SEND}
+    java = {"code": 310, "extFields": GO_SEND, "flag": 0, "language": "JAVA", "opaque": 9,
+            "serializeTypeCurrentRPC": "JSON", "version": 479}
+    for header in (go, java):
+        frame = frame_of(header, b"x" * 1024)
+        got = C.decode_json_frame(frame)  # type: ignore[union-attr]
+        assert got is not None
+        assert RemotingCommand(*got) == codec.decode_python(frame)
+
+
+# ------------------------------------------------------------------ answer frames
+awkward = st.text(alphabet=st.sampled_from('ab"\\/\x00\x01\x1f\x7f\n\t\r\b\féあ😀\u2028'), max_size=10)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.none() | st.dictionaries(awkward | text, awkward | text, max_size=6), st.none() | awkward | text,
+       st.integers(-(1 << 40), 1 << 40), st.sampled_from([0, 1, 3]), st.sampled_from(["JAVA", "GO"]) | awkward,
+       int32, st.binary(max_size=40), st.sampled_from([0, 1]))
+def test_answer_frames_encode_the_same(ext: dict[str, str] | None, remark: str | None, opaque: int, flag: int,
+                                       language: str, code: int, body: bytes, stype: int) -> None:
+    cmd = RemotingCommand(code=code, ext_fields=ext, body=body, remark=remark, opaque=opaque, flag=flag,
+                          language=language, serialize_type=stype)
+    compiled, python = both(codec.encode, cmd)
+    assert compiled == python
+    if stype == codec.JSON:  # the compiled encoder took it: these comparisons are not Python against itself
+        assert C is not None and C.encode_json_frame(code, ext, remark, opaque, flag, language, cmd.version,
+                                                     body) == python[1]
+
+
+@needs_c
+@pytest.mark.parametrize("cmd", [
+    RemotingCommand(code=0, ext_fields={"k": "\ud800"}),  # a lone surrogate: UnicodeEncodeError from both
+    RemotingCommand(code=0, remark="\udfff"),
+    RemotingCommand(code=0, ext_fields={"k": 5, "n": None, 3: "x"}),  # type: ignore[dict-item]
+    RemotingCommand(code=True, flag=False),  # bools: json writes true/false
+    RemotingCommand(code=1 << 70),
+    RemotingCommand(code=0, body=bytearray(b"ab")),  # type: ignore[arg-type]
+    RemotingCommand(code=0, language=None),  # type: ignore[arg-type]
+])
+def test_unusual_answers_encode_the_same(cmd: RemotingCommand) -> None:
+    compiled, python = both(codec.encode, cmd)
+    assert compiled == python
+
+
+# ------------------------------------------------------------------ send header fields
+odd_number = st.sampled_from(["", "0", "7", "-3", "007", "-0", "+5", " 5", "5 ", "1_000", "٣", "12x", "true",
+                              "TRUE", "tRuE", "false", "9" * 18, "9" * 19, "-" + "9" * 18, "-", "0x10"])
+field_value = st.none() | odd_number | text
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE]),
+       st.sampled_from(["short", "long", "mixed"]),
+       st.fixed_dictionaries({name: field_value for name in broker_handlers.V2_NAMES.values()}))
+@example(RequestCode.SEND_MESSAGE_V2, "short", {"producerGroup": "g", "topic": "T", "queueId": "1", "sysFlag": "0",
+                                               "bornTimestamp": "1", "flag": "0", "reconsumeTimes": None,
+                                               "batch": "TRUE", "properties": None})
+def test_send_headers_read_the_same(code: int, names: str, values: dict[str, str | None]) -> None:
+    long_to_short = {v: k for k, v in broker_handlers.V2_NAMES.items()}
+    ext = {}
+    for i, (k, v) in enumerate(values.items()):
+        if v is not None:
+            short = names == "short" or (names == "mixed" and i % 2 == 0)
+            ext[long_to_short[k] if short else k] = v
+    cmd = RemotingCommand(code=code, ext_fields=ext)
+    compiled, python = both(broker_handlers._send_fields, cmd)
+    assert compiled == python
+
+
+@needs_c
+def test_the_compiled_reader_takes_a_go_send_header() -> None:
+    got = C.send_fields(GO_SEND, RequestCode.SEND_MESSAGE_V2)  # type: ignore[union-attr]
+    assert got is not None
+    assert got == broker_handlers._send_fields_python(RemotingCommand(code=310, ext_fields=GO_SEND))
+
+
+# ------------------------------------------------------------------ properties
+props_text = st.text(alphabet=st.sampled_from("ab\x01\x02é😀 "), max_size=30)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.none() | props_text | text)
+@example("\x01\x02\x01a\x02a\x01\x02a\x01b\x01c\x02\x02")
+def test_properties_parse_the_same(raw: str | None) -> None:
+    compiled, python = both(codec.string_to_properties, raw)
+    assert compiled == python
+    if raw:
+        assert C is not None and C.parse_properties(raw) == python[1]
+
+
+# ------------------------------------------------------------------ batch bodies
+entries = st.lists(st.builds(BatchEntry, st.binary(max_size=30), int32,
+                             st.dictionaries(st.text("ab\x01é", min_size=1, max_size=4),
+                                             st.text("xy\x02", min_size=1, max_size=4), max_size=3)), max_size=5)
+
+
+def python_batch(body: bytes) -> list[tuple[bytes, int, dict[str, str]]]:
+    return [(e.body, e.flag, e.properties) for e in codec.decode_batch(body)]
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(entries, st.data())
+def test_batch_bodies_decode_the_same_whole_and_damaged(batch: list[BatchEntry], data: st.DataObject) -> None:
+    body = bytearray(codec.encode_batch(batch))
+    compiled, python = both(codec.batch_entries, bytes(body))
+    assert compiled == python == ("ok", python_batch(bytes(body)))
+    assert C is not None and C.decode_batch(bytes(body)) == python[1]
+    if body:
+        for _ in range(data.draw(st.integers(1, 3))):
+            pos = data.draw(st.integers(0, max(0, len(body) - 1)))
+            if data.draw(st.booleans()):
+                body[pos:pos + 1] = bytes([data.draw(st.integers(0, 255))])
+            else:
+                del body[pos:]
+        compiled, python = both(codec.batch_entries, bytes(body))
+        assert compiled == python
+
+
+def test_a_batch_record_with_properties_that_are_not_utf8_is_refused_the_same() -> None:
+    body = bytearray(codec.encode_batch([BatchEntry(b"x", 0, {"a": "b"})]))
+    body[-2] = 0xFF
+    compiled, python = both(codec.batch_entries, bytes(body))
+    assert compiled == python and python[0] == "raised"
+
+
+# ------------------------------------------------------------------ commit-log record heads
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20), st.binary(max_size=50),
+       st.dictionaries(text | awkward, text | awkward, max_size=6), st.text(max_size=8), st.text(max_size=8))
+def test_records_encode_the_same(topic: str, body: bytes, props: dict[str, str], born: str, store: str) -> None:
+    def encoded() -> tuple[bytes, int]:
+        msg = StoredMessage(topic=topic, queue_id=3, body=body, properties=dict(props), born_host=born,
+                            store_host=store, queue_offset=5, physical_offset=99)
+        return record.encode(msg), msg.size
+
+    compiled, python = both(encoded)
+    assert compiled == python
+
+
+@needs_c
+@pytest.mark.parametrize("props", [
+    {"a": "\ud800"}, {"k" * 20000: "v" * 12767}, {"k" * 20000: "v" * 12766}, {"a": 5}, {1: "b"}, {}])
+def test_unusual_record_properties_encode_or_fail_the_same(props: dict[Any, Any]) -> None:
+    def prepared() -> tuple[bytes, int]:
+        msg = StoredMessage(topic="T", queue_id=0, body=b"b", properties=dict(props))
+        return record.prepare(msg), msg.size
+
+    compiled, python = both(prepared)
+    assert compiled == python
