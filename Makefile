@@ -5,19 +5,33 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha1sum | cut -c1-12)
+# the C source is in the hash: `pip install -e .` compiles it (broker/_speedups.c), so a change recompiles it
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/_speedups.c | sha1sum | cut -c1-12)
 DEBS   := prometheus chromium
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-full test-unit lint typecheck setup debs bench clean proto peers go-clients otelcol prometheus3
+.PHONY: demo test test-full test-unit lint typecheck setup debs toolchain bench clean proto peers go-clients otelcol prometheus3
 
-$(STAMP):
+# order-only: the toolchain is checked before every install, without forcing one
+$(STAMP): | toolchain
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 setup: $(STAMP) debs otelcol
+
+# A C compiler and Python's headers: `pip install -e .` compiles the send path's C module (broker/_speedups.c,
+# docs/ARCHITECTURE.md) and fails without them. Installed when we are root and they are missing; otherwise named.
+toolchain:
+	@inc="$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"; \
+	if ! command -v cc >/dev/null 2>&1 || [ ! -f "$$inc/Python.h" ]; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing a C compiler and Python's headers (gcc, libc6-dev, python3-dev)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      gcc libc6-dev python3-dev >/dev/null; \
+	  else echo "no C compiler or no $$inc/Python.h: install gcc and python3-dev; pip install -e . will fail"; fi; \
+	fi
 
 # Debian packages for the end-to-end tests; installed only when we are root and they are missing.
 debs:
