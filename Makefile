@@ -5,8 +5,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# the C source is in the hash: `pip install -e .` compiles it (broker/_speedups.c), so a change recompiles it
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/_speedups.c | sha1sum | cut -c1-12)
+# the C source is in the hash: `pip install -e .` compiles it (broker/fastpath.c), so a change recompiles it
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/fastpath.c | sha1sum | cut -c1-12)
 DEBS   := prometheus chromium
 PYTEST_ARGS ?=
 
@@ -21,7 +21,7 @@ $(STAMP): | toolchain
 
 setup: $(STAMP) debs otelcol
 
-# A C compiler and Python's headers: `pip install -e .` compiles the send path's C module (broker/_speedups.c,
+# A C compiler and Python's headers: `pip install -e .` compiles the send path's C module (broker/fastpath.c,
 # docs/ARCHITECTURE.md) and fails without them. Installed when we are root and they are missing; otherwise named.
 toolchain:
 	@inc="$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"; \

@@ -36,6 +36,6 @@ setup(
     # CPython extension, so the build needs only a C compiler and Python's headers, nothing from a registry.
     # optional=False: a failed compile fails `pip install` (and so `make test`) instead of leaving the broker
     # silently on the pure-Python path; ROCKETSCOPE_PURE_PYTHON=1 selects that path at run time.
-    ext_modules=[Extension("rocketscope.broker._speedups", ["broker/_speedups.c"], optional=False,
+    ext_modules=[Extension("rocketscope.broker.fastpath", ["broker/fastpath.c"], optional=False,
                            extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"])],
 )

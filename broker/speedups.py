@@ -1,11 +1,11 @@
 """Which implementation of the send path's byte layouts runs: the compiled one or the pure-Python one.
 
-broker/_speedups.c does, in C, the per-request byte work of a remoting send that the session-15
+broker/fastpath.c does, in C, the per-request byte work of a remoting send that the session-15
 profile found spread over Python layers (issue 20): the JSON header of a request frame into its
 fields, a send header's fields, the properties string, a SEND_BATCH_MESSAGE body, the answer frame,
 and the head of a commit-log record.  Each of its functions covers the common case only and returns
 None otherwise; the Python implementation in codec.py, broker_handlers.py and record.py then runs,
-so both give the same bytes, values and errors (tests/test_speedups_equivalence.py runs both).
+so both give the same bytes, values and errors (tests/test_fastpath_equivalence.py runs both).
 
 ``pip install .`` (and ``-e .``, which ``make test`` runs) compiles it; a failed compile fails the
 install (setup.py), so it is never missing by accident.  ``ROCKETSCOPE_PURE_PYTHON=1`` in the
@@ -24,9 +24,9 @@ PURE_ENV = "ROCKETSCOPE_PURE_PYTHON"
 def _load() -> ModuleType | None:
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None
-    from . import _speedups  # an ImportError here is a broken install: setup.py always builds it
+    from . import fastpath  # an ImportError here is a broken install: setup.py always builds it
 
-    return _speedups
+    return fastpath
 
 
 compiled: ModuleType | None = _load()

@@ -107,7 +107,7 @@ _TIMER_KEYS = frozenset(TIMER_PROPERTIES)
 
 
 def _send_fields(cmd: RemotingCommand) -> tuple[str, str, int, int, int, int, int, bool, str]:
-    """``_send_fields_python``'s result, read by the compiled reader (broker/_speedups.c) when every field is in its
+    """``_send_fields_python``'s result, read by the compiled reader (broker/fastpath.c) when every field is in its
     plain form; a missing or malformed field goes to the Python reader, which names it."""
     ext = cmd.ext_fields
     if _C is not None and ext is not None:

@@ -255,7 +255,7 @@ def decode(frame: bytes | memoryview) -> RemotingCommand:
 
     ``frame`` may be a memoryview of the connection's read buffer: the header is read from it in
     place and the body copied once.  A JSON header in the common form is read by the compiled decoder
-    (broker/_speedups.c); every other frame, a malformed one included, by ``decode_python``."""
+    (broker/fastpath.c); every other frame, a malformed one included, by ``decode_python``."""
     if _C is not None:
         got = _C.decode_json_frame(frame)
         if got is not None:

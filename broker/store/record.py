@@ -151,7 +151,7 @@ def prepare(msg: StoredMessage) -> bytes:
     """
     try:
         prefix = _prefix(msg.born_host, msg.store_host, msg.topic)
-        if _C is not None:  # the compiled head (broker/_speedups.c), None when it does not take these properties
+        if _C is not None:  # the compiled head (broker/fastpath.c), None when it does not take these properties
             head = _C.record_head(prefix, msg.properties, len(msg.body))
             if head is not None:
                 msg.size = FIXED_SIZE + len(head) + len(msg.body)

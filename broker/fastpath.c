@@ -1,4 +1,4 @@
-/* rocketscope.broker._speedups: the byte layouts of the remoting send path, compiled (issue 20).
+/* rocketscope.broker.fastpath: the byte layouts of the remoting send path, compiled (issue 20).
  *
  * One job: turn the bytes of a remoting request into the values the broker needs, and the values
  * of an answer or a commit-log record head back into bytes, for the common case only.  Every
@@ -6,7 +6,7 @@
  * a missing or malformed field, a non-str value, text that is not valid UTF-8, a number that is
  * not plain decimal digits): the caller then runs the pure-Python implementation it stands in for,
  * which gives the same result, or the error and message naming the field.  So the compiled path
- * never has its own error messages, and tests/test_speedups_equivalence.py checks that both give
+ * never has its own error messages, and tests/test_fastpath_equivalence.py checks that both give
  * the same output on the same inputs, byte for byte, malformed inputs included.
  *
  * The Python counterparts (the reference behaviour) are in broker/remoting/codec.py (decode,
@@ -606,11 +606,11 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups",
-                                    "The remoting send path's byte layouts, compiled (broker/_speedups.c).", -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "fastpath",
+                                    "The remoting send path's byte layouts, compiled (broker/fastpath.c).", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__speedups(void) {
+PyMODINIT_FUNC PyInit_fastpath(void) {
     static const char *longs[9] = {"producerGroup", "topic", "queueId", "sysFlag", "bornTimestamp", "flag",
                                    "reconsumeTimes", "batch", "properties"};
     static const char *shorts[9] = {"a", "b", "e", "f", "g", "h", "j", "m", "i"};

@@ -1,4 +1,4 @@
-# Stubs of broker/_speedups.c (mypy cannot read a C extension); each returns None outside the common case.
+# Stubs of broker/fastpath.c (mypy cannot read a C extension); each returns None outside the common case.
 from typing import Any
 
 def decode_json_frame(frame: bytes | bytearray | memoryview, /) -> tuple[Any, ...] | None: ...

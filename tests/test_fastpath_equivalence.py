@@ -1,4 +1,4 @@
-"""The compiled send path (broker/_speedups.c) gives what the pure-Python one gives, byte for byte (issue 20).
+"""The compiled send path (broker/fastpath.c) gives what the pure-Python one gives, byte for byte (issue 20).
 
 Every function of the compiled module stands in for a Python function on its common case and hands
 everything else back (None) to that function.  Each test here runs the public entry point twice on
@@ -124,7 +124,7 @@ def test_request_frames_decode_the_same(header: dict[str, Any], body: bytes, sep
 
 
 def _common(h: dict[str, Any], ensure_ascii: bool) -> bool:
-    """The header forms the compiled decoder is meant to take (broker/_speedups.c's grammar; with ensure_ascii a
+    """The header forms the compiled decoder is meant to take (broker/fastpath.c's grammar; with ensure_ascii a
     character beyond the BMP is written as a surrogate pair, which it leaves to json)."""
     def i32(v: Any) -> bool:
         return type(v) is int and -(1 << 31) <= v < 1 << 31
