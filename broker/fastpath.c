@@ -17,6 +17,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <limits.h>
 
 #define INT32_MIN_ (-2147483647LL - 1)
 #define INT32_MAX_ 2147483647LL
@@ -593,6 +594,154 @@ fail:
     return NULL;
 }
 
+
+/* ================================================================== commit-log records */
+static PyObject *a_size, *a_queue_id, *a_flag, *a_queue_offset, *a_physical_offset, *a_sys_flag, *a_born_timestamp,
+    *a_store_timestamp, *a_reconsume_times, *a_prepared_tx_offset, *a_body;
+
+/* An int attribute within [lo, hi] -> *out; 0 when it is not an int or out of range (struct's error, in Python). */
+static int int_attr(PyObject *o, PyObject *name, long long lo, long long hi, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) { PyErr_Clear(); return 0; }
+    int ok = 0;
+    if (PyLong_Check(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (!overflow && !(x == -1 && PyErr_Occurred()) && x >= lo && x <= hi) { *out = x; ok = 1; }
+        PyErr_Clear();
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+static inline void wr_u64(unsigned char *p, uint64_t v) { wr_u32(p, (uint32_t)(v >> 32)); wr_u32(p + 4, (uint32_t)v); }
+
+/* encode_run(buf, pos, msgs, heads, i, room, cursor, crc32) -> (i, pos, cursor, room)
+ * CommitLog._write_records' inner loop: from message i on, while the next record fits in ``room``, set its
+ * physical_offset to ``cursor`` and lay it out at buf[pos:] as record.encode_into does (CRC by ``crc32``, the
+ * function record.py uses).  Stops at a record that does not fit (the caller rolls the segment) or that it
+ * cannot lay out (a field out of its range or not an int, a body that is not bytes: record.encode_into then
+ * runs, and raises as it always did). */
+static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyByteArray_CheckExact(args[0]) || !PyList_CheckExact(args[2]) || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "encode_run(bytearray, pos, list, list, i, room, cursor, crc32)");
+        return NULL;
+    }
+    PyObject *buf = args[0], *msgs = args[2], *heads = args[3], *crc = args[7];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), i = PyLong_AsSsize_t(args[4]);
+    long long room = PyLong_AsLongLong(args[5]), cursor = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    if (PyList_GET_SIZE(heads) < n) n = PyList_GET_SIZE(heads);
+    const long long I32L = INT32_MIN_, I32H = INT32_MAX_, I64L = LLONG_MIN, I64H = LLONG_MAX;
+    for (; i < n; i++) {
+        PyObject *msg = PyList_GET_ITEM(msgs, i), *head = PyList_GET_ITEM(heads, i);
+        long long size, qid, flag, qoff, sysf, born, store, recon, prep;
+        if (!int_attr(msg, a_size, 0, 0xFFFFFFFFLL, &size)) break;
+        if (size > room) break;
+        if (!PyBytes_CheckExact(head)) break;
+        if (!int_attr(msg, a_queue_id, I32L, I32H, &qid) || !int_attr(msg, a_flag, I32L, I32H, &flag)
+            || !int_attr(msg, a_queue_offset, I64L, I64H, &qoff) || !int_attr(msg, a_sys_flag, I32L, I32H, &sysf)
+            || !int_attr(msg, a_born_timestamp, I64L, I64H, &born)
+            || !int_attr(msg, a_store_timestamp, I64L, I64H, &store)
+            || !int_attr(msg, a_reconsume_times, I32L, I32H, &recon)
+            || !int_attr(msg, a_prepared_tx_offset, I64L, I64H, &prep))
+            break;
+        PyObject *body = PyObject_GetAttr(msg, a_body);
+        if (body == NULL) { PyErr_Clear(); break; }
+        Py_ssize_t hlen = PyBytes_GET_SIZE(head);
+        if (!PyBytes_CheckExact(body) || 68 + hlen + PyBytes_GET_SIZE(body) != size
+            || pos + size > PyByteArray_GET_SIZE(buf)) { Py_DECREF(body); break; }
+        PyObject *phy = PyLong_FromLongLong(cursor);
+        if (phy == NULL || PyObject_SetAttr(msg, a_physical_offset, phy) < 0) { Py_XDECREF(phy); Py_DECREF(body); return NULL; }
+        Py_DECREF(phy);
+        unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(buf) + pos;
+        wr_u32(o, (uint32_t)size); wr_u32(o + 4, 0xDAA320A7u); wr_u32(o + 8, 0);
+        wr_u32(o + 12, (uint32_t)qid); wr_u32(o + 16, (uint32_t)flag); wr_u64(o + 20, (uint64_t)qoff);
+        wr_u64(o + 28, (uint64_t)cursor); wr_u32(o + 36, (uint32_t)sysf); wr_u64(o + 40, (uint64_t)born);
+        wr_u64(o + 48, (uint64_t)store); wr_u32(o + 56, (uint32_t)recon); wr_u64(o + 60, (uint64_t)prep);
+        memcpy(o + 68, PyBytes_AS_STRING(head), (size_t)hlen);
+        memcpy(o + 68 + hlen, PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
+        Py_DECREF(body);
+        PyObject *view = PyMemoryView_FromMemory((char *)o + 12, size - 12, PyBUF_READ);
+        if (view == NULL) return NULL;
+        PyObject *c = PyObject_CallOneArg(crc, view);
+        Py_DECREF(view);
+        if (c == NULL) return NULL;
+        unsigned long cv = PyLong_AsUnsignedLongMask(c);
+        Py_DECREF(c);
+        if (cv == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        wr_u32(o + 8, (uint32_t)cv);
+        pos += size; cursor += size; room -= size;
+    }
+    return Py_BuildValue("(nnLL)", i, pos, cursor, room);
+}
+
+/* ================================================================== index entries */
+/* index_put(mm, entries, count, slot_num, entries_at, begin_ts, end_ts, end_phy, crc32)
+ *   -> (done, count, used, end_ts, end_phy)
+ * IndexFile.put_entries' loop over (key, phy, store_ts_ms) entries, writing the same entries and slot heads
+ * into ``mm``; stops at an entry it cannot write (a key that is not UTF-8, a number out of its field's range:
+ * the Python loop then takes that entry and raises as it always did).  The caller has cut ``entries`` to the
+ * file's room. */
+static PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "index_put(mm, list, count, slot_num, entries_at, begin_ts, end_ts, end_phy, crc)");
+        return NULL;
+    }
+    Py_buffer mm;
+    if (PyObject_GetBuffer(args[0], &mm, PyBUF_WRITABLE) < 0) return NULL;
+    PyObject *entries = args[1], *crc = args[8];
+    long long count = PyLong_AsLongLong(args[2]), slot_num = PyLong_AsLongLong(args[3]);
+    long long entries_at = PyLong_AsLongLong(args[4]), begin_ts = PyLong_AsLongLong(args[5]);
+    long long end_ts = PyLong_AsLongLong(args[6]), end_phy = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred()) { PyBuffer_Release(&mm); return NULL; }
+    unsigned char *base = mm.buf;
+    Py_ssize_t n = PyList_GET_SIZE(entries), i = 0;
+    long long used = 0;
+    if (slot_num <= 0) n = 0;
+    for (; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 3) break;
+        PyObject *key = PyTuple_GET_ITEM(e, 0), *po = PyTuple_GET_ITEM(e, 1), *to = PyTuple_GET_ITEM(e, 2);
+        if (!PyUnicode_CheckExact(key) || !PyLong_CheckExact(po) || !PyLong_CheckExact(to)) break;
+        int of1 = 0, of2 = 0;
+        long long phy = PyLong_AsLongLongAndOverflow(po, &of1), ts = PyLong_AsLongLongAndOverflow(to, &of2);
+        if (of1 || of2 || PyErr_Occurred()) { PyErr_Clear(); break; }
+        Py_ssize_t kn;
+        const char *ku = PyUnicode_AsUTF8AndSize(key, &kn);
+        if (ku == NULL) { PyErr_Clear(); break; }
+        long long d;  /* Python's floor division by 1000, then clamped at 0 */
+        if (__builtin_sub_overflow(ts, begin_ts, &d)) break;
+        long long diff = d >= 0 ? d / 1000 : -((-d + 999) / 1000);
+        if (diff < 0) diff = 0;
+        if (diff > INT32_MAX_ || count > INT32_MAX_) break;
+        Py_ssize_t slot_pos = 40 + 0;  /* HEADER_SIZE */
+        Py_ssize_t entry_pos = (Py_ssize_t)(entries_at + count * 20);
+        if (entry_pos < 0 || entry_pos + 20 > mm.len) break;
+        PyObject *kb = PyBytes_FromStringAndSize(ku, kn);
+        if (kb == NULL) { PyBuffer_Release(&mm); return NULL; }
+        PyObject *c = PyObject_CallOneArg(crc, kb);
+        Py_DECREF(kb);
+        if (c == NULL) { PyBuffer_Release(&mm); return NULL; }
+        unsigned long h = PyLong_AsUnsignedLongMask(c) & 0x7FFFFFFFUL;
+        Py_DECREF(c);
+        if (PyErr_Occurred()) { PyBuffer_Release(&mm); return NULL; }
+        slot_pos += (Py_ssize_t)((long long)h % slot_num) * 4;
+        if (slot_pos + 4 > mm.len) break;
+        int32_t prev = rd_i32(base + slot_pos);
+        if (prev <= 0 || prev >= count) { prev = 0; used++; }
+        unsigned char *o = base + entry_pos;
+        wr_u32(o, (uint32_t)h); wr_u64(o + 4, (uint64_t)phy); wr_u32(o + 12, (uint32_t)diff); wr_u32(o + 16, (uint32_t)prev);
+        wr_u32(base + slot_pos, (uint32_t)count);
+        count++;
+        if (ts > end_ts) end_ts = ts;
+        if (phy > end_phy) end_phy = phy;
+    }
+    PyBuffer_Release(&mm);
+    return Py_BuildValue("(nLLLL)", i, count, used, end_ts, end_phy);
+}
+
 /* ================================================================== module */
 static PyMethodDef methods[] = {
     {"decode_json_frame", decode_json_frame, METH_O, "A JSON-header frame -> RemotingCommand's fields, or None."},
@@ -603,6 +752,10 @@ static PyMethodDef methods[] = {
     {"decode_batch", decode_batch, METH_O, "A SEND_BATCH_MESSAGE body -> [(body, flag, properties)], or None."},
     {"record_head", (PyCFunction)(void (*)(void))record_head, METH_FASTCALL,
      "A commit-log record's bytes between its fixed part and its body, or None."},
+    {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL,
+     "Commit-log records of prepared messages laid out in a buffer while they fit, as record.encode_into does."},
+    {"index_put", (PyCFunction)(void (*)(void))index_put, METH_FASTCALL,
+     "IndexFile.put_entries' loop: entries and slot heads written into the index file's map."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -630,6 +783,20 @@ PyMODINIT_FUNC PyInit_fastpath(void) {
     s_JAVA = PyUnicode_InternFromString("JAVA");
     s_empty = PyUnicode_InternFromString("");
     s_empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    a_size = PyUnicode_InternFromString("size");
+    a_queue_id = PyUnicode_InternFromString("queue_id");
+    a_flag = PyUnicode_InternFromString("flag");
+    a_queue_offset = PyUnicode_InternFromString("queue_offset");
+    a_physical_offset = PyUnicode_InternFromString("physical_offset");
+    a_sys_flag = PyUnicode_InternFromString("sys_flag");
+    a_born_timestamp = PyUnicode_InternFromString("born_timestamp");
+    a_store_timestamp = PyUnicode_InternFromString("store_timestamp");
+    a_reconsume_times = PyUnicode_InternFromString("reconsume_times");
+    a_prepared_tx_offset = PyUnicode_InternFromString("prepared_tx_offset");
+    a_body = PyUnicode_InternFromString("body");
+    if (!a_size || !a_queue_id || !a_flag || !a_queue_offset || !a_physical_offset || !a_sys_flag
+        || !a_born_timestamp || !a_store_timestamp || !a_reconsume_times || !a_prepared_tx_offset || !a_body)
+        return NULL;
     if (!s_code || !s_extFields || !s_flag || !s_language || !s_opaque || !s_remark || !s_version || !s_serialize
         || !s_JAVA || !s_empty || !s_empty_bytes)
         return NULL;

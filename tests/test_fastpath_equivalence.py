@@ -18,7 +18,9 @@ import contextlib
 import json
 import os
 import struct
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,12 +30,12 @@ from hypothesis import strategies as st
 from rocketscope.broker import speedups
 from rocketscope.broker.remoting import broker_handlers, codec
 from rocketscope.broker.remoting.codec import BatchEntry, RemotingCommand, RequestCode
-from rocketscope.broker.store import record
+from rocketscope.broker.store import commitlog, index, record
 from rocketscope.broker.store.record import StoredMessage
 
 C = speedups.compiled
 needs_c = pytest.mark.skipif(C is None, reason=f"{speedups.PURE_ENV} is set: the compiled module is not loaded")
-MODULES = (codec, broker_handlers, record)
+MODULES = (codec, broker_handlers, record, commitlog, index)
 
 
 @contextlib.contextmanager
@@ -110,7 +112,7 @@ def headers(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @needs_c
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(headers(), st.binary(max_size=64), st.sampled_from([(",", ":"), (", ", ": ")]), st.booleans())
 def test_request_frames_decode_the_same(header: dict[str, Any], body: bytes, separators: tuple[str, str],
                                         ensure_ascii: bool) -> None:
@@ -143,7 +145,7 @@ def _strings(h: dict[str, Any]) -> list[str]:
 
 
 @needs_c
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_damaged_frames_give_the_same_value_or_the_same_error(data: st.DataObject) -> None:
     frame = bytearray(frame_of({"code": 310, "extFields": GO_SEND, "flag": 0, "language": "GO",
@@ -202,7 +204,7 @@ awkward = st.text(alphabet=st.sampled_from('ab"\\/\x00\x01\x1f\x7f\n\t\r\b\fé�
 
 
 @needs_c
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.none() | st.dictionaries(awkward | text, awkward | text, max_size=6), st.none() | awkward | text,
        st.integers(-(1 << 40), 1 << 40), st.sampled_from([0, 1, 3]), st.sampled_from(["JAVA", "GO"]) | awkward,
        int32, st.binary(max_size=40), st.sampled_from([0, 1]))
@@ -239,7 +241,7 @@ field_value = st.none() | odd_number | text
 
 
 @needs_c
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.sampled_from([RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE]),
        st.sampled_from(["short", "long", "mixed"]),
        st.fixed_dictionaries({name: field_value for name in broker_handlers.V2_NAMES.values()}))
@@ -270,7 +272,7 @@ props_text = st.text(alphabet=st.sampled_from("ab\x01\x02é😀 "), max_size=30)
 
 
 @needs_c
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.none() | props_text | text)
 @example("\x01\x02\x01a\x02a\x01\x02a\x01b\x01c\x02\x02")
 def test_properties_parse_the_same(raw: str | None) -> None:
@@ -291,7 +293,7 @@ def python_batch(body: bytes) -> list[tuple[bytes, int, dict[str, str]]]:
 
 
 @needs_c
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(entries, st.data())
 def test_batch_bodies_decode_the_same_whole_and_damaged(batch: list[BatchEntry], data: st.DataObject) -> None:
     body = bytearray(codec.encode_batch(batch))
@@ -318,7 +320,7 @@ def test_a_batch_record_with_properties_that_are_not_utf8_is_refused_the_same() 
 
 # ------------------------------------------------------------------ commit-log record heads
 @needs_c
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.text(max_size=20), st.binary(max_size=50),
        st.dictionaries(text | awkward, text | awkward, max_size=6), st.text(max_size=8), st.text(max_size=8))
 def test_records_encode_the_same(topic: str, body: bytes, props: dict[str, str], born: str, store: str) -> None:
@@ -341,3 +343,73 @@ def test_unusual_record_properties_encode_or_fail_the_same(props: dict[Any, Any]
 
     compiled, python = both(prepared)
     assert compiled == python
+
+
+# ------------------------------------------------------------------ commit-log appends and index entries
+def _appended(msgs: list[StoredMessage], segment: int) -> tuple[Any, ...]:
+    """What CommitLog.append_batch leaves: every segment file's bytes, the offsets given, or the error."""
+    copies = [StoredMessage(topic=m.topic, queue_id=m.queue_id, body=m.body, properties=dict(m.properties),
+                            flag=m.flag, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp, born_host="h:1",
+                            store_timestamp=m.store_timestamp, store_host="s:2", queue_offset=m.queue_offset)
+              for m in msgs]
+    with tempfile.TemporaryDirectory() as d:
+        log = commitlog.CommitLog(Path(d), segment)
+        try:
+            heads = [record.prepare(m) for m in copies]
+            got = outcome(log.append_batch, copies, heads)
+            files = tuple((p.name, p.read_bytes()) for p in sorted(Path(d).iterdir()))
+        finally:
+            log.close()
+    return got, files, [m.physical_offset for m in copies]
+
+
+big = st.integers(-(1 << 65), 1 << 65)
+
+
+@needs_c
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.builds(StoredMessage, topic=st.sampled_from(["T", "Tópico"]), queue_id=int32 | big,
+                          body=st.binary(max_size=300), properties=st.dictionaries(ascii_text, text, max_size=2),
+                          flag=int32, sys_flag=st.integers(0, 12), born_timestamp=st.integers(0, 1 << 45) | big,
+                          store_timestamp=st.integers(0, 1 << 45), queue_offset=st.integers(0, 1000)),
+                max_size=12), st.sampled_from([600, 1024, 4096]))
+def test_record_batches_land_the_same_across_segment_rolls(msgs: list[StoredMessage], segment: int) -> None:
+    msgs = [m for m in msgs if len(m.body) + 200 < segment]  # a record fits a segment (append_batch's caller checks)
+    compiled, python = both(_appended, msgs, segment)
+    assert compiled == python
+
+
+def _indexed(entries: list[tuple[Any, Any, Any]], slots: int, count: int) -> tuple[Any, ...]:
+    with tempfile.TemporaryDirectory() as d:
+        f = index.IndexFile(Path(d) / "idx", slots, count)
+        try:
+            got = outcome(f.put_entries, list(entries))
+            state = (f.count, f.slots_used, f.begin_ts, f.end_ts, f.begin_phy, f.end_phy, bytes(f.mm))
+        finally:
+            f.close()
+    return got, state
+
+
+@needs_c
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["T#a", "*#ID1", "T#é", "T#\ud800"]) | text,
+                          st.integers(0, 1 << 40) | big, st.integers(0, 1 << 42) | big), max_size=20),
+       st.integers(1, 7), st.integers(2, 25))
+def test_index_entries_land_the_same(entries: list[tuple[Any, Any, Any]], slots: int, count: int) -> None:
+    compiled, python = both(_indexed, entries, slots, count)
+    assert compiled == python
+
+
+@needs_c
+def test_the_compiled_loops_take_plain_records_and_index_keys() -> None:
+    """encode_run lays out every plain record and index_put writes every plain key (not handing them back)."""
+    assert C is not None
+    msgs = [StoredMessage(topic="T", queue_id=i, body=b"x" * i, properties={"UNIQ_KEY": f"ID{i}"}, born_host="h",
+                          store_host="s", born_timestamp=1, store_timestamp=2) for i in range(5)]
+    heads = [record.prepare(m) for m in msgs]
+    buf = bytearray(sum(m.size for m in msgs))
+    assert C.encode_run(buf, 0, msgs, heads, 0, 1 << 20, 100, record.crc32) == (5, len(buf), 100 + len(buf),
+                                                                                  (1 << 20) - len(buf))
+    assert [record.decode(buf, sum(m.size for m in msgs[:i])).body for i in range(5)] == [m.body for m in msgs]
+    mm = bytearray(40 + 4 * 3 + 20 * 10)
+    assert C.index_put(mm, [("T#a", 5, 3000), ("T#b", 9, 1000)], 1, 3, 52, 1000, 0, 0, record.crc32)[:2] == (2, 3)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..speedups import compiled as _C
 from . import record
 from .record import BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK, RecordError, StoredMessage
 from .segments import SegmentedLog
@@ -96,6 +97,9 @@ class CommitLog:
         cursor = seglog.max_offset
         chunk = pos = 0
         encode_into = record.encode_into
+        if _C is not None and type(msgs) is list and type(heads) is list and len(msgs) == len(heads):
+            self._write_records_compiled(buf, msgs, heads, view)
+            return
         for msg, head in zip(msgs, heads, strict=True):
             size = msg.size
             if size > room:  # the record does not fit: write what we have, fill the segment end, roll
@@ -112,6 +116,42 @@ class CommitLog:
             pos += size
             cursor += size
             room -= size
+        if pos > chunk:
+            seglog.append(view[chunk:pos])
+
+    def _write_records_compiled(self, buf: bytearray, msgs: list[StoredMessage], heads: list[bytes],
+                                view: memoryview) -> None:
+        """``_write_records`` with the records laid out by the compiled loop (broker/fastpath.c ``encode_run``):
+        the same bytes, offsets, fillers and rolls; a record it does not take is encoded here."""
+        assert _C is not None
+        seglog = self.log
+        room = seglog.remaining()
+        cursor = seglog.max_offset
+        chunk = pos = i = 0
+        n = len(msgs)
+        crc32 = record.crc32
+        while i < n:
+            i, pos, cursor, room = _C.encode_run(buf, pos, msgs, heads, i, room, cursor, crc32)
+            if i >= n:
+                break
+            msg = msgs[i]
+            size = msg.size
+            if size > room:  # the record does not fit: write what we have, fill the segment end, roll
+                if pos > chunk:
+                    seglog.append(view[chunk:pos])
+                    chunk = pos
+                if seglog.segments and room > 0:
+                    seglog.append(record.encode_blank(room))
+                seglog.roll()
+                cursor = seglog.max_offset
+                room = seglog.remaining()
+                continue
+            msg.physical_offset = cursor  # one the compiled loop does not lay out: record.encode_into raises
+            record.encode_into(buf, pos, msg, heads[i])  # for it as it always did, or lays it out
+            pos += size
+            cursor += size
+            room -= size
+            i += 1
         if pos > chunk:
             seglog.append(view[chunk:pos])
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..speedups import compiled as _C
 from .record import crc32  # zlib's CRC-32 (ISA-L's implementation when installed)
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class IndexFile:
             return 0
         if len(entries) > room:
             entries = entries[:room]
+        wanted = len(entries)
         mm = self.mm
         slot_num = self.slot_num
         entries_at = self._entries_at
@@ -117,6 +119,11 @@ class IndexFile:
         begin_ts = self.begin_ts
         used = 0
         end_ts, end_phy = self.end_ts, self.end_phy
+        if _C is not None and type(entries) is list:  # the compiled loop (broker/fastpath.c index_put); an entry
+            done, count, used, end_ts, end_phy = _C.index_put(mm, entries, count, slot_num, entries_at,  # it stops
+                                                              begin_ts, end_ts, end_phy, crc32)  # at: the loop below
+            if done:
+                entries = entries[done:]
         for key, phy, ts in entries:
             h = crc32(key.encode("utf-8")) & 0x7FFFFFFF  # key_hash, inlined
             slot_pos = HEADER_SIZE + (h % slot_num) * SLOT_SIZE
@@ -136,7 +143,7 @@ class IndexFile:
         self.slots_used += used
         self.end_ts, self.end_phy = end_ts, end_phy
         self.dirty = True
-        return len(entries)
+        return wanted
 
     def query(self, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         if self.count <= 1 or self.end_ts < begin_ms or self.begin_ts > end_ms:
