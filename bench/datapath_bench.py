@@ -240,6 +240,7 @@ def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profil
 
         for p in procs:
             line_of(p, "warm")
+        load_at_warm = os.getloadavg()
         pids = dict(t.pids) | {f"client{i}" if len(procs) > 1 else "client": p.pid for i, p in enumerate(procs)}
         cpu0 = {k: proc_cpu_s(v) for k, v in pids.items()}
         prof = None
@@ -265,7 +266,7 @@ def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profil
     # several nats-py processes: the rate is the sum, the latency the worst of the processes' percentiles
     rate = sum(s["rate"] for s in sums) if len(sums) > 1 else sums[0]["rate"]
     cpu_us = {k: (cpu1[k] - cpu0[k]) / max(1, sent) * 1e6 for k in pids}
-    out = {"msgs_per_s": rate, "sent": sent, "failed": failed, "wall_s": wall,
+    out = {"msgs_per_s": rate, "sent": sent, "failed": failed, "wall_s": wall, "loadavg_at_warm": load_at_warm,
            "p50_ms": max(s["p50_ms"] for s in sums), "p99_ms": max(s["p99_ms"] for s in sums),
            "cpu_us_per_msg": cpu_us,
            "server_cpu_us_per_msg": sum(v for k, v in cpu_us.items() if not k.startswith("client")),
@@ -460,6 +461,14 @@ def idle_main(args: argparse.Namespace) -> None:
     progress(f"wrote {args.out}")
 
 
+def implementation() -> str:
+    """The RocketScope servers' send path (broker/speedups.py): "c", or "python" with ROCKETSCOPE_PURE_PYTHON=1
+    in this command's environment, which the servers it starts inherit."""
+    from rocketscope.broker import speedups
+
+    return speedups.IMPLEMENTATION
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--nats-load":
         nats_load_main(sys.argv[2:])
@@ -494,7 +503,7 @@ def main() -> None:
     chosen = [s for s in SETUPS if not args.only or s in args.only.split(",")]
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     depths = [int(d) for d in args.depths.split(",") if d.strip()] or [args.depth]
-    progress(f"load average {os.getloadavg()}; setups {chosen}")
+    progress(f"load average {os.getloadavg()}; setups {chosen}; send path {implementation()}")
     results: dict[str, dict[str, Any]] = {}
     for name in chosen:
         progress(f"starting {name}")
@@ -521,13 +530,15 @@ def main() -> None:
                                            f"{r['msgs_per_s']:,.0f} msg/s p50 {r['p50_ms']:.1f} p99 "
                                            f"{r['p99_ms']:.1f} ms, CPU µs/msg "
                                            + json.dumps({k: round(v) for k, v in r['cpu_us_per_msg'].items()})
-                                           + f", failed {r['failed']}, load {r['loadavg'][0]:.1f}"))
+                                           + f", failed {r['failed']}, load {r['loadavg_at_warm'][0]:.1f}"
+                                           + f"-{r['loadavg'][0]:.1f}"))
         except Exception as exc:
             progress(f"{name} failed to start: {exc}")
             results[f"{name} / (setup)"] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
     text = report(results, args)
     print(text)
     write_json({"messages": args.messages, "depth": args.depth, "depths": depths, "batch": args.batch, "body": BODY,
+                "send_path": implementation(),
                 "results": results, "table": text, "machine_end": machine_info()}, args.out)
     progress(f"wrote {args.out}")
 
