@@ -14,6 +14,7 @@ comparisons are not between two runs of the Python code).  No process is started
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -413,3 +414,109 @@ def test_the_compiled_loops_take_plain_records_and_index_keys() -> None:
     assert [record.decode(buf, sum(m.size for m in msgs[:i])).body for i in range(5)] == [m.body for m in msgs]
     mm = bytearray(40 + 4 * 3 + 20 * 10)
     assert C.index_put(mm, [("T#a", 5, 3000), ("T#b", 9, 1000)], 1, 3, 52, 1000, 0, 0, record.crc32)[:2] == (2, 3)
+
+
+# ------------------------------------------------------------------ the whole send path of a broker
+class _Transport(asyncio.WriteTransport):
+    """Collects what the broker writes to one connection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = bytearray()
+        self.closing = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def write(self, data: Any) -> None:
+        self.out += data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _requests() -> list[bytes]:
+    """Reads as a producer's connection delivers them: pipelined V2 sends, a V1 send, a batch, bad headers."""
+    def send(code: int, opaque: int, ext: dict[str, str], body: bytes) -> bytes:
+        return codec.encode(RemotingCommand(code=code, ext_fields=ext, body=body, opaque=opaque, language="GO",
+                                            version=317))
+
+    def v2(n: int, **over: str) -> dict[str, str]:
+        props = codec.properties_to_string({"UNIQ_KEY": f"ID{n:030d}", "KEYS": f"k{n} shared", "TAGS": "t"})
+        ext = {"a": "pg", "b": "EQ", "c": "TBW102", "d": "4", "e": str(n % 4), "f": "0",
+               "g": str(1_700_000_000_000 + n), "h": "0", "i": props, "j": "0", "k": "false", "l": "0", "m": "false",
+               "n": "b"}
+        return ext | over
+
+    batch = codec.encode_batch([BatchEntry(b"batch-%d" % i, i, {"UNIQ_KEY": f"B{i:031d}", "WAIT": "true"})
+                                for i in range(5)])
+    first = b"".join(send(310, i + 1, v2(i), b"body-%d" % i) for i in range(20))  # opaque 0: the bad frame's
+    second = b"".join([
+        send(310, 100, v2(100, e="x"), b"bad queue id"), send(310, 101, {k: v for k, v in v2(101).items() if k != "a"},
+                                                              b"no group"),
+        send(10, 102, {"producerGroup": "pg", "topic": "EQ", "queueId": "1", "sysFlag": "0", "bornTimestamp": "5",
+                       "flag": "3", "properties": "UNIQ_KEY\x01V1ID\x02"}, b"v1"),
+        send(320, 103, v2(103, m="true", i=""), batch), send(310, 104, v2(104, b="EQ\u00e9"), b"no such topic")])
+    bad_json = b'{"code":310,"opaque":105,"extFields":{"a":}'
+    return [first, second, struct.pack(">ii", len(bad_json) + 4, len(bad_json)) + bad_json]
+
+
+async def _serve(root: Path) -> tuple[bytes, list[tuple[Any, ...]]]:
+    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.broker_config import load_broker_config
+    from rocketscope.broker.remoting.server import _FrameProtocol
+
+    b = Broker(load_broker_config({"brokerName": "eq", "namesrvAddr": "", "grpcServerPort": "0", "listenPort": "0",
+                                   "storePathRootDir": str(root), "traceOn": "false",
+                                   "autoCreateTopicEnable": "false"}))
+    await b.start()
+    try:
+        b.topics.create_if_absent("EQ", 4)
+        transport = _Transport()
+        proto = _FrameProtocol(b.remoting.server)  # type: ignore[attr-defined]
+        proto.connection_made(transport)
+        for data in _requests():
+            proto.data_received(data)
+            for _ in range(200):  # until every task the read started is done and its answers are written
+                await asyncio.sleep(0.005)
+                if not proto.inflight:
+                    break
+        stored = [(m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.size, m.body, m.properties, m.flag,
+                   m.sys_flag, m.born_timestamp, m.born_host, m.store_host, m.reconsume_times)
+                  for m in b.store.commit_log.iter_messages(0, b.store.commit_log.max_offset) if m.topic == "EQ"]
+        return bytes(transport.out), stored
+    finally:
+        await b.stop()
+
+
+@needs_c
+def test_a_broker_answers_and_stores_the_same_on_either_path(tmp_path: Path) -> None:
+    """The same reads fed to a broker's remoting front door, once with each path: the same answer bytes (stored
+    sends, a bad queue id and a missing group named, a V1 send, a batch, an unknown topic, a frame that is not
+    JSON) and the same commit-log records (all but the store time)."""
+    got = {}
+    for impl in ("c", "python"):
+        with pure_python() if impl == "python" else contextlib.nullcontext():
+            got[impl] = asyncio.run(_serve(tmp_path / impl))
+    answers, stored = got["c"]
+    assert (answers, stored) == got["python"]
+    replies = []
+    while answers:
+        n = int.from_bytes(answers[:4], "big")
+        replies.append(codec.decode_python(answers[4:4 + n]))
+        answers = answers[4 + n:]
+    by_opaque = {r.opaque: r for r in replies}
+    assert [by_opaque[i].code for i in range(1, 21)] == [0] * 20 and len(stored) == 20 + 1 + 5
+    assert by_opaque[100].code == codec.ResponseCode.SYSTEM_ERROR and "queueId" in (by_opaque[100].remark or "")
+    assert "producerGroup" in (by_opaque[101].remark or "")
+    assert (by_opaque[102].code, by_opaque[103].code) == (0, 0) and by_opaque[104].code != 0
+    assert "bad frame" in (replies[-1].remark or "")
