@@ -82,7 +82,27 @@ def classify(frames: list[str]) -> str:
     return OTHER
 
 
-def components(raw: Path) -> tuple[Counter[str], int]:
+SYSCALLS = ("send", "recv", "read", "write", "writev", "sendto", "recvfrom", "sendmsg", "recvmsg", "pwrite64",
+            "pwrite", "pread64", "fdatasync", "fsync", "epoll_ctl", "getpid", "clock_gettime")
+# what the innermost frame of a busy sample is in, whatever its component
+KINDS = ("kernel call (libc syscall wrapper)", "compiled send path (broker/fastpath.c)",
+         "other C (interpreter, json, struct, isal, ...)", "Python code")
+
+
+def kind(frames: list[str]) -> str:
+    inner = frames[-1] if frames else ""
+    file, _, func = inner.rpartition(":")
+    if file.startswith("libc") and func in SYSCALLS:
+        return KINDS[0]
+    if "fastpath" in file or func in ("decode_json_frame", "encode_json_frame", "send_fields", "parse_properties",
+                                      "decode_batch", "record_head", "encode_run", "index_put"):
+        return KINDS[1]
+    if file.endswith(".py"):
+        return KINDS[3]
+    return KINDS[2]
+
+
+def components(raw: Path, kinds: Counter[str] | None = None) -> tuple[Counter[str], int]:
     counts: Counter[str] = Counter()
     busy = 0
     for line in raw.read_text(errors="replace").splitlines():
@@ -95,6 +115,8 @@ def components(raw: Path) -> tuple[Counter[str], int]:
         n = int(count)
         busy += n
         counts[classify(frames)] += n
+        if kinds is not None:
+            kinds[kind(frames)] += n
     return counts, busy
 
 
@@ -104,15 +126,19 @@ def main() -> None:
     out = {}
     for key in rows:
         r = doc["results"][key]
-        counts, busy = components(Path(r["profile"]["file"]))
+        kinds: Counter[str] = Counter()
+        counts, busy = components(Path(r["profile"]["file"]), kinds)
         us = r["cpu_us_per_msg"].get("broker") or r["server_cpu_us_per_msg"]
         out[key] = {"busy_samples": busy, "broker_us_per_msg": us,
                     "components": {name: {"pct": round(100 * counts[name] / busy, 1),
                                           "us": round(us * counts[name] / busy, 1)}
-                                   for name in [n for n, _ in COMPONENTS] + [OTHER]}}
+                                   for name in [n for n, _ in COMPONENTS] + [OTHER]},
+                    "innermost_frame_pct": {k: round(100 * kinds[k] / busy, 1) for k in KINDS}}
         print(f"{key}: broker {us:.0f} µs/msg, {busy} busy samples")
         for name, v in out[key]["components"].items():
             print(f"  {v['us']:6.1f} µs {v['pct']:5.1f} %  {name}")
+        for k, pct in out[key]["innermost_frame_pct"].items():
+            print(f"  innermost frame {pct:5.1f} %  {k}")
     print(json.dumps(out))
 
 
