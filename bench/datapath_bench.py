@@ -38,6 +38,9 @@ generator's summary line, so each row reports CPU µs per message of each proces
 the latency p50/p99 of a send as the client saw it; a row with failed sends also records the RocketScope
 servers' log lines on leader changes and errors (``server_log_notes``: the setup's logs are deleted with
 it).  Ratios are against JetStream R1 (standalone rows), R3 (replicated rows) and Apache (same client).
+Each row records the 1-min load average at its warm-up line and at its end; the JSON records the send path
+the RocketScope servers ran (``send_path``: "c", or "python" when this command runs with
+ROCKETSCOPE_PURE_PYTHON=1, which the servers inherit: broker/speedups.py).
 JSON: bench/results/datapath.json.
 ``--idle SECONDS`` runs no load at all: each chosen setup's CPU ms per second of every server process
 over SECONDS, ``--settle`` (10) seconds after it is up (timers, ticks, heartbeats and checkpoints: the

@@ -7,7 +7,8 @@ stacks (``profile.file``) and the broker's CPU µs per message.  Busy samples on
 innermost frames wait, as ``common.summarise_profile(drop_idle=True)`` decides, is dropped); each goes
 to the component of the **deepest** of its frames that names one, the grouping of docs/BENCHMARKS.md
 (session 15), with the compiled functions of broker/fastpath.c counted where their Python counterparts
-are.  A component's µs is its share of the busy samples times the row's broker CPU per message.
+are.  A component's µs is its share of the busy samples times the row's broker CPU per message; the share
+of it whose innermost frame is a libc syscall wrapper (send, recv, pwrite64, ...) is printed beside it.
 """
 
 from __future__ import annotations
@@ -94,15 +95,15 @@ def kind(frames: list[str]) -> str:
     file, _, func = inner.rpartition(":")
     if file.startswith("libc") and func in SYSCALLS:
         return KINDS[0]
-    if "fastpath" in file or func in ("decode_json_frame", "encode_json_frame", "send_fields", "parse_properties",
-                                      "decode_batch", "record_head", "encode_run", "index_put"):
+    if "fastpath" in file:
         return KINDS[1]
     if file.endswith(".py"):
         return KINDS[3]
     return KINDS[2]
 
 
-def components(raw: Path, kinds: Counter[str] | None = None) -> tuple[Counter[str], int]:
+def components(raw: Path, kinds: Counter[str] | None = None,
+               in_syscalls: Counter[str] | None = None) -> tuple[Counter[str], int]:
     counts: Counter[str] = Counter()
     busy = 0
     for line in raw.read_text(errors="replace").splitlines():
@@ -114,9 +115,13 @@ def components(raw: Path, kinds: Counter[str] | None = None) -> tuple[Counter[st
             continue
         n = int(count)
         busy += n
-        counts[classify(frames)] += n
+        name = classify(frames)
+        counts[name] += n
+        k = kind(frames)
         if kinds is not None:
-            kinds[kind(frames)] += n
+            kinds[k] += n
+        if in_syscalls is not None and k == KINDS[0]:
+            in_syscalls[name] += n
     return counts, busy
 
 
@@ -127,16 +132,18 @@ def main() -> None:
     for key in rows:
         r = doc["results"][key]
         kinds: Counter[str] = Counter()
-        counts, busy = components(Path(r["profile"]["file"]), kinds)
+        sys_c: Counter[str] = Counter()
+        counts, busy = components(Path(r["profile"]["file"]), kinds, sys_c)
         us = r["cpu_us_per_msg"].get("broker") or r["server_cpu_us_per_msg"]
         out[key] = {"busy_samples": busy, "broker_us_per_msg": us,
                     "components": {name: {"pct": round(100 * counts[name] / busy, 1),
-                                          "us": round(us * counts[name] / busy, 1)}
+                                          "us": round(us * counts[name] / busy, 1),
+                                          "us_in_syscalls": round(us * sys_c[name] / busy, 1)}
                                    for name in [n for n, _ in COMPONENTS] + [OTHER]},
                     "innermost_frame_pct": {k: round(100 * kinds[k] / busy, 1) for k in KINDS}}
         print(f"{key}: broker {us:.0f} µs/msg, {busy} busy samples")
         for name, v in out[key]["components"].items():
-            print(f"  {v['us']:6.1f} µs {v['pct']:5.1f} %  {name}")
+            print(f"  {v['us']:6.1f} µs {v['pct']:5.1f} %  {name} (in syscalls {v['us_in_syscalls']:.1f} µs)")
         for k, pct in out[key]["innermost_frame_pct"].items():
             print(f"  innermost frame {pct:5.1f} %  {k}")
     print(json.dumps(out))
