@@ -671,6 +671,11 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
         unsigned long cv = PyLong_AsUnsignedLongMask(c);
         Py_DECREF(c);
         if (cv == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        if (pos + size > PyByteArray_GET_SIZE(buf)) {  /* the call ran Python code: never write past the buffer */
+            PyErr_SetString(PyExc_RuntimeError, "encode_run: the buffer changed size during the CRC call");
+            return NULL;
+        }
+        o = (unsigned char *)PyByteArray_AS_STRING(buf) + pos;
         wr_u32(o + 8, (uint32_t)cv);
         pos += size; cursor += size; room -= size;
     }
