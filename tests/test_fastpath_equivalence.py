@@ -520,3 +520,10 @@ def test_a_broker_answers_and_stores_the_same_on_either_path(tmp_path: Path) -> 
     assert "producerGroup" in (by_opaque[101].remark or "")
     assert (by_opaque[102].code, by_opaque[103].code) == (0, 0) and by_opaque[104].code != 0
     assert "bad frame" in (replies[-1].remark or "")
+
+
+def test_every_module_using_the_compiled_path_is_switched_by_these_tests() -> None:
+    """A module that starts using broker/fastpath.c must join MODULES, or its "python" runs here would be C."""
+    root = Path(__file__).resolve().parent.parent / "broker"
+    users = {str(p.relative_to(root.parent)) for p in root.rglob("*.py") if "speedups import compiled" in p.read_text()}
+    assert users == {f"broker/{m.__name__.split('.', 2)[2].replace('.', '/')}.py" for m in MODULES}
