@@ -17,6 +17,7 @@ from rocketscope.broker.protocol import admin_pb2, admin_pb2_grpc, common_pb2
 from rocketscope.ha_events import HaEventError
 from rocketscope.names import is_retry_or_dlq
 
+from . import group_attributes
 from .admin_ops import AdminHost, BrokerAdminOps
 from .groups import GroupConfig
 from .ha.event_relay import decode_forwarded, read_events
@@ -96,17 +97,26 @@ class BrokerAdminService(BrokerAdminOps, admin_pb2_grpc.BrokerAdminServicer):
         old = self.broker.groups.get(c.group_name)
         try:
             policy = parse_group_retry_policy(c.group_retry_policy) if c.group_retry_policy else None
-            self.broker.groups.update(GroupConfig(
+            self.update_group(GroupConfig(
                 c.group_name,
                 consume_enable=c.consume_enable if old is None else c.consume_enable or old.consume_enable,
                 consume_message_orderly=c.consume_message_orderly,
                 retry_max_times=c.retry_max_times if c.retry_max_times >= 0 else 16,
                 retry_queue_nums=c.retry_queue_nums or 1, consume_broadcast_enable=c.consume_broadcast_enable,
-                which_broker_when_consume_slowly=c.which_broker_when_consume_slowly or 1, retry_policy=policy,
-                attributes={k.lstrip("+"): v for k, v in c.attributes.items()}))
+                which_broker_when_consume_slowly=c.which_broker_when_consume_slowly or 1, retry_policy=policy),
+                group_attributes.signed(dict(c.attributes)))
         except ValueError as exc:
             return fail(BAD_ARGUMENT, f"updateSubGroup {c.group_name!r}: {exc}")
         return ok()
+
+    def update_group(self, cfg: GroupConfig, attribute_changes: dict[str, str]) -> GroupConfig:
+        """Create or replace a group's config, its attributes changed as Apache 5.5.0 changes them (``+k`` adds or
+        updates, ``-k`` deletes, a new group only adds: broker/group_attributes.py); what both mqadmin's remoting
+        UPDATE_AND_CREATE_SUBSCRIPTIONGROUP and `rocketscope admin updateSubGroup` call.  ValueError (an
+        ``AttributeRefused`` for the attributes) when refused."""
+        old = self.broker.groups.get(cfg.name)
+        cfg.attributes = group_attributes.alter(old is None, old.attributes if old else {}, attribute_changes)
+        return self.broker.groups.update(cfg)
 
     async def DeleteSubGroup(self, request: admin_pb2.GroupRequest, context: grpc.aio.ServicerContext
                              ) -> common_pb2.Status:

@@ -10,6 +10,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .group_attributes import (
+    LITE_BIND_TOPIC,
+    LITE_CLIENT_QUOTA,
+    LITE_CLIENT_QUOTA_DEFAULT,
+    LITE_RESET_OFFSET_EXCLUSIVE,
+    LITE_RESET_OFFSET_UNSUBSCRIBE,
+    LITE_SUB_MODEL,
+    AttributeRefused,
+    verify,
+)
 from .persistence import load_json, save_json
 
 log = logging.getLogger(__name__)
@@ -17,24 +27,15 @@ log = logging.getLogger(__name__)
 GROUP_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 GROUP_MAX_LENGTH = 255
 DEFAULT_RETRY_MAX_TIMES = 16
-LITE_BIND_TOPIC = "lite.bind.topic"
-LITE_SUB_MODEL = "lite.sub.model"
-LITE_CLIENT_QUOTA = "lite.sub.client.quota"
-LITE_CLIENT_QUOTA_DEFAULT = 2000
-LITE_SUB_MODELS = ("Shared", "Exclusive")
 
 
 def attribute_problem(key: str, value: str) -> str | None:
-    """Why a group attribute is refused (Apache 5.5's SubscriptionGroupAttributes), or None."""
-    if key == LITE_BIND_TOPIC:
-        return None if value.strip() else "attribute lite.bind.topic must name a topic"
-    if key == LITE_SUB_MODEL:
-        return None if value in LITE_SUB_MODELS else \
-            f"attribute lite.sub.model must be one of {', '.join(LITE_SUB_MODELS)}"
-    if key == LITE_CLIENT_QUOTA:
-        return None if value.lstrip("-").isdigit() and int(value) >= -1 else \
-            "attribute lite.sub.client.quota must be an integer of -1 or more"
-    return f"unknown attribute {key} (known: {LITE_BIND_TOPIC}, {LITE_SUB_MODEL}, {LITE_CLIENT_QUOTA})"
+    """Why a stored group attribute is refused (Apache 5.5.0's SubscriptionGroupAttributes), or None."""
+    try:
+        verify(key, value)
+    except AttributeRefused as exc:
+        return f"attribute {key}={value}: {exc}"
+    return None
 
 
 def group_name_problem(name: str) -> str | None:
@@ -59,8 +60,14 @@ class GroupConfig:
     retry_policy: dict[str, Any] | None = None
     """groupRetryPolicy in Apache's JSON shape (broker/retry_policy.py); None: the default customized levels."""
     attributes: dict[str, str] = field(default_factory=dict)
-    """Apache RocketMQ 5.5's group attributes RocketScope knows (GROUP_ATTRIBUTES): a lite group's bind topic,
-    sub model and client quota (broker/lite.py)."""
+    """Apache RocketMQ 5.5's group attributes (broker/group_attributes.py): a lite group's bind topic, sub model,
+    client quota and offset resets (broker/lite.py)."""
+    # kept and answered as Apache's SubscriptionGroupConfig carries them (mqadmin updateSubGroup / getConsumerConfig)
+    consume_from_min_enable: bool = True
+    broker_id: int = 0
+    notify_consumer_ids_changed_enable: bool = True
+    group_sys_flag: int = 0
+    consume_timeout_minute: int = 15
 
     @property
     def lite_bind_topic(self) -> str:
@@ -70,12 +77,31 @@ class GroupConfig:
     def lite_client_quota(self) -> int:
         return int(self.attributes.get(LITE_CLIENT_QUOTA, LITE_CLIENT_QUOTA_DEFAULT))
 
+    @property
+    def lite_exclusive(self) -> bool:
+        """``lite.sub.model=Exclusive``: one client of the group per lite topic (broker/lite.py)."""
+        return self.attributes.get(LITE_SUB_MODEL) == "Exclusive"
+
+    @property
+    def reset_offset_exclusive(self) -> bool:
+        return self.attributes.get(LITE_RESET_OFFSET_EXCLUSIVE, "").lower() == "true"
+
+    @property
+    def reset_offset_unsubscribe(self) -> bool:
+        return self.attributes.get(LITE_RESET_OFFSET_UNSUBSCRIBE, "").lower() == "true"
+
 
 class GroupManager:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         raw = load_json(self.path, {"groups": {}})
         self.groups: dict[str, GroupConfig] = {n: GroupConfig(**c) for n, c in raw.get("groups", {}).items()}
+        self.data_version = (int(time.time() * 1000), 0)
+        """(timestamp ms, counter) of the last change, as Apache's DataVersion (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
+
+    def _changed(self) -> None:
+        self.data_version = (int(time.time() * 1000), self.data_version[1] + 1)
+        self._save()
 
     def _save(self) -> None:
         save_json(self.path, {"groups": {n: asdict(c) for n, c in self.groups.items()}})
@@ -111,7 +137,7 @@ class GroupManager:
                 raise ValueError(problem)
         old = self.groups.get(cfg.name)
         self.groups[cfg.name] = cfg
-        self._save()
+        self._changed()
         log.info("consumer group %s %s: orderly=%s retryMaxTimes=%d groupRetryPolicy=%s attributes=%s", cfg.name,
                  "updated" if old else "created", cfg.consume_message_orderly, cfg.retry_max_times,
                  cfg.retry_policy.get("type") if cfg.retry_policy else "default", cfg.attributes or "{}")
@@ -124,6 +150,6 @@ class GroupManager:
     def delete(self, name: str) -> bool:
         if self.groups.pop(name, None) is None:
             return False
-        self._save()
+        self._changed()
         log.info("consumer group %s deleted", name)
         return True

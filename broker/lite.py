@@ -32,7 +32,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from .errors import BrokerError, ErrorKind
-from .groups import LITE_CLIENT_QUOTA_DEFAULT, GroupManager
+from .group_attributes import LITE_CLIENT_QUOTA_DEFAULT
+from .groups import GroupManager
 from .priority import LITE_TOPIC_PROPERTY
 from .store.multi_dispatch import LMQ_PREFIX, LMQ_QUEUE_ID, MULTI_DISPATCH
 

@@ -14,6 +14,7 @@ from ..admin_service import BrokerAdminService
 from ..protocol import admin_pb2, common_pb2
 from .admin_ops_handlers import admin_ops_handlers
 from .codec import Header, RemotingCommand, ResponseCode, json_body
+from .group_handlers import group_handlers
 from .server import Connection, Handler
 from .stats_body import consume_stats_json
 
@@ -104,7 +105,7 @@ def admin_handlers(broker: RemotingHost, front: RemotingBroker) -> dict[int, Han
                                           "tagsSet": sorted(s.tags or []), "topic": t} for t, s in subs.items()}}
         return cmd.response(body=json_body(body))
 
-    return admin_ops_handlers(broker, front, svc) | {
+    return admin_ops_handlers(broker, front, svc) | group_handlers(broker.groups, svc) | {
         UPDATE_AND_CREATE_TOPIC: update_topic, GET_BROKER_RUNTIME_INFO: runtime_info,
         GET_CONSUME_STATS: consume_stats, QUERY_TOPIC_CONSUME_BY_WHO: consume_by_who,
         GET_CONSUMER_CONNECTION_LIST: connections, GET_TOPIC_CONFIG: topic_config}
