@@ -39,6 +39,7 @@ from .ha.event_relay import SPOOL_NAME, EventRelay
 from .ha.master import ReplicationMaster
 from .ha.slave import ReplicationSlave
 from .lite import LiteService
+from .lite_expiry import LiteExpiry
 from .loop_lag import LoopLagMonitor
 from .metrics import BrokerMetrics
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
@@ -117,7 +118,9 @@ class Broker:
         self.offsets = OffsetManager(root / "config" / "consumerOffset.json")
         self.clients = ClientRegistry()
         self.pop = PopService(self.store, self.offsets, self.groups, self.topics, self.broker_name)
-        self.lite = LiteService(lambda: self.settings, self.store, self.groups, self.pop)  # broker/lite.py
+        self.lite = LiteService(lambda: self.settings, self.store, self.groups, self.pop,  # broker/lite.py
+                                notify=self._tell_client)
+        self.lite_expiry = LiteExpiry(lambda: self.settings, self.lite, self.topics, lambda: self.is_master)
         self.pop.priority_conf = lambda: (self.settings.priorityOrderAsc,
                                           self.settings.popFromRetryProbabilityForPriority)
         self.pull = PullService(self)
@@ -209,6 +212,14 @@ class Broker:
                 self.topics_on_change()
 
         self.topics.on_created = on_created
+
+    def _tell_client(self, client_id: str, command: object) -> bool:
+        """Put a server-to-client command in the client's newest Telemetry stream; False when it has none."""
+        info = self.clients.clients.get(client_id)
+        if info is None or info.outbox is None:
+            return False
+        info.outbox.put_nowait(command)
+        return True
 
     # ----------------------------------------------------------- properties
     @property
@@ -363,6 +374,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.offsets.flush_loop(s.consumerOffsetFlushInterval / 1000)))
         self._tasks.append(loop.create_task(self._housekeeping()))
+        self._tasks.append(loop.create_task(self.lite_expiry.run(), name="lite-expiry"))
         if s.brokerTraceEnable:
             await self._start_broker_trace()
         if s.traceStore.lower() == "elasticsearch":

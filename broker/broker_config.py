@@ -108,6 +108,16 @@ BROKER_KEYS: list[Key] = [
     Key("maxLiteTopicSize", int, 64, "longest lite topic in bytes (UTF-8): longer ones are refused with "
         "ILLEGAL_LITE_TOPIC; a LITE_PUSH_CONSUMER's Settings carry it as max_lite_topic_size (Apache's proxy key)",
         check=positive),
+    Key("maxSyncLiteSubscriptionRate", int, 5000, "SyncLiteSubscription PARTIAL_ADDs per second this broker takes "
+        "from all clients together (a smooth token bucket holding up to one second of permits); past it "
+        "TOO_MANY_REQUESTS (Apache's proxy key)", check=positive),
+    Key("maxLiteSubscriptionCount", int, 100000, "most (client, lite topic) subscriptions this broker holds: a "
+        "PARTIAL_ADD past it is refused with LITE_SUBSCRIPTION_QUOTA_EXCEEDED (Apache's broker key)", check=positive),
+    Key("liteTtlCheckInterval", int, 120000, "ms between scans for expired lite topics (a LITE topic's attribute "
+        "lite.topic.expiration, minutes: a lite topic without a new message for that long has its queue cleared "
+        "and its subscriptions removed; broker/lite_expiry.py; Apache's key)", check=positive),
+    Key("minLiteTTl", int, 900000, "ms: no lite topic expires sooner than this after its last message, and none "
+        "in the first this-many ms after the broker started (Apache's key and spelling)", check=non_negative),
     Key("defaultTopicQueueNums", int, 8, "queues of an auto-created topic", check=positive),
     Key("brokerPermission", int, 6, "6 read-write, 4 read-only, 2 write-only",
         check=lambda v: None if v in (2, 4, 6) else "must be 2, 4 or 6"),

@@ -34,6 +34,7 @@ class ErrorKind(StrEnum):
     ILLEGAL_TOPIC = "ILLEGAL_TOPIC"  # a lite group used with another topic than its lite.bind.topic
     LITE_SUBSCRIPTION_QUOTA_EXCEEDED = "LITE_SUBSCRIPTION_QUOTA_EXCEEDED"  # past the group's lite.sub.client.quota
     LITE_TOPIC_QUOTA_EXCEEDED = "LITE_TOPIC_QUOTA_EXCEEDED"  # past maxLmqConsumeQueueNum lite queues
+    TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"  # over a rate limit (SyncLiteSubscription: maxSyncLiteSubscriptionRate)
 
 
 class BrokerError(Exception):

@@ -36,6 +36,7 @@ GRPC_CODES: dict[ErrorKind, int] = {
     ErrorKind.ILLEGAL_TOPIC: Code.ILLEGAL_TOPIC,
     ErrorKind.LITE_SUBSCRIPTION_QUOTA_EXCEEDED: Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
     ErrorKind.LITE_TOPIC_QUOTA_EXCEEDED: Code.LITE_TOPIC_QUOTA_EXCEEDED,
+    ErrorKind.TOO_MANY_REQUESTS: Code.TOO_MANY_REQUESTS,
 }
 """The v2 status code of each kind (apache/rocketmq-apis' Code)."""
 

@@ -25,6 +25,9 @@ from .errors import BrokerError
 from .grpc_errors import PUT_STATUS_CODES, RequestError, grpc_code, rpc_outcome
 from .grpc_registration import Unparseable
 from .lite import Action as LiteAction
+from .lite import LiteUnsubscribed
+from .lite import OffsetKind as LiteOffsetKind
+from .lite import OffsetOption as LiteOffsetOption
 from .pop import PopError, retry_topic
 from .priority import place
 from .request_metadata import request_metadata
@@ -73,6 +76,20 @@ def lite_checked(fn: Callable[..., R], *args: Any) -> R:
         return fn(*args)
     except BrokerError as exc:
         raise RequestError.of(exc) from None
+
+
+def lite_offset_option(opt: pb.OffsetOption) -> LiteOffsetOption:
+    """SyncLiteSubscription's OffsetOption, as Apache's proxy reads it (ClientActivity.toOffsetOption)."""
+    case = opt.WhichOneof("offset_type")
+    if case == "policy":
+        return LiteOffsetOption(LiteOffsetKind.POLICY, opt.policy)
+    if case == "offset":
+        return LiteOffsetOption(LiteOffsetKind.OFFSET, opt.offset)
+    if case == "tail_n":
+        return LiteOffsetOption(LiteOffsetKind.TAIL_N, opt.tail_n)
+    if case == "timestamp":
+        return LiteOffsetOption(LiteOffsetKind.TIMESTAMP, opt.timestamp)
+    raise RequestError(Code.BAD_REQUEST, "offset_option: no policy, offset, tail_n or timestamp set")
 
 
 class StreamRefused(Exception):
@@ -438,6 +455,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                     break
                 if isinstance(item, CheckBack):
                     item = check_back_command(item)
+                elif isinstance(item, LiteUnsubscribed):
+                    item = svc.TelemetryCommand(notify_unsubscribe_lite_command=svc.NotifyUnsubscribeLiteCommand(
+                        lite_topic=item.lite_topic))
                 elif isinstance(item, StreamRefused):
                     await context.abort(grpc.StatusCode.INTERNAL, str(item))
                 yield item  # type: ignore[misc]
@@ -635,8 +655,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             action = LiteAction(pb.LiteSubscriptionAction.Name(request.action))
         except ValueError:
             raise RequestError(Code.BAD_REQUEST, f"action {request.action} is not a LiteSubscriptionAction") from None
+        offset = lite_offset_option(request.offset_option) if request.HasField("offset_option") and \
+            action == LiteAction.PARTIAL_ADD else None  # Apache's proxy reads it for a PARTIAL_ADD only
         lite_checked(self.broker.lite.sync, cid, request.group.name, request.topic.name, action,
-                     request.lite_topic_set)
+                     request.lite_topic_set, offset)
         return svc.SyncLiteSubscriptionResponse(status=status())
 
     # -------------------------------------------------------------------- ack

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ from .errors import BrokerError, ErrorKind
 from .group_attributes import LITE_CLIENT_QUOTA_DEFAULT
 from .groups import GroupManager
 from .priority import LITE_TOPIC_PROPERTY
+from .rate_limiter import RateLimiter
 from .store.multi_dispatch import LMQ_PREFIX, LMQ_QUEUE_ID, MULTI_DISPATCH
 
 if TYPE_CHECKING:
@@ -81,17 +83,52 @@ def lite_topic_problem(lite_topic: str, max_size: int) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class LiteUnsubscribed:
+    """For a client's Telemetry outbox: the broker took ``lite_topic`` away from it (an Exclusive group's newer
+    subscriber won it); the gRPC door sends it as the v2 NotifyUnsubscribeLiteCommand, as Apache 5.5.0's proxy."""
+
+    group: str
+    lite_topic: str
+
+
+class OffsetKind(StrEnum):
+    """SyncLiteSubscription's OffsetOption cases (Apache's common.lite.OffsetOption.Type)."""
+
+    POLICY = "POLICY"
+    OFFSET = "OFFSET"
+    TAIL_N = "TAIL_N"
+    TIMESTAMP = "TIMESTAMP"
+
+
+POLICY_LAST, POLICY_MIN, POLICY_MAX = 0, 1, 2  # OffsetOption.Policy's values
+QUOTA_SLACK = 300  # Apache's proxy refuses a request's set only past the group's quota plus this
+
+
+@dataclass(frozen=True)
+class OffsetOption:
+    """Where a PARTIAL_ADD starts the group on the lite topics it names."""
+
+    kind: OffsetKind
+    value: int
+
+
 class LiteService:
     """Lite subscriptions of this broker's clients and the lite side of sends and receives."""
 
     def __init__(self, settings: Callable[[], Settings], store: MessageStore, groups: GroupManager,
-                 pop: PopService) -> None:
+                 pop: PopService, notify: Callable[[str, LiteUnsubscribed], bool] | None = None) -> None:
         self._settings = settings
         self.store = store
         self.groups = groups
         self.pop = pop
+        self._notify = notify
         # (group, bind topic) -> client id -> its lite topics
         self.subscriptions: dict[tuple[str, str], dict[str, set[str]]] = {}
+        self.expired: set[str] = set()
+        """Lite queues cleared by expiry (broker/lite_expiry.py): not counted against maxLmqConsumeQueueNum until a
+        new message opens them again."""
+        self._limiter: RateLimiter | None = None
 
     # ------------------------------------------------------------------ checks
     def check_lite_topic(self, lite_topic: str, where: str) -> None:
@@ -100,9 +137,20 @@ class LiteService:
             raise BrokerError(ErrorKind.ILLEGAL_LITE_TOPIC, f"{where} {lite_topic!r} {problem}")
 
     def quota(self, group: str) -> int:
-        """The group's lite subscription quota per client (``lite.sub.client.quota``; -1: no limit)."""
+        """The group's lite subscription quota per client (``lite.sub.client.quota``)."""
         cfg = self.groups.get(group)
         return cfg.lite_client_quota if cfg is not None else LITE_CLIENT_QUOTA_DEFAULT
+
+    def _rate_limiter(self) -> RateLimiter:
+        rate = self._settings().maxSyncLiteSubscriptionRate
+        if self._limiter is None or self._limiter.rate != rate:
+            self._limiter = RateLimiter(rate)
+        return self._limiter
+
+    @property
+    def active(self) -> int:
+        """(client, lite topic) subscriptions held: what ``maxLiteSubscriptionCount`` bounds."""
+        return sum(len(lites) for clients in self.subscriptions.values() for lites in clients.values())
 
     # -------------------------------------------------------------------- send
     def prepare_send(self, topic: str, props: MutableMapping[str, str], where: str) -> None:
@@ -115,40 +163,67 @@ class LiteService:
         lmq = lmq_name(topic, lite)
         props[MULTI_DISPATCH] = lmq
         s = self._settings()
-        if s.enableLmq and s.enableMultiDispatch and self.store.max_offset(lmq, LMQ_QUEUE_ID) == 0 \
-                and (lmq, LMQ_QUEUE_ID) not in self.store.queue_next:
-            count = sum(1 for (name, _) in self.store.queue_next if name.startswith(LITE_QUEUE_PREFIX))
+        if not (s.enableLmq and s.enableMultiDispatch):
+            return
+        if lmq in self.expired or (self.store.max_offset(lmq, LMQ_QUEUE_ID) == 0
+                                   and (lmq, LMQ_QUEUE_ID) not in self.store.queue_next):
+            count = sum(1 for (name, _) in self.store.queue_next if name.startswith(LITE_QUEUE_PREFIX)) \
+                - len(self.expired)
             if count >= s.maxLmqConsumeQueueNum:
                 raise BrokerError(ErrorKind.LITE_TOPIC_QUOTA_EXCEEDED,
                                    f"{where}.lite_topic {lite!r}: this broker holds {count} lite queues, "
                                    f"maxLmqConsumeQueueNum ({s.maxLmqConsumeQueueNum})")
+            self.expired.discard(lmq)
 
     # ------------------------------------------------------------ subscription
-    def sync(self, client_id: str, group: str, topic: str, action: Action, lite_topics: Iterable[str]) -> set[str]:
-        """SyncLiteSubscription: apply ``action`` to the client's lite topics of ``topic``; return them."""
+    def sync(self, client_id: str, group: str, topic: str, action: Action, lite_topics: Iterable[str],
+             offset: OffsetOption | None = None) -> set[str]:
+        """SyncLiteSubscription: apply ``action`` to the client's lite topics of ``topic``; return them.
+
+        The checks in Apache 5.5.0's order (its proxy's ClientActivity and ClientProcessor, then its broker's
+        LiteSubscriptionRegistryImpl): the lite topics of a PARTIAL_ADD, the group's bind topic, the request's
+        set against the group's quota (plus Apache's slack of 300), the rate of PARTIAL_ADDs
+        (``maxSyncLiteSubscriptionRate``), the broker's ``maxLiteSubscriptionCount``."""
+        wanted = list(dict.fromkeys(lite_topics))
+        if action == Action.PARTIAL_ADD:
+            for i, lite in enumerate(wanted):
+                self.check_lite_topic(lite, f"lite_topic_set[{i}]")
         cfg = self.groups.get(group)
         bind = cfg.lite_bind_topic if cfg is not None else ""
         if bind != topic:
             raise BrokerError(ErrorKind.ILLEGAL_TOPIC, f"lite group {group} is expected to bind topic "
                                                    f"{bind or 'null'}, but actual is {topic}")
-        wanted = list(lite_topics)
-        for i, lite in enumerate(wanted):
-            self.check_lite_topic(lite, f"lite_topic_set[{i}]")
+        quota = self.quota(group)
+        if wanted and len(wanted) > quota + QUOTA_SLACK:
+            raise BrokerError(ErrorKind.LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
+                               f"lite subscription quota exceeded: {quota} (lite_topic_set names {len(wanted)} lite "
+                               f"topics; group {group}'s lite.sub.client.quota {quota} plus {QUOTA_SLACK})")
+        if action == Action.PARTIAL_ADD and not self._rate_limiter().try_acquire():
+            raise BrokerError(ErrorKind.TOO_MANY_REQUESTS, f"Too many syncLiteSubscription requests, topic={topic}, "
+                                                         f"group={group}, clientId={client_id}")
         clients = self.subscriptions.setdefault((group, topic), {})
-        mine = clients.get(client_id, set())
+        mine = set(clients.get(client_id, ()))
         if action == Action.PARTIAL_ADD:
+            limit = self._settings().maxLiteSubscriptionCount
+            if self.active >= limit:
+                raise BrokerError(ErrorKind.LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
+                                   f"lite subscription quota exceeded {limit} (maxLiteSubscriptionCount: this broker "
+                                   f"holds {self.active} lite subscriptions)")
             new = mine | set(wanted)
+            for lite in wanted:
+                if cfg is not None and cfg.lite_exclusive:
+                    self._evict_others(client_id, group, topic, lite, cfg.reset_offset_exclusive)
+                if offset is not None:
+                    self._reset(group, lmq_name(topic, lite), client_id, offset)
         elif action == Action.PARTIAL_REMOVE:
             new = mine - set(wanted)
+            if cfg is not None and cfg.reset_offset_unsubscribe:
+                for lite in mine & set(wanted):
+                    self._reset(group, lmq_name(topic, lite), client_id, OffsetOption(OffsetKind.POLICY, POLICY_MIN))
         elif action == Action.COMPLETE_ADD:
             new = set(wanted)
         else:
             new = set()
-        quota = self.quota(group)
-        if 0 <= quota < len(new) and len(new) > len(mine):
-            raise BrokerError(ErrorKind.LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
-                               f"lite_topic_set: client {client_id} would subscribe {len(new)} lite topics of "
-                               f"{topic}; the quota of group {group} (lite.sub.client.quota) is {quota}")
         if new:
             clients[client_id] = new
         else:
@@ -158,6 +233,40 @@ class LiteService:
                      group, topic, action.value, sorted(wanted)[:8], len(new))
             self.pop.wake(topic)  # a long poll of this client may now find messages
         return new
+
+    def _evict_others(self, client_id: str, group: str, topic: str, lite: str, reset: bool) -> None:
+        """``lite.sub.model=Exclusive``: the newest subscriber of a lite topic takes it from the group's others,
+        each told by NotifyUnsubscribeLite (Apache's excludeClientByLmqName); with
+        ``lite.sub.reset.offset.exclusive`` the group starts the lite topic over from its first message."""
+        for other, lites in list(self.subscriptions.get((group, topic), {}).items()):
+            if other == client_id or lite not in lites:
+                continue
+            lites.discard(lite)
+            if not lites:
+                del self.subscriptions[(group, topic)][other]
+            told = self._notify(other, LiteUnsubscribed(group, lite)) if self._notify is not None else False
+            log.info("lite topic %s of group %s (Exclusive) taken from client %s by %s; told: %s, offset reset: %s",
+                     lite, group, other, client_id, told, reset)
+            if reset:
+                self._reset(group, lmq_name(topic, lite), other, OffsetOption(OffsetKind.POLICY, POLICY_MIN))
+
+    def _reset(self, group: str, lmq: str, client_id: str, option: OffsetOption) -> None:
+        """Move the group's offset in one lite queue as Apache's registry resets it for an OffsetOption: MIN the
+        first message, MAX past the last, OFFSET that offset, TAIL_N n messages back from the group's offset (only
+        when it has one); LAST and TIMESTAMP (disabled in Apache 5.5.0) leave it."""
+        current = self.pop.offsets.get(group, lmq, LMQ_QUEUE_ID)
+        target: int | None = None
+        if option.kind == OffsetKind.POLICY:
+            target = 0 if option.value == POLICY_MIN else \
+                self.store.max_offset(lmq, LMQ_QUEUE_ID) if option.value == POLICY_MAX else None
+        elif option.kind == OffsetKind.OFFSET:
+            target = option.value
+        elif option.kind == OffsetKind.TAIL_N and current is not None:
+            target = max(0, current - option.value)
+        log.info("lite offset of group %s in %s (client %s): %s %d, current %s, target %s", group, lmq, client_id,
+                 option.kind.value, option.value, current, target)
+        if target is not None and target != current:
+            self.pop.reset_offset(group, lmq, LMQ_QUEUE_ID, max(target, 0))
 
     def forget(self, client_id: str) -> None:
         """A client that ended (NotifyClientTermination) subscribes to nothing any more."""

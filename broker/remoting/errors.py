@@ -35,6 +35,7 @@ REMOTING_CODES: dict[ErrorKind, int] = {
     ErrorKind.ILLEGAL_TOPIC: RC.SYSTEM_ERROR,
     ErrorKind.LITE_SUBSCRIPTION_QUOTA_EXCEEDED: 2018,  # LITE_SUBSCRIPTION_QUOTA_EXCEEDED
     ErrorKind.LITE_TOPIC_QUOTA_EXCEEDED: 2017,  # LMQ_QUOTA_EXCEEDED
+    ErrorKind.TOO_MANY_REQUESTS: RC.SYSTEM_BUSY,
 }
 """The RemotingCommand response code of each kind."""
 

@@ -160,6 +160,24 @@ class ConsumeQueue:
                 lo = mid + 1
         self._min_logical = lo
 
+    def blank(self) -> int:
+        """Turn every entry into a gap (a reader skips it) and keep the offsets: a lite queue emptied by expiry
+        (broker/lite_expiry.py).  Its next entry still gets ``max_offset``.  Returns the entries blanked."""
+        self.flush()
+        lo, hi = self.min_offset, self.max_offset
+        pos = lo * ENTRY_SIZE
+        while pos < hi * ENTRY_SIZE:
+            seg = self.log.segment_for(pos)
+            if seg is None:
+                break
+            n = (min(seg.end, hi * ENTRY_SIZE) - pos) // ENTRY_SIZE
+            if n <= 0:
+                break
+            self.log.overwrite(pos, _GAP * n)
+            pos += n * ENTRY_SIZE
+        self.dirty = True
+        return hi - lo
+
     def sync(self) -> None:
         """fdatasync what is written; safe in a worker thread (it never touches the entry buffer:
         the owner ``flush``es on the event loop first)."""

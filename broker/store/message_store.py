@@ -753,6 +753,13 @@ class MessageStore:
                     break
         return out
 
+    def clear_queue(self, topic: str, queue_id: int) -> int:
+        """Empty one queue in place (its entries become gaps, its offsets go on): a lite queue's expiry
+        (broker/lite_expiry.py).  A replay of the commit log does not bring the entries back (they are below the
+        queue's next offset).  Returns the entries cleared."""
+        cq = self.cqs.get((topic, queue_id))
+        return cq.blank() if cq is not None else 0
+
     def topics_and_queues(self) -> list[tuple[str, int]]:
         return sorted(self.cqs)
 

@@ -185,6 +185,14 @@ class SegmentedLog:
                 return seg
         return None
 
+    def overwrite(self, offset: int, data: bytes) -> None:
+        """Write ``data`` over bytes already in the log at ``offset`` (within one segment): a consume queue's
+        entries blanked in place (ConsumeQueue.blank)."""
+        seg = self.segment_for(offset)
+        if seg is None or offset + len(data) > seg.end:
+            raise ValueError(f"overwrite of {len(data)} bytes at {offset} is outside the written log")
+        os.pwrite(seg.fd, data, offset - seg.start)
+
     def read(self, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes at ``offset``, never crossing a segment end."""
         seg = self.segment_for(offset)
