@@ -14,6 +14,8 @@ the answers recorded here from Apache.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import diff_priority as f
 import pytest
@@ -124,3 +126,56 @@ def test_priority_order_asc_false_reads_the_lowest_queue_first(rocketscope) -> N
     finally:
         rocketscope.admin("updateBrokerConfig", "-c", "DefaultCluster", "-k", "priorityOrderAsc", "-v", "true")
     assert [m.body for m in f.receive_raw(side, topic, 2)] == [b"high", b"low"]  # a new group, the default order
+
+
+# ------------------------------------------------------------ Lite mode, issue 21 session 16 (tests/diff_lite.py)
+def lite_admin(namesrv: str, home: Path) -> tuple[Any, Any]:
+    """(create a LITE topic, bind a group) with Apache's mqadmin 5.5.0 against ``namesrv``: the same tool on both
+    sides, since RocketScope answers updateSubGroup (remoting code 200)."""
+    import diff_lite
+
+    def topic(name: str) -> None:
+        out = diff_lite.mqadmin(namesrv, home, "updateTopic", "-c", "DefaultCluster", "-t", name, "-r", "4", "-w",
+                                "4", "-a", "+message.type=LITE")
+        assert "success" in out, out[-2000:]
+
+    def group(name: str, bind: str, attrs: str = "") -> None:
+        out = diff_lite.mqadmin(namesrv, home, "updateSubGroup", "-c", "DefaultCluster", "-g", name, "--attributes",
+                                ",".join(filter(None, (f"+lite.bind.topic={bind}", attrs))))
+        assert "success" in out, out[-2000:]
+
+    return topic, group
+
+
+def test_update_sub_group(apache55, rocketscope, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Apache's mqadmin updateSubGroup / getConsumerConfig with lite attributes, and the attributes Apache refuses."""
+    import diff_lite
+
+    apache = diff_lite.scenario_update_sub_group(apache_side(apache55), apache55.namesrv_addr, tmp_path / "a")
+    ours = diff_lite.scenario_update_sub_group(rocketscope_side(rocketscope), rocketscope.namesrv_addr, tmp_path / "o")
+    print("apache 5.5.0:", apache, "\nrocketscope: ", ours)
+    assert apache == diff_lite.APACHE_55_SUB_GROUP
+    assert ours == apache
+
+
+def test_lite_exclusive(apache55, rocketscope, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import diff_lite
+
+    apache = diff_lite.scenario_exclusive(apache_side(apache55), *lite_admin(apache55.namesrv_addr, tmp_path / "a"))
+    ours = diff_lite.scenario_exclusive(rocketscope_side(rocketscope),
+                                        *lite_admin(rocketscope.namesrv_addr, tmp_path / "o"))
+    print("apache 5.5.0:", apache, "\nrocketscope: ", ours)
+    assert apache == diff_lite.APACHE_55_EXCLUSIVE
+    assert ours == apache
+
+
+def test_lite_quota_and_offsets(apache55, rocketscope, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import diff_lite
+
+    apache = diff_lite.scenario_quota_and_offsets(apache_side(apache55),
+                                                  *lite_admin(apache55.namesrv_addr, tmp_path / "a"))
+    ours = diff_lite.scenario_quota_and_offsets(rocketscope_side(rocketscope),
+                                                *lite_admin(rocketscope.namesrv_addr, tmp_path / "o"))
+    print("apache 5.5.0:", apache, "\nrocketscope: ", ours)
+    assert apache == diff_lite.APACHE_55_QUOTA_OFFSETS
+    assert ours == apache

@@ -55,8 +55,7 @@ class Rig:
         self.groups = GroupManager(root / "groups.json")
         self.pop = PopService(self.store, OffsetManager(root / "offsets.json"), self.groups, self.topics, "b")
         self.told: list[tuple[str, LiteUnsubscribed]] = []
-        self.lite = LiteService(lambda: self.settings, self.store, self.groups, self.pop,
-                                notify=lambda cid, cmd: self.told.append((cid, cmd)) is None)
+        self.lite = LiteService(lambda: self.settings, self.store, self.groups, self.pop, notify=self.tell)
         self.now_ms = 0
         self.expiry = LiteExpiry(lambda: self.settings, self.lite, self.topics, lambda: True, lambda: self.now_ms)
         self.topics.update(TopicConfig(TOPIC, 4, 4, 6, attributes={"message.type": "LITE",
@@ -64,6 +63,10 @@ class Rig:
         self.loop = asyncio.new_event_loop()
         self.loop.run_until_complete(self.store.start())
         self.sent = 0
+
+    def tell(self, cid: str, cmd: LiteUnsubscribed) -> bool:
+        self.told.append((cid, cmd))
+        return True
 
     def group(self, **attrs: str) -> None:
         self.groups.update(GroupConfig(GROUP, attributes={"lite.bind.topic": TOPIC, **attrs}))
