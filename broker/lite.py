@@ -275,8 +275,11 @@ class LiteService:
                 log.info("lite subscriptions of client %s (group %s, topic %s) removed: client ended", client_id,
                          group, topic)
 
+    def lite_topics(self, client_id: str, group: str, topic: str) -> list[str]:
+        return sorted(self.subscriptions.get((group, topic), {}).get(client_id, ()))
+
     def lite_queues(self, client_id: str, group: str, topic: str) -> list[str]:
-        return [lmq_name(topic, lite) for lite in sorted(self.subscriptions.get((group, topic), {}).get(client_id, ()))]
+        return [lmq_name(topic, lite) for lite in self.lite_topics(client_id, group, topic)]
 
     # ----------------------------------------------------------------- receive
     async def receive(self, client_id: str, group: str, topic: str, batch: int, invisible_ms: int,
@@ -284,7 +287,9 @@ class LiteService:
         """A LitePushConsumer's receive: POP of its lite queues, long polling up to ``poll_s``."""
         deadline = time.monotonic() + max(poll_s, 0.0)
         while True:
-            out = self.pop.pop_lite(group, topic, self.lite_queues(client_id, group, topic), batch, invisible_ms)
+            lites = self.lite_topics(client_id, group, topic)
+            out = self.pop.pop_lite(group, topic, lites, [lmq_name(topic, lite) for lite in lites], batch,
+                                    invisible_ms)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out

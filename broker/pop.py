@@ -31,7 +31,7 @@ from .filter import MessageFilter, accepts
 from .groups import GroupManager
 from .offsets import OffsetManager
 from .persistence import load_json, save_json
-from .priority import PRIORITY_TOPIC_TYPE, pop_order
+from .priority import LITE_TOPIC_PROPERTY, PRIORITY_TOPIC_TYPE, pop_order
 from .receipt import SLAVE_ORIGIN, ReceiptHandle, ReceiptHandleError
 from .store.message_store import MessageStore
 from .store.record import StoredMessage
@@ -462,7 +462,9 @@ class PopService:
         return out
 
     def _pop_retries(self, group: str, topic: str, batch: int, invisible_ms: int,
-                     tags: MessageFilter) -> list[Delivery]:
+                     tags: MessageFilter, wanted: Callable[[StoredMessage], bool] | None = None) -> list[Delivery]:
+        """The group's due retries of ``topic``; ``wanted`` (a lite client's) leaves the others for another
+        receiver instead of consuming them as a tag filter does."""
         rtopic = retry_topic(group)
         if self.store.max_offset(rtopic, 0) == 0:
             return []
@@ -482,6 +484,8 @@ class PopService:
                 scanned += 1
                 off = msg.queue_offset
                 if off in st.inflight or off in st.acked or origin_topic(msg) != topic:
+                    continue
+                if wanted is not None and not wanted(msg):
                     continue
                 if tags is not None and not accepts(tags, msg):
                     moved |= self._mark_acked(group, rtopic, 0, st, off)
@@ -511,13 +515,16 @@ class PopService:
                 continue
             await self.wait_dispatch(group, topic, remaining)
 
-    def pop_lite(self, group: str, topic: str, lite_queues: list[str], batch: int, invisible_ms: int
-                 ) -> list[Delivery]:
-        """A lite consumer's POP (broker/lite.py): the group's due retries of ``topic`` (its LITE topic), then
-        the LMQ queues ``lite_queues`` (queue 0 each, starting from a rotating position), every message taken."""
+    def pop_lite(self, group: str, topic: str, lite_topics: list[str], lite_queues: list[str], batch: int,
+                 invisible_ms: int) -> list[Delivery]:
+        """A lite consumer's POP (broker/lite.py): the group's due retries of ``topic`` (its LITE topic) whose lite
+        topic the client subscribes (``lite_topics``; the others wait for a client that does), then the LMQ queues
+        ``lite_queues`` (queue 0 each, starting from a rotating position), every message taken."""
         if not self.serving():
             return []
-        out = self._pop_retries(group, topic, batch, invisible_ms, None)
+        mine = set(lite_topics)
+        out = self._pop_retries(group, topic, batch, invisible_ms, None,
+                                lambda m: m.properties.get(LITE_TOPIC_PROPERTY) in mine)
         if lite_queues:
             start = next(self._rotation) % len(lite_queues)
             for lmq in lite_queues[start:] + lite_queues[:start]:

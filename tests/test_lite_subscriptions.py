@@ -84,8 +84,11 @@ class Rig:
         self.sent += 1
 
     def receive(self, cid: str) -> list[str]:
-        got = self.pop.pop_lite(GROUP, TOPIC, self.lite.lite_queues(cid, GROUP, TOPIC), 32, 60_000)
-        return sorted(d.message.body.decode() for d in got)
+        return sorted(d.message.body.decode() for d in self.deliveries(cid))
+
+    def deliveries(self, cid: str, invisible_ms: int = 60_000) -> list[Any]:
+        return self.pop.pop_lite(GROUP, TOPIC, self.lite.lite_topics(cid, GROUP, TOPIC),
+                                 self.lite.lite_queues(cid, GROUP, TOPIC), 32, invisible_ms)
 
     def sync(self, cid: str, action: str, lites: list[str], offset: OffsetOption | None = None) -> set[str]:
         return self.lite.sync(cid, GROUP, TOPIC, Action(action), lites, offset)
@@ -225,6 +228,23 @@ def test_reset_offset_on_unsubscribe(rig: Rig) -> None:
     rig.sync("c1", "PARTIAL_REMOVE", ["a"])
     rig.sync("c1", "PARTIAL_ADD", ["a"])
     assert rig.receive("c1") == ["a0"]
+
+
+# ---------------------------------------------------------------------------------------------- retries
+def test_a_lite_retry_goes_only_to_a_subscriber_of_its_lite_topic(rig: Rig) -> None:
+    """A lite message handed out and not acked comes back through the group's retry topic; only a client subscribed
+    to its lite topic receives it (a subscriber of another lite topic of the same group does not)."""
+    rig.group()
+    rig.sync("ca", "PARTIAL_ADD", ["a"])
+    rig.sync("cb", "PARTIAL_ADD", ["b"])
+    rig.send("a")
+    (first,) = rig.deliveries("ca", invisible_ms=1)
+    assert first.message.body == b"a0"
+    rig.pop.clock = lambda: 10**10  # the hand-out's invisible time is long over
+    assert rig.loop.run_until_complete(rig.pop.revive_due()) == 1
+    assert rig.deliveries("cb") == []
+    (again,) = rig.deliveries("ca")
+    assert again.message.body == b"a0" and again.message.reconsume_times == 1
 
 
 # --------------------------------------------------------------------------------------------- expiry
