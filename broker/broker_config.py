@@ -118,6 +118,10 @@ BROKER_KEYS: list[Key] = [
         "and its subscriptions removed; broker/lite_expiry.py; Apache's key)", check=positive),
     Key("minLiteTTl", int, 900000, "ms: no lite topic expires sooner than this after its last message, and none "
         "in the first this-many ms after the broker started (Apache's key and spelling)", check=non_negative),
+    Key("liteSubscriptionCheckInterval", int, 120000, "ms between checks for lite subscriptions of clients gone "
+        "without a word (Apache's key)", check=positive),
+    Key("liteSubscriptionCheckTimeoutMills", int, 180000, "ms without a SyncLiteSubscription after which a client's "
+        "lite subscriptions are dropped (a LitePushConsumer syncs every 30 s; Apache's key)", check=positive),
     Key("defaultTopicQueueNums", int, 8, "queues of an auto-created topic", check=positive),
     Key("brokerPermission", int, 6, "6 read-write, 4 read-only, 2 write-only",
         check=lambda v: None if v in (2, 4, 6) else "must be 2, 4 or 6"),

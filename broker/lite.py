@@ -129,6 +129,8 @@ class LiteService:
         """Lite queues cleared by expiry (broker/lite_expiry.py): not counted against maxLmqConsumeQueueNum until a
         new message opens them again."""
         self._limiter: RateLimiter | None = None
+        self.synced_ms: dict[str, int] = {}
+        """client id -> when its subscription last changed or was synced (Apache's LiteSubscription.updateTime)."""
 
     # ------------------------------------------------------------------ checks
     def check_lite_topic(self, lite_topic: str, where: str) -> None:
@@ -226,6 +228,7 @@ class LiteService:
             new = set()
         if new:
             clients[client_id] = new
+            self.synced_ms[client_id] = int(time.time() * 1000)
         else:
             clients.pop(client_id, None)
         if new != mine:
@@ -268,12 +271,22 @@ class LiteService:
         if target is not None and target != current:
             self.pop.reset_offset(group, lmq, LMQ_QUEUE_ID, max(target, 0))
 
-    def forget(self, client_id: str) -> None:
+    def forget(self, client_id: str, why: str = "client ended") -> None:
         """A client that ended (NotifyClientTermination) subscribes to nothing any more."""
+        self.synced_ms.pop(client_id, None)
         for (group, topic), clients in self.subscriptions.items():
             if clients.pop(client_id, None) is not None:
-                log.info("lite subscriptions of client %s (group %s, topic %s) removed: client ended", client_id,
-                         group, topic)
+                log.info("lite subscriptions of client %s (group %s, topic %s) removed: %s", client_id, group, topic,
+                         why)
+
+    def drop_idle(self, now_ms: int, timeout_ms: int) -> list[str]:
+        """Forget the subscriptions of clients that synced nothing for ``timeout_ms`` (Apache's registry does so
+        after ``liteSubscriptionCheckTimeoutMills``: a LitePushConsumer syncs its whole set every 30 s, so only a
+        client gone without NotifyClientTermination is dropped)."""
+        idle = [cid for cid, at in self.synced_ms.items() if now_ms - at > timeout_ms]
+        for cid in idle:
+            self.forget(cid, f"no SyncLiteSubscription for {timeout_ms} ms")
+        return idle
 
     def lite_topics(self, client_id: str, group: str, topic: str) -> list[str]:
         return sorted(self.subscriptions.get((group, topic), {}).get(client_id, ()))

@@ -8,7 +8,8 @@ broker's first ``minLiteTTl`` ms (Apache's protection of a restarted broker, who
 their subscriptions).  Removing it, as Apache does: its subscriptions go away *silently* (Apache 5.5.0's
 ``cleanSubscription(lmq, false)``: no NotifyUnsubscribeLite is sent on expiry; a LitePushConsumer's periodic
 COMPLETE_ADD subscribes it again), and its queue is emptied, so a group that subscribes to it later finds no
-old message.
+old message.  The same task drops the subscriptions of a client that synced nothing for
+``liteSubscriptionCheckTimeoutMills`` (a client gone without saying so), as Apache's registry does.
 
 How RocketScope empties it: the lite queue's entries are overwritten with gap entries (broker/store/
 consume_queue.py ``blank``) instead of its files being deleted, and the groups' offsets in it move to its end;
@@ -110,10 +111,19 @@ class LiteExpiry:
                  subscribers, len(groups), end)
 
     async def run(self) -> None:
-        """The broker's task: a scan every ``liteTtlCheckInterval`` ms."""
+        """The broker's task: a lite-topic scan every ``liteTtlCheckInterval`` ms and a check of idle
+        subscriptions every ``liteSubscriptionCheckInterval`` ms."""
+        await asyncio.gather(self._every(lambda s: s.liteTtlCheckInterval, self.scan, "lite topic expiry"),
+                             self._every(lambda s: s.liteSubscriptionCheckInterval, self.drop_idle,
+                                         "lite subscription check"))
+
+    def drop_idle(self) -> list[str]:
+        return self.lite.drop_idle(self._clock_ms(), self._settings().liteSubscriptionCheckTimeoutMills)
+
+    async def _every(self, interval_ms: Callable[[Settings], int], job: Callable[[], object], what: str) -> None:
         while True:
-            await asyncio.sleep(self._settings().liteTtlCheckInterval / 1000)
+            await asyncio.sleep(interval_ms(self._settings()) / 1000)
             try:
-                self.scan()
-            except Exception:  # a failed scan must not end expiry for good
-                log.exception("lite topic expiry scan failed")
+                job()
+            except Exception:  # a failed pass must not end the job for good
+                log.exception("%s failed", what)

@@ -324,3 +324,15 @@ def test_a_cleared_lite_queue_stays_empty_after_a_restart(tmp_path: Path) -> Non
         assert again.expiry.scan() == [] and lmq_name(TOPIC, "a") in again.lite.expired
     finally:
         again.close()
+
+
+def test_a_client_that_stops_syncing_loses_its_subscriptions(rig: Rig) -> None:
+    """Apache's registry drops a client's lite subscriptions after liteSubscriptionCheckTimeoutMills without a sync
+    (a LitePushConsumer syncs its whole set every 30 s)."""
+    rig.group()
+    rig.sync("gone", "PARTIAL_ADD", ["a"])
+    rig.sync("alive", "PARTIAL_ADD", ["a"])
+    synced = rig.lite.synced_ms["gone"]
+    rig.lite.synced_ms["alive"] = synced + 100_000  # its periodic COMPLETE_ADD came later
+    assert rig.lite.drop_idle(synced + 180_001, 180_000) == ["gone"]
+    assert rig.lite.lite_queues("gone", GROUP, TOPIC) == [] and rig.lite.lite_queues("alive", GROUP, TOPIC)
