@@ -205,8 +205,11 @@ def delete_topic(namesrv: str | None, cluster: str | None, topic: str) -> None:
               help='the retry policy as JSON, as mqadmin: {"type":"EXPONENTIAL","exponentialRetryPolicy":'
                    '{"initial":5000,"max":7200000,"multiplier":2}} or {"type":"CUSTOMIZED","customizedRetryPolicy":'
                    '{"next":[1000,5000,10000]}} (ms); consumers get it as their back-off in Settings')
-@click.option("-a", "--attributes", default="", help="+lite.bind.topic=T style, comma-separated, as mqadmin: a lite "
-              "group's lite.bind.topic, lite.sub.model (Shared/Exclusive), lite.sub.client.quota")
+@click.option("-a", "--attributes", default="", help="attribute changes, comma-separated, as mqadmin's --attributes: "
+              "+key=value adds or updates, -key deletes, the group's other attributes are kept (Apache 5.5.0's keys: "
+              "lite.bind.topic, lite.sub.model Shared/Exclusive, lite.sub.client.quota, "
+              "lite.sub.reset.offset.exclusive, lite.sub.reset.offset.unsubscribe, lite.sub.client.max.event.cnt, "
+              "lite.sub.wildcard, priority.factor)")
 def update_sub_group(namesrv: str | None, broker: str | None, cluster: str | None, group: str, enable: bool,
                      orderly: bool, retry_max: int, retry_queues: int, retry_policy: str, attributes: str) -> None:
     """Create or update a consumer group."""

@@ -222,7 +222,8 @@ APACHE_55_EXCLUSIVE: dict[str, Any] = {
 
 def scenario_quota_and_offsets(side: d.Side, create_lite_topic: Any, bind_group: Any) -> dict[str, Any]:
     """The group's ``lite.sub.client.quota`` 2 against the request's set (Apache's proxy: refused past the quota
-    plus 300), and where a PARTIAL_ADD's OffsetOption starts the group on a backlog of 4 messages of ``a``."""
+    plus 300), and where a PARTIAL_ADD's OffsetOption starts the group on a backlog of messages of ``a``: MAX (past
+    the 4 sent), then OFFSET 2 (the third on, and one more sent after it)."""
     topic, group = side.unique("DiffLiteQ"), side.unique("GID_diff_liteq")
     create_lite_topic(topic)
     bind_group(group, topic, "+lite.sub.client.quota=2")
@@ -235,11 +236,15 @@ def scenario_quota_and_offsets(side: d.Side, create_lite_topic: Any, bind_group:
         out["max"] = q.sync("PARTIAL_ADD", ["a"], pb.OffsetOption(policy=pb.OffsetOption.MAX))[0]
         out["after_max"] = q.receive(1, 6)
         out["offset_2"] = q.sync("PARTIAL_ADD", ["a"], pb.OffsetOption(offset=2))[0]
-        out["after_offset_2"] = q.receive(2, 20)
+        # Apache dispatches an event to a client's lite queue when a message arrives (or at its subscription):
+        # a new message makes its next receive read the queue, from the offset the option set
+        out["sent_after"] = send_lite(side, topic, "a", "B4")
+        out["after_offset_2"] = q.receive(3, 20)
     return out
 
 
 APACHE_55_QUOTA_OFFSETS: dict[str, Any] = {
     "set_302": "OK", "set_303": ("LITE_SUBSCRIPTION_QUOTA_EXCEEDED", "lite subscription quota exceeded: 2"),
-    "sent": ["OK"] * 4, "max": "OK", "after_max": [], "offset_2": "OK", "after_offset_2": [("B2", "a"), ("B3", "a")],
+    "sent": ["OK"] * 4, "max": "OK", "after_max": [], "offset_2": "OK", "sent_after": "OK",
+    "after_offset_2": [("B2", "a"), ("B3", "a"), ("B4", "a")],
 }
