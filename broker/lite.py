@@ -16,11 +16,16 @@ invisible times are POP's.  Apache's broker keeps a per-client event set fed by 
 (LiteEventDispatcher) to find the queues with news; here a receive reads the client's queues in turn, which
 answers the same messages (an empty queue costs one offset comparison).
 
-The checks and their codes are those of Apache's proxy (GrpcValidator, ClientProcessor) and broker
-(SendMessageProcessor): ILLEGAL_LITE_TOPIC for a blank, too long (``maxLiteTopicSize`` bytes) or non
-``[A-Za-z0-9_-]`` lite topic; ILLEGAL_TOPIC when the group's bind topic is not the request's;
-LITE_SUBSCRIPTION_QUOTA_EXCEEDED past the group's ``lite.sub.client.quota`` (2000); LITE_TOPIC_QUOTA_EXCEEDED
-when a message would open more than ``maxLmqConsumeQueueNum`` lite queues.
+The checks and their codes are those of Apache's proxy (GrpcValidator, ClientActivity, ClientProcessor) and
+broker (SendMessageProcessor, LiteSubscriptionRegistryImpl), read from the 5.5.0 jars: ILLEGAL_LITE_TOPIC for a
+blank, too long (``maxLiteTopicSize`` bytes) or non ``[A-Za-z0-9_-]`` lite topic (of a PARTIAL_ADD); ILLEGAL_TOPIC
+when the group's bind topic is not the request's; LITE_SUBSCRIPTION_QUOTA_EXCEEDED when the request's set is larger
+than the group's ``lite.sub.client.quota`` (2000) plus 300, or the broker holds ``maxLiteSubscriptionCount``
+subscriptions; TOO_MANY_REQUESTS past ``maxSyncLiteSubscriptionRate`` PARTIAL_ADDs a second;
+LITE_TOPIC_QUOTA_EXCEEDED when a message would open more than ``maxLmqConsumeQueueNum`` lite queues.  In an
+Exclusive group (``lite.sub.model``) a PARTIAL_ADD takes the lite topic from the group's other clients, each told
+by a NotifyUnsubscribeLite command on its Telemetry stream; a PARTIAL_ADD's OffsetOption and the
+``lite.sub.reset.offset.*`` attributes move the group's offset in a lite queue.  Expiry: broker/lite_expiry.py.
 """
 
 from __future__ import annotations

@@ -376,9 +376,11 @@ def test_apache_mqadmin_update_sub_group(lite_cluster: LocalCluster, tmp_path: P
     (getConsumerConfig: code 201); an attribute Apache does not know is refused with Apache's code and text
     (tests/diff_lite.py, APACHE_55_SUB_GROUP).  Then the official LitePushConsumer works with that group."""
     import diff_lite
-    from peers_support import require_peers
+    from conftest import missing_install
 
-    require_peers()
+    why = diff_lite.rc.missing(diff_lite.VERSION)
+    if why is not None:
+        missing_install(why)
     c = lite_cluster
     side = our_side(c)
     got = diff_lite.scenario_update_sub_group(side, c.namesrv_addr, tmp_path, full=False)
