@@ -154,6 +154,7 @@ def test_update_sub_group(apache55, rocketscope, tmp_path) -> None:  # type: ign
     apache = diff_lite.scenario_update_sub_group(apache_side(apache55), apache55.namesrv_addr, tmp_path / "a")
     ours = diff_lite.scenario_update_sub_group(rocketscope_side(rocketscope), rocketscope.namesrv_addr, tmp_path / "o")
     print("apache 5.5.0:", apache, "\nrocketscope: ", ours)
+    apache.pop("_names"), ours.pop("_names")
     assert apache == diff_lite.APACHE_55_SUB_GROUP
     assert ours == apache
 
