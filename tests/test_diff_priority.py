@@ -180,3 +180,48 @@ def test_lite_quota_and_offsets(apache55, rocketscope, tmp_path) -> None:  # typ
     print("apache 5.5.0:", apache, "\nrocketscope: ", ours)
     assert apache == diff_lite.APACHE_55_QUOTA_OFFSETS
     assert ours == apache
+
+
+def test_lite_topic_expiry(tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    """lite.topic.expiration on both sides, each with TTL_CONF (their own clusters: the module's keep Apache's 15 min
+    minLiteTTl).  ROCKETSCOPE_APACHE55_TTL_DIR: a 5.5.0 cluster started with those keys too.  About 2 minutes."""
+    import os
+    import threading
+
+    import diff_lite
+    from peers_support import BROKER_TEST_CONF, PROXY_TEST_CONF, ReferenceCluster, _throwaway
+
+    conf = {**LITE_BROKER_CONF, **diff_lite.TTL_CONF}
+    attached = os.environ.get("ROCKETSCOPE_APACHE55_TTL_DIR")
+    apache_clusters = iter([ReferenceCluster.attach(Path(attached))]) if attached else _throwaway(ReferenceCluster(
+        tmp_path_factory.mktemp("apache55-ttl"), proxy_conf=dict(PROXY_TEST_CONF),
+        broker_conf={**BROKER_TEST_CONF, **conf}, version="5.5.0"))
+    apache55 = next(apache_clusters)
+    try:
+        with rocketscope_like_the_reference(tmp_path_factory.mktemp("diff55-ttl"), **conf) as ours_cluster:
+            results: dict[str, Any] = {}
+
+            def run(name: str, side: Any, namesrv: str) -> None:
+                _, group_of = lite_admin(namesrv, tmp_path_factory.mktemp(f"ttl-{name}"))
+
+                def topic(t: str) -> None:
+                    out = diff_lite.mqadmin(namesrv, tmp_path_factory.mktemp(f"ttl-t-{name}"), "updateTopic", "-c",
+                                            "DefaultCluster", "-t", t, "-r", "4", "-w", "4", "-a",
+                                            "+message.type=LITE,+lite.topic.expiration=1")
+                    assert "success" in out, out[-2000:]
+
+                results[name] = diff_lite.scenario_expiry(side, topic, group_of)
+
+            threads = [threading.Thread(target=run, args=("apache", apache_side(apache55), apache55.namesrv_addr)),
+                       threading.Thread(target=run, args=("rocketscope", rocketscope_side(ours_cluster),
+                                                          ours_cluster.namesrv_addr))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(600)
+            print("apache 5.5.0:", results.get("apache"), "\nrocketscope: ", results.get("rocketscope"))
+            assert results["apache"] == diff_lite.APACHE_55_EXPIRY
+            assert results["rocketscope"] == results["apache"]
+    finally:
+        for _ in apache_clusters:  # ends the throwaway cluster
+            pass
