@@ -34,6 +34,7 @@ from .persistence import load_json, save_json
 from .priority import LITE_TOPIC_PROPERTY, PRIORITY_TOPIC_TYPE, pop_order
 from .receipt import SLAVE_ORIGIN, ReceiptHandle, ReceiptHandleError
 from .store.message_store import MessageStore
+from .store.multi_dispatch import LMQ_PREFIX
 from .store.record import StoredMessage
 from .topics import TopicManager
 from .trace_hooks import NoTrace, TraceHooks
@@ -292,7 +293,9 @@ class PopService:
         if self.journal is not None:
             self.journal.op("h", group, topic, queue_id, msg.queue_offset, st.committed, seq, deadline)
         handle = ReceiptHandle(self.broker_name, topic, queue_id, msg.queue_offset, seq, deadline, self.issuer)
-        attempt = msg.reconsume_times + 1 + st.attempts.get(msg.queue_offset, 0)
+        attempt = msg.reconsume_times + 1
+        if not topic.startswith(LMQ_PREFIX):  # Apache's lite POP does not count redeliveries in place (observed)
+            attempt += st.attempts.get(msg.queue_offset, 0)
         return Delivery(msg, handle.encode(), attempt, invisible_ms, origin_topic(msg), request_id(seq))
 
     def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int,
@@ -360,8 +363,9 @@ class PopService:
         return bool(cfg and cfg.consume_message_orderly)
 
     def fifo(self, group: str, topic: str) -> bool:
-        """Redeliveries in place: an orderly group (gRPC FIFO), or a topic the group popped with order=true."""
-        return self.is_fifo(group) or (group, topic) in self.ordered
+        """Redeliveries in place: an orderly group (gRPC FIFO), a topic the group popped with order=true, or a lite
+        queue (``%LMQ%$...``: Apache 5.5.0 pops each lite topic in order, broker/lite.py)."""
+        return self.is_fifo(group) or (group, topic) in self.ordered or topic.startswith(LMQ_PREFIX)
 
     def _pop_ordered_queue(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
                            tags: MessageFilter) -> list[Delivery]:
@@ -518,8 +522,9 @@ class PopService:
     def pop_lite(self, group: str, topic: str, lite_topics: list[str], lite_queues: list[str], batch: int,
                  invisible_ms: int) -> list[Delivery]:
         """A lite consumer's POP (broker/lite.py): the group's due retries of ``topic`` (its LITE topic) whose lite
-        topic the client subscribes (``lite_topics``; the others wait for a client that does), then the LMQ queues
-        ``lite_queues`` (queue 0 each, starting from a rotating position), every message taken."""
+        topic the client subscribes (``lite_topics``; the others wait for a client that does; only copies made
+        before lite queues were popped in order), then the LMQ queues ``lite_queues`` (queue 0 each, starting
+        from a rotating position), each in order: redelivered in place, never through the retry topic."""
         if not self.serving():
             return []
         mine = set(lite_topics)
@@ -530,7 +535,9 @@ class PopService:
             for lmq in lite_queues[start:] + lite_queues[:start]:
                 if len(out) >= batch:
                     break
-                out.extend(self._pop_queue(group, lmq, 0, batch - len(out), invisible_ms, None))
+                # in order, as Apache's PopLiteMessageProcessor (its ConsumerOrderInfoManager): a lite queue with a
+                # hand-out in flight gives nothing until it is acked or its invisible time ends (observed on 5.5.0)
+                out.extend(self._pop_ordered_queue(group, lmq, 0, batch - len(out), invisible_ms, None))
         return out
 
     async def wait_dispatch(self, group: str, topic: str, timeout_s: float) -> None:

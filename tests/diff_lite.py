@@ -292,3 +292,41 @@ APACHE_55_EXPIRY: dict[str, Any] = {
     "subscribe": "OK", "a0": "OK", "old_first": [("A0", "a")], "after": ["OK", "OK"], "old_got_a1": False,
     "old_got_b": True, "old_told": [], "new_subscribe": "OK", "new_from_first": [("A1", "a")],
 }
+
+
+def scenario_lite_order(side: d.Side, create_lite_topic: Any, bind_group: Any) -> dict[str, Any]:
+    """How a lite queue is popped: 3 messages of lite topic a; a receive of one (not acked), another receive while
+    it is invisible (10 s), then a receive after its invisible time ended: which bodies, with which attempts."""
+    topic, group = side.unique("DiffLiteO"), side.unique("GID_diff_liteo")
+    create_lite_topic(topic)
+    bind_group(group, topic)
+    out: dict[str, Any] = {}
+    with RawLiteClient(side, group, topic, side.unique("o1-")) as c:
+        out["sync"] = c.sync("PARTIAL_ADD", ["a"])[0]
+        out["sent"] = [send_lite(side, topic, "a", f"O{i}") for i in range(3)]
+        queue = d.assigned_queue(side, topic, group)
+
+        def receive(batch: int, wait_ms: int, ack: bool) -> list[tuple[str, int]]:
+            req = d.receive_req(topic, group, invisible_ms=10_000, await_ms=wait_ms, batch=batch, queue_id=queue)
+            got = [r.message for r in c.stub.ReceiveMessage(req, metadata=c.md, timeout=40)
+                   if r.WhichOneof("content") == "message"]
+            if ack:
+                for m in got:
+                    c.ack(m)
+            return [(m.body.decode(), m.system_properties.delivery_attempt) for m in got]
+
+        out["first"] = receive(1, 5_000, ack=False)
+        out["while_invisible"] = receive(1, 5_000, ack=False)
+        deadline = time.monotonic() + 30
+        after: list[tuple[str, int]] = []
+        while len(after) < 3 and time.monotonic() < deadline:
+            after += receive(32, 5_000, ack=True)
+        out["after_invisible"] = after
+    return out
+
+
+# observed on Apache 5.5.0 (tests/test_diff_priority.py test_lite_order): a lite queue is popped in order
+APACHE_55_ORDER: dict[str, Any] = {
+    "sync": "OK", "sent": ["OK"] * 3, "first": [("O0", 1)], "while_invisible": [],
+    "after_invisible": [("O0", 1), ("O1", 1), ("O2", 1)],
+}

@@ -225,3 +225,16 @@ def test_lite_topic_expiry(tmp_path_factory) -> None:  # type: ignore[no-untyped
     finally:
         for _ in apache_clusters:  # ends the throwaway cluster
             pass
+
+
+def test_lite_order(apache55, rocketscope, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A lite queue is popped in order on Apache 5.5.0: nothing more of it while a hand-out is in flight, then the
+    same message again, in place, with the ones after it."""
+    import diff_lite
+
+    apache = diff_lite.scenario_lite_order(apache_side(apache55), *lite_admin(apache55.namesrv_addr, tmp_path / "a"))
+    ours = diff_lite.scenario_lite_order(rocketscope_side(rocketscope),
+                                         *lite_admin(rocketscope.namesrv_addr, tmp_path / "o"))
+    print("apache 5.5.0:", apache, "\nrocketscope: ", ours)
+    assert apache == diff_lite.APACHE_55_ORDER
+    assert ours == apache
