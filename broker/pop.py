@@ -600,12 +600,14 @@ class PopService:
 
     def _on_dispatch(self, msg: StoredMessage) -> None:
         if msg.topic.startswith(RETRY_PREFIX):
-            waiters = self._group_waiters.get(msg.topic[len(RETRY_PREFIX):], ())
-            for fut in list(waiters):
-                if not fut.done():
-                    fut.set_result(None)
+            self._wake_group(msg.topic[len(RETRY_PREFIX):])
         else:
             self._wake_topic(msg.topic)
+
+    def _wake_group(self, group: str) -> None:
+        for fut in list(self._group_waiters.get(group, ())):
+            if not fut.done():
+                fut.set_result(None)
 
     def _wake_topic(self, topic: str) -> None:
         for fut in list(self._topic_waiters.get(topic, ())):
@@ -657,6 +659,8 @@ class PopService:
             self._commit(group, handle.topic, handle.queue_id, st)
         if self.fifo(group, handle.topic):
             self._wake_topic(handle.topic)  # the message group's next message is now visible
+            if handle.topic.startswith(LMQ_PREFIX):  # a lite queue: its clients long-poll on the group (wait_dispatch)
+                self._wake_group(group)
         return handle, handed_ms
 
     def _slave_receipt(self, handle_text: str) -> ReceiptHandle | None:
@@ -780,6 +784,8 @@ class PopService:
                 if self.journal is not None:
                     self.journal.op("r", group, topic, qid, offset, st.committed)
                 self._wake_topic(topic)
+                if topic.startswith(LMQ_PREFIX):  # a lite queue's clients long-poll on the group
+                    self._wake_group(group)
                 return True
             if redelivered >= max_times:
                 if not await self.dead_letter(group, msg):
