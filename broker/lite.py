@@ -11,8 +11,9 @@ the lite queues, and a subscribed lite consumer receives nothing, as 5.5.0 was o
 A lite consumer group names its topic in the group attribute ``lite.bind.topic``.  Its LitePushConsumers tell
 the broker which lite topics they want with ``SyncLiteSubscription`` (PARTIAL_ADD, PARTIAL_REMOVE, COMPLETE_ADD,
 COMPLETE_REMOVE), and receive from the bind topic's queues as any push consumer does; a receive of such a
-client is a POP of the lite queues it subscribed (and of the group's retries of the topic), so acks and
-invisible times are POP's.  Apache's broker keeps a per-client event set fed by its dispatcher
+client is a POP of the lite queues it subscribed, each in order (as Apache 5.5.0 pops a lite queue: nothing more
+of it while a hand-out is in flight, a redelivery in place; broker/pop.py ``pop_lite``), so acks and invisible
+times are POP's.  Apache's broker keeps a per-client event set fed by its dispatcher
 (LiteEventDispatcher) to find the queues with news; here a receive reads the client's queues in turn, which
 answers the same messages (an empty queue costs one offset comparison).
 
