@@ -371,10 +371,14 @@ def our_lite_group(c: LocalCluster) -> Any:
 
 
 @pytest.mark.e2e
+@pytest.mark.long
 def test_apache_mqadmin_update_sub_group(lite_cluster: LocalCluster, tmp_path: Path) -> None:
     """Apache's mqadmin 5.5.0, unchanged, creates a lite group on RocketScope (remoting code 200) and reads it back
     (getConsumerConfig: code 201); an attribute Apache does not know is refused with Apache's code and text
-    (tests/diff_lite.py, APACHE_55_SUB_GROUP).  Then the official LitePushConsumer works with that group."""
+    (tests/diff_lite.py, APACHE_55_SUB_GROUP).  Then the official LitePushConsumer works with that group.
+
+    Long (14-19 s, three JVM starts): `make test` covers codes 200 and 201 in-process (tests/test_group_attributes.py)
+    and keeps the suite's time; this is the same path driven by Apache's own tool."""
     import diff_lite
     from conftest import missing_install
 
