@@ -485,20 +485,11 @@ class ReferenceCluster:
     def mqadmin(self, *args: str, timeout: float = 120.0) -> str:
         """Apache's MQAdminStartup with ``-n`` added; returns its output.  It exits 0 even when the
         command fails, so a stack trace in the output raises instead."""
-        cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *JDK17_OPENS,
-               f"-Duser.home={self.root / 'mqadmin'}", "-Drmq.logback.configurationFile=rmq.tools.logback.xml",
-               "-cp", f"{self.lib}/*", "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
-               "-n", self.namesrv_addr]
-        env = dict(os.environ, ROCKETMQ_HOME=str(self.root))
-        for _ in range(3):  # its remoting calls time out after 2-3 s on a heavily loaded machine: try again
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                                 stdin=subprocess.DEVNULL)
-            out = res.stdout + res.stderr
-            if "RemotingTimeoutException" not in out:
-                break
-        if res.returncode != 0 or "Exception" in out:
-            raise RuntimeError(f"mqadmin {' '.join(args)} failed ({res.returncode}):\n{out}")
-        return res.stdout
+        code, out, stdout = run_mqadmin(self.lib, self.namesrv_addr, self.root, *args, timeout=timeout,
+                                        home=self.root / "mqadmin")
+        if code != 0 or "Exception" in out:
+            raise RuntimeError(f"mqadmin {' '.join(args)} failed ({code}):\n{out}")
+        return stdout
 
     def create_topic(self, topic: str, message_type: str | None = "NORMAL", queues: int = 4) -> None:
         """Create a topic with its 5.x message type (None: no attribute, for DLedger groups, see
@@ -518,6 +509,24 @@ class ReferenceCluster:
                 if path.exists():
                     parts.append(f"----- {path} -----\n{path.read_text(errors='replace')[-tail:]}")
         return "\n".join(parts)
+
+
+def run_mqadmin(lib: Path, namesrv: str, rocketmq_home: Path, *args: str, timeout: float = 180.0,
+                home: Path | None = None) -> tuple[int, str, str]:
+    """Apache's mqadmin (MQAdminStartup from the jars in ``lib``), unchanged, against any name server:
+    (exit code, stdout + stderr, stdout).  It exits 0 even when a command fails, printing the exception, so
+    callers read the output.  A run whose remoting call timed out while its JVM warmed up (2-3 s on a
+    loaded machine) is run again, three runs at most."""
+    cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *JDK17_OPENS,
+           f"-Duser.home={home or rocketmq_home}", "-Drmq.logback.configurationFile=rmq.tools.logback.xml",
+           "-cp", f"{lib}/*", "org.apache.rocketmq.tools.command.MQAdminStartup", *args, "-n", namesrv]
+    env = dict(os.environ, ROCKETMQ_HOME=str(rocketmq_home))
+    for _ in range(3):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+        out = res.stdout + res.stderr
+        if "TimeoutException" not in out:
+            break
+    return res.returncode, out, res.stdout
 
 
 def _is_ours(pid: int, main_class: str) -> bool:

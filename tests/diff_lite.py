@@ -9,9 +9,7 @@ sends an OffsetOption nor reads NotifyUnsubscribeLite.  The ground truth is what
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -28,7 +26,6 @@ from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "peers"))
 import reference_cluster as rc
 
-MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 VERSION = "5.5.0"
 
 
@@ -36,17 +33,7 @@ def mqadmin(namesrv: str, home: Path, *args: str) -> str:
     """Apache's mqadmin 5.5.0, unchanged, against any name server; its whole output (it exits 0 even when a
     command fails, printing the exception).  A run that hit the Java client's 3 s timeout while its JVM warmed up
     is run again (three runs at most), as tests/test_admin_ops.py does."""
-    cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *rc.JDK17_OPENS,
-           f"-Duser.home={home}", "-Drmq.logback.configurationFile=rmq.tools.logback.xml",
-           "-cp", f"{rc.lib_of(VERSION)}/*", MQADMIN_MAIN, *args, "-n", namesrv]
-    out = ""
-    for _ in range(3):
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
-                             env=dict(os.environ, ROCKETMQ_HOME=str(home)))
-        out = res.stdout + res.stderr
-        if "TimeoutException" not in out:
-            break
-    return out
+    return rc.run_mqadmin(rc.lib_of(VERSION), namesrv, home, *args)[1]
 
 
 def refusal(out: str) -> tuple[int, str] | str:

@@ -11,7 +11,6 @@ over 40 calls), except wipeWritePerm and addWritePerm, run as the installed comm
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -286,7 +285,6 @@ def test_consumer_connection_lists_remoting_consumers(cluster: LocalCluster, tmp
     assert len({c["clientId"] for c in conns}) == 1
 
 # ---------------------------------------------------------------- Apache's mqadmin (needs `make peers`)
-MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 
 
 def mqadmin(namesrv: str, home: Path, *args: str) -> str:
@@ -295,17 +293,7 @@ def mqadmin(namesrv: str, home: Path, *args: str) -> str:
     (three runs at most), as tests/test_remoting_java.py does."""
     import reference_cluster as ref
 
-    cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *ref.JDK17_OPENS,
-           f"-Duser.home={home}", "-Drmq.logback.configurationFile=rmq.tools.logback.xml", "-cp", f"{ref.LIB}/*",
-           MQADMIN_MAIN, *args, "-n", namesrv]
-    out = ""
-    for _ in range(3):
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
-                             env=dict(os.environ, ROCKETMQ_HOME=str(home)))
-        out = res.stdout + res.stderr
-        if "TimeoutException" not in out:
-            break
-    return out
+    return ref.run_mqadmin(ref.LIB, namesrv, home, *args)[1]
 
 
 def ok(out: str) -> str:

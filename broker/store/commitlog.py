@@ -23,6 +23,19 @@ _SCAN_CHUNK = 4 * 1024 * 1024
 _PHYS_OFFSET_AT = 28  # byte position of physical_offset inside a record
 
 
+def _write_and_roll(seglog: SegmentedLog, view: memoryview, chunk: int, pos: int, room: int) -> tuple[int, int, int]:
+    """Write the records laid out in ``view[chunk:pos]``, fill the rest of the segment (``room`` bytes) with a blank
+    record and open the next segment; the new (chunk, cursor, room).  One place for the roll, shared by the
+    Python and the compiled record loops, so both leave the same bytes at a segment's end."""
+    if pos > chunk:
+        seglog.append(view[chunk:pos])
+        chunk = pos
+    if seglog.segments and room > 0:
+        seglog.append(record.encode_blank(room))
+    seglog.roll()
+    return chunk, seglog.max_offset, seglog.remaining()
+
+
 @dataclass
 class ScanResult:
     """What recovery found: where valid data ends, and corrupt ranges to never serve."""
@@ -103,14 +116,7 @@ class CommitLog:
         for msg, head in zip(msgs, heads, strict=True):
             size = msg.size
             if size > room:  # the record does not fit: write what we have, fill the segment end, roll
-                if pos > chunk:
-                    seglog.append(view[chunk:pos])
-                    chunk = pos
-                if seglog.segments and room > 0:
-                    seglog.append(record.encode_blank(room))
-                seglog.roll()
-                cursor = seglog.max_offset
-                room = seglog.remaining()
+                chunk, cursor, room = _write_and_roll(seglog, view, chunk, pos, room)
             msg.physical_offset = cursor
             encode_into(buf, pos, msg, head)
             pos += size
@@ -137,14 +143,7 @@ class CommitLog:
             msg = msgs[i]
             size = msg.size
             if size > room:  # the record does not fit: write what we have, fill the segment end, roll
-                if pos > chunk:
-                    seglog.append(view[chunk:pos])
-                    chunk = pos
-                if seglog.segments and room > 0:
-                    seglog.append(record.encode_blank(room))
-                seglog.roll()
-                cursor = seglog.max_offset
-                room = seglog.remaining()
+                chunk, cursor, room = _write_and_roll(seglog, view, chunk, pos, room)
                 continue
             msg.physical_offset = cursor  # one the compiled loop does not lay out: record.encode_into raises
             record.encode_into(buf, pos, msg, heads[i])  # for it as it always did, or lays it out
