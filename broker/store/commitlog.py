@@ -104,15 +104,15 @@ class CommitLog:
             raise
 
     def _write_records(self, buf: bytearray, msgs: list[StoredMessage], heads: list[bytes]) -> None:
-        seglog = self.log
         view = memoryview(buf)
+        if _C is not None and type(msgs) is list and type(heads) is list and len(msgs) == len(heads):
+            self._write_records_compiled(buf, msgs, heads, view)
+            return
+        seglog = self.log
         room = seglog.remaining()
         cursor = seglog.max_offset
         chunk = pos = 0
         encode_into = record.encode_into
-        if _C is not None and type(msgs) is list and type(heads) is list and len(msgs) == len(heads):
-            self._write_records_compiled(buf, msgs, heads, view)
-            return
         for msg, head in zip(msgs, heads, strict=True):
             size = msg.size
             if size > room:  # the record does not fit: write what we have, fill the segment end, roll
