@@ -15,6 +15,9 @@ rs-dledger DLedger group of 3 (SYNC_FLUSH)
 js-r1      nats-server 2.9, JetStream R1 file stream (it fsyncs in the background: ASYNC_FLUSH's peer)
 js-r3      3 nats-servers, JetStream R3 file stream
 apache     Apache RocketMQ 5.3.3 name server + broker (ASYNC_FLUSH) + proxy (``make peers``)
+grpc-floor a bare ``grpc.aio`` server answering SendMessage with protobuf and nothing else
+           (bench/grpc_floor.py): the floor of any gRPC send in this design; ``grpc-floor-raw``: the same
+           without protobuf (grpc.aio alone)
 ========== ===================================================================================
 
 and, per setup, the load generators that are cheaper per message than the servers:
@@ -24,6 +27,9 @@ and, per setup, the load generators that are cheaper per message than the server
   ``depth / batch`` batches (rounded up to at least 2) in flight;
 * ``java gRPC``: Apache's rocketmq-client-java 5 (peers/java/src/GrpcLoad.java, ``sendAsync`` with
   ``depth`` in flight), against RocketScope's gRPC port and Apache's proxy;
+* ``go gRPC``: one pre-serialised SendMessage request sent again and again over one HTTP/2 connection
+  with ``depth`` calls in flight (tests/clients/go grpcraw, grpc-go): a gRPC client far cheaper than
+  the Java client, against RocketScope's gRPC port, Apache's proxy and the two floor servers;
 * ``java remoting``: Apache's remoting client 5.3.3 (peers/java/src/RemotingLoad.java, ``send`` with a
   callback, ``depth`` in flight); ``java remoting batch``: batches of ``--batch`` from ``depth / batch``
   threads (at least 2), against RocketScope's and Apache's name server (compiled on first use);
@@ -54,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import json
 import os
@@ -87,7 +94,7 @@ from common import (  # noqa: E402
 BODY = 1024
 SUBJECT = "bench.data"
 progress = Progress("datapath")
-SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-dledger", "js-r1", "js-r3", "apache")
+SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-dledger", "js-r1", "js-r3", "apache", "grpc-floor", "grpc-floor-raw")
 
 
 @dataclass
@@ -197,6 +204,18 @@ def generator_cmds(load: Load, t: Target, topic: str, n: int, depth: int, batch:
         d = max(2, -(-depth // b)) if b > 1 else depth
         return [[go_binary(), "produce", "-ns", t.namesrv, "-topic", topic, "-n", str(n), "-size", str(BODY),
                  "-depth", str(d), "-batch", str(b), "-warmup", str(warmup), "-quiet"]]
+    if load.kind == "go-grpc":
+        from grpc_floor import SEND_METHOD, client_headers, request_bytes
+
+        where = scratch_dir("dp-grpcraw-")
+        atexit.register(shutil.rmtree, where, True)
+        request = where / "request.bin"
+        request.write_bytes(request_bytes(topic, BODY))
+        exe = str(Path(go_binary()).with_name("grpcraw"))
+        headers = [a for h in client_headers(f"grpcraw-{os.getpid()}") for a in ("-header", h)]
+        return [[exe, "-addr", t.grpc, "-method", SEND_METHOD, "-request", str(request), "-n", str(n),
+                 "-depth", str(depth), "-warmup", str(max(warmup, java_warmup) if t.name == "apache" else warmup),
+                 *headers]]
     if load.kind == "java":  # a JVM (client, and Apache's proxy) needs far more warm-up for its JIT
         return [[*java_cmd(), t.grpc, topic, str(n), str(depth), str(BODY), str(max(warmup, java_warmup))]]
     if load.kind in ("java-remoting", "java-remoting-batch"):
@@ -383,6 +402,19 @@ def setup(name: str) -> Iterator[Target]:
         finally:
             rc.stop()
             shutil.rmtree(root, ignore_errors=True)
+    elif name.startswith("grpc-floor"):
+        root = scratch_dir("dp-floor-")
+        port_file = Path(root) / "port"
+        mode = "raw" if name == "grpc-floor-raw" else "proto"
+        proc = subprocess.Popen([sys.executable, str(HERE / "grpc_floor.py"), "serve", "--mode", mode,
+                                 "--port-file", str(port_file)], stdout=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_for(port_file.exists, 30, f"the {name} server's port")
+            yield Target(name, {"floor": proc.pid}, grpc=f"127.0.0.1:{port_file.read_text().strip()}")
+        finally:
+            proc.kill()
+            proc.wait(10)
+            shutil.rmtree(root, ignore_errors=True)
     else:
         raise ValueError(name)
 
@@ -400,14 +432,18 @@ async def _js_stream(url: str, replicas: int) -> None:
 
 LOADS = {
     "rs-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC"),
-                 Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch")],
+                 Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch"),
+                 Load("go-grpc", "go gRPC")],
     "rs-sync": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "js-r1": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
     "js-r3": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
     "apache": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC"),
-               Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch")],
+               Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch"),
+               Load("go-grpc", "go gRPC")],
+    "grpc-floor": [Load("go-grpc", "go gRPC")],
+    "grpc-floor-raw": [Load("go-grpc", "go gRPC")],
 }
 PEER_OF = {"rs-async": "js-r1", "rs-sync": "js-r1", "rs-master": "js-r3", "rs-dledger": "js-r3"}
 
