@@ -15,6 +15,8 @@ rs-dledger DLedger group of 3 (SYNC_FLUSH)
 js-r1      nats-server 2.9, JetStream R1 file stream (it fsyncs in the background: ASYNC_FLUSH's peer)
 js-r3      3 nats-servers, JetStream R3 file stream
 apache     Apache RocketMQ 5.3.3 name server + broker (ASYNC_FLUSH) + proxy (``make peers``)
+apache-master  Apache's SYNC_MASTER (SYNC_FLUSH) + SLAVE: the peer of rs-master
+apache-dledger Apache's DLedger group of 3 (SYNC_FLUSH): the peer of rs-dledger
 grpc-floor a bare ``grpc.aio`` server answering SendMessage with protobuf and nothing else
            (bench/grpc_floor.py): the floor of any gRPC send in this design; ``grpc-floor-raw``: the same
            without protobuf (grpc.aio alone)
@@ -43,7 +45,8 @@ every process (servers, proxy, generators; /proc/<pid>/stat, all threads) is rea
 generator's summary line, so each row reports CPU µs per message of each process beside msg/s and
 the latency p50/p99 of a send as the client saw it; a row with failed sends also records the RocketScope
 servers' log lines on leader changes and errors (``server_log_notes``: the setup's logs are deleted with
-it).  Ratios are against JetStream R1 (standalone rows), R3 (replicated rows) and Apache (same client).
+it).  Ratios are against JetStream R1 (standalone rows), R3 (replicated rows) and Apache (same client; for rs-master
+and rs-dledger Apache's SYNC_MASTER or DLedger setup when it ran, else its standalone broker).
 Each row records the 1-min load average at its warm-up line and at its end; the JSON records the send path
 the RocketScope servers ran (``send_path``: "c", or "python" when this command runs with
 ROCKETSCOPE_PURE_PYTHON=1, which the servers inherit: broker/speedups.py).
@@ -94,7 +97,8 @@ from common import (  # noqa: E402
 BODY = 1024
 SUBJECT = "bench.data"
 progress = Progress("datapath")
-SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-dledger", "js-r1", "js-r3", "apache", "grpc-floor", "grpc-floor-raw")
+SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-dledger", "js-r1", "js-r3", "apache", "apache-master",
+          "apache-dledger", "grpc-floor", "grpc-floor-raw")
 
 
 @dataclass
@@ -385,20 +389,22 @@ def setup(name: str) -> Iterator[Target]:
         with nats_jetstream(nodes) as ns:
             asyncio.run(_js_stream(ns.urls[0], nodes))
             yield Target(name, {f"nats{i}": p for i, p in enumerate(ns.pids)}, nats=ns.urls)
-    elif name == "apache":
+    elif name.startswith("apache"):
         from reference_cluster import ReferenceCluster
 
-        root = scratch_dir("dp-apache-")
-        rc = ReferenceCluster(root, heap="1g")
+        root = scratch_dir(f"dp-{name}-")
+        replicated = {"broker_conf": {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}, "slave": True} \
+            if name == "apache-master" else {"broker_conf": {"flushDiskType": "SYNC_FLUSH"}, "dledger": True} \
+            if name == "apache-dledger" else {}
+        rc = ReferenceCluster(root, heap="1g", **replicated)
         try:
             rc.start()
 
             def create(topic: str) -> None:
-                rc.create_topic(topic, queues=8)
+                # a DLedger group's topics carry no message.type (reference_cluster.py _create_topic_on_brokers)
+                rc.create_topic(topic, queues=8, **({"message_type": None} if rc.dledger else {}))
                 wait_for(lambda: rc.grpc_route(topic), 30, f"{topic} routed by the proxy")
-            yield Target(name, {"namesrv": rc.pids["namesrv"], "broker": rc.pids["broker"],
-                                "proxy": rc.pids["proxy"]}, namesrv=rc.namesrv_addr, grpc=rc.endpoint,
-                         create_topic=create)
+            yield Target(name, dict(rc.pids), namesrv=rc.namesrv_addr, grpc=rc.endpoint, create_topic=create)
         finally:
             rc.stop()
             shutil.rmtree(root, ignore_errors=True)
@@ -442,10 +448,14 @@ LOADS = {
     "apache": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC"),
                Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch"),
                Load("go-grpc", "go gRPC")],
+    "apache-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
+    "apache-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "grpc-floor": [Load("go-grpc", "go gRPC")],
     "grpc-floor-raw": [Load("go-grpc", "go gRPC")],
 }
 PEER_OF = {"rs-async": "js-r1", "rs-sync": "js-r1", "rs-master": "js-r3", "rs-dledger": "js-r3"}
+# Apache's setup each RocketScope setup is compared with (the same replication; "apache" when not run)
+APACHE_OF = {"rs-master": "apache-master", "rs-dledger": "apache-dledger"}
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
@@ -459,7 +469,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         peer = PEER_OF.get(setup_name)
         js = results.get(f"{peer} / go nats{at}") if peer else None  # the Go client: nats-py is the slower side
         js = js if js and "error" not in js else None
-        ap = results.get(f"apache / {label}")
+        ap = results.get(f"{APACHE_OF.get(setup_name, 'apache')} / {label}") or results.get(f"apache / {label}")
         ratio_js = f"{r['msgs_per_s'] / js['msgs_per_s']:.2f}" if js and setup_name.startswith("rs") else ""
         ratio_ap = (f"{r['msgs_per_s'] / ap['msgs_per_s']:.2f}" if ap and "error" not in ap
                     and setup_name.startswith("rs") else "")
