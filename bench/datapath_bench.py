@@ -11,11 +11,14 @@ setup      servers
 rs-async   RocketScope name server + one broker, ASYNC_FLUSH
 rs-sync    the same with SYNC_FLUSH
 rs-master  SYNC_MASTER (SYNC_FLUSH) + SLAVE
+rs-master-async  SYNC_MASTER + SLAVE with ASYNC_FLUSH: a send waits for the slave's copy, not for a disk;
+           JetStream R3's policy (nats-server 2.9 fsyncs in the background: bench/common.py nats_jetstream)
 rs-dledger DLedger group of 3 (SYNC_FLUSH)
 js-r1      nats-server 2.9, JetStream R1 file stream (it fsyncs in the background: ASYNC_FLUSH's peer)
 js-r3      3 nats-servers, JetStream R3 file stream
 apache     Apache RocketMQ 5.3.3 name server + broker (ASYNC_FLUSH) + proxy (``make peers``)
 apache-master  Apache's SYNC_MASTER (SYNC_FLUSH) + SLAVE: the peer of rs-master
+apache-master-async  the same with ASYNC_FLUSH: the peer of rs-master-async
 apache-dledger Apache's DLedger group of 3 (SYNC_FLUSH): the peer of rs-dledger
 grpc-floor a bare ``grpc.aio`` server answering SendMessage with protobuf and nothing else
            (bench/grpc_floor.py): the floor of any gRPC send in this design; ``grpc-floor-raw``: the same
@@ -97,7 +100,8 @@ from common import (  # noqa: E402
 BODY = 1024
 SUBJECT = "bench.data"
 progress = Progress("datapath")
-SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-dledger", "js-r1", "js-r3", "apache", "apache-master",
+SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-master-async", "rs-dledger", "js-r1", "js-r3", "apache",
+          "apache-master", "apache-master-async",
           "apache-dledger", "grpc-floor", "grpc-floor-raw")
 
 
@@ -348,11 +352,12 @@ def setup(name: str) -> Iterator[Target]:
                 yield Target(name, pids, namesrv=c.namesrv_addr, grpc=node.endpoint,
                              create_topic=_rs_create(c, node.admin_addr), profile_pid=pids["broker"],
                              notable_logs=_notable_lines(c))
-            elif name == "rs-master":
+            elif name in ("rs-master", "rs-master-async"):
+                flush = "ASYNC_FLUSH" if name == "rs-master-async" else "SYNC_FLUSH"
                 master = c.start_broker("master", brokerName="broker-a", brokerRole="SYNC_MASTER",
-                                        flushDiskType="SYNC_FLUSH", **BIG)
+                                        flushDiskType=flush, **BIG)
                 slave = c.start_broker("slave", brokerName="broker-a", brokerRole="SLAVE", brokerId=1,
-                                       flushDiskType="SYNC_FLUSH", **BIG)
+                                       flushDiskType=flush, **BIG)
 
                 def slave_connected() -> bool:
                     st = json.loads(c.admin("haStatus", "-b", master.admin_addr).stdout)[master.admin_addr]
@@ -393,8 +398,9 @@ def setup(name: str) -> Iterator[Target]:
         from reference_cluster import ReferenceCluster
 
         root = scratch_dir(f"dp-{name}-")
-        replicated = {"broker_conf": {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}, "slave": True} \
-            if name == "apache-master" else {"broker_conf": {"flushDiskType": "SYNC_FLUSH"}, "dledger": True} \
+        flush = "ASYNC_FLUSH" if name == "apache-master-async" else "SYNC_FLUSH"
+        replicated = {"broker_conf": {"brokerRole": "SYNC_MASTER", "flushDiskType": flush}, "slave": True} \
+            if name.startswith("apache-master") else {"broker_conf": {"flushDiskType": "SYNC_FLUSH"}, "dledger": True} \
             if name == "apache-dledger" else {}
         rc = ReferenceCluster(root, heap="1g", **replicated)
         try:
@@ -442,6 +448,7 @@ LOADS = {
                  Load("go-grpc", "go gRPC")],
     "rs-sync": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
+    "rs-master-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "js-r1": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
     "js-r3": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
@@ -449,13 +456,15 @@ LOADS = {
                Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch"),
                Load("go-grpc", "go gRPC")],
     "apache-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
+    "apache-master-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "apache-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "grpc-floor": [Load("go-grpc", "go gRPC")],
     "grpc-floor-raw": [Load("go-grpc", "go gRPC")],
 }
-PEER_OF = {"rs-async": "js-r1", "rs-sync": "js-r1", "rs-master": "js-r3", "rs-dledger": "js-r3"}
+PEER_OF = {"rs-async": "js-r1", "rs-sync": "js-r1", "rs-master": "js-r3", "rs-master-async": "js-r3",
+           "rs-dledger": "js-r3"}
 # Apache's setup each RocketScope setup is compared with (the same replication; "apache" when not run)
-APACHE_OF = {"rs-master": "apache-master", "rs-dledger": "apache-dledger"}
+APACHE_OF = {"rs-master": "apache-master", "rs-master-async": "apache-master-async", "rs-dledger": "apache-dledger"}
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
