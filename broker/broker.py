@@ -152,7 +152,7 @@ class Broker:
             self.dledger = DLedgerNode(DLedgerConfig.from_settings(s), self.store, self.ha_events,
                                        on_role_change=self.on_dledger_role_change, metrics=lambda: self.metrics,
                                        addresses=(self.grpc_addr, self.internal_addr),
-                                       channel=self.security.client_tls.channel)
+                                       tls=self.security.client_tls)
             # retention only below the point every member has applied (no snapshots to send a lagging one)
             self.dledger_retention = DLedgerRetention(self.dledger, self.store, self.security)
         self.replicas = None  # controller mode (broker/controller/replicas.py)
@@ -348,18 +348,14 @@ class Broker:
                                              internal))
         self._servers = [self.client_server, self.admin_server, self.ha_server]
         if self.dledger is not None:
-            from rocketscope.broker.protocol import dledger_pb2_grpc
+            from .dledger.peer_port import PeerPort
 
-            from .dledger.transport import PeerServicer
-
-            self.peer_server = grpc.aio.server(interceptors=sec.peer_interceptors("Raft"), options=server_options(
-                ("grpc.max_receive_message_length", 64 << 20)))
-            dledger_pb2_grpc.add_DLedgerPeerServicer_to_server(
-                PeerServicer(self.dledger.group, self.dledger.on_batch), self.peer_server)
+            # the Raft port: framed TCP, TLS and internalPeerSecret of its own (broker/dledger/peer_port.py)
+            self.peer_port = PeerPort(self.dledger.group, self.dledger.on_batch, secret=sec.client_tls.peer_secret,
+                                      tls=internal)
             peer_host, _, peer_port = self.dledger.peers[self.dledger.self_id].rpartition(":")
-            self._listeners.append(bind_listener(self.peer_server, "dLegerPeers", s.haBindAddress or peer_host,
-                                                 int(peer_port), internal))
-            self._servers.append(self.peer_server)
+            self.peer_port.bind(s.haBindAddress or peer_host, int(peer_port))
+            self._listeners.append(self.peer_port)
         for server in self._servers:
             await server.start()
         for listener in self._listeners:

@@ -225,6 +225,23 @@ class TlsClientConfig:
                                    "tls.client.keyPassword")
         return grpc.ssl_channel_credentials(root_certificates=trust, private_key=key, certificate_chain=cert)
 
+    def ssl_client_context(self) -> ssl.SSLContext | None:
+        """The ``ssl`` equivalent of ``credentials()`` for links that do TLS in asyncio (DLedger's Raft port,
+        broker/dledger/peer_link.py); None when ``tls.enable`` is off.  The server's certificate is verified
+        against ``tls.client.trustCertPath`` (else the system's CAs) and the host name, as gRPC does."""
+        if not self.enabled:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.trust_cert_path:
+            ctx.load_verify_locations(cadata=load_certificates("tls.client.trustCertPath",
+                                                               self.trust_cert_path).decode())
+        else:
+            ctx.load_default_certs()
+        if self.cert_path and self.key_path:
+            ctx.load_cert_chain(self.cert_path, self.key_path, password=self.key_password or None)
+        return ctx
+
     def channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
         """A grpc.aio channel to ``target``: TLS when ``tls.enable`` is on, else plaintext."""
         opts = list(options)

@@ -1,14 +1,15 @@
 """The DLedger member: the Raft driver (broker/raft/driver.py) over the commit log, plus what is DLedger's.
 
 The driver owns the Ready loop, ticks, proposal waiters and role changes; this class injects
-the commit log and index (broker/dledger/log_store.py) as its durable log, the gRPC peer
-links as its transport, the asyncio clock and a worker-thread fsync (broker/raft/aio.py),
-and keeps what is DLedger's own: applying a committed entry moves the store's confirm
-offset (consumers see exactly the committed prefix), proposals are planned as commit-log
-records (``plan_entries``) and enter the store's pending dispatch, a new leader rebuilds the
-queue offsets, a deposed one drops its pending records, and every Raft event becomes an HA
-event.  A send succeeds only if the committed entry at its index still carries the term it
-was proposed in (the driver's rule); otherwise the client gets an error, never SEND_OK.
+the commit log and index (broker/dledger/log_store.py) as its durable log, the peer links
+(length-prefixed frames over TCP, broker/dledger/peer_link.py) as its transport, the asyncio
+clock and a worker-thread fsync (broker/raft/aio.py), and keeps what is DLedger's own:
+applying a committed entry moves the store's confirm offset (consumers see exactly the
+committed prefix), proposals are planned as commit-log records (``plan_entries``) and enter
+the store's pending dispatch, a new leader rebuilds the queue offsets, a deposed one drops
+its pending records, and every Raft event becomes an HA event.  A send succeeds only if the
+committed entry at its index still carries the term it was proposed in (the driver's rule);
+otherwise the client gets an error, never SEND_OK.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ from rocketscope.broker.raft.driver import Clock, DrivenMember, RaftDriver, Read
 from rocketscope.broker.store.message_store import MessageStore, PutResult, PutStatus
 from rocketscope.broker.store.record import RecordError, StoredMessage
 from rocketscope.config import ConfigError, Settings
+from rocketscope.tls import TlsClientConfig
 
 from .log_store import DLedgerLog
-from .transport import PeerLink, from_pb
+from .peer_link import PeerLink
+from .transport import from_pb
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +185,9 @@ class DLedgerNode(DrivenMember):
     ``events`` receives the HA events, ``on_role_change`` is called after every role or leader
     change the driver publishes, ``metrics`` returns the current metric hooks (a getter: the
     broker replaces its metrics object when telemetry starts), ``addresses`` are this broker's
-    (gRPC, internal) addresses sent to peers, ``channel`` builds outbound peer channels (TLS).
-    ``clock``, ``syncer`` and ``transport`` default to asyncio, a worker-thread fsync and gRPC
+    (gRPC, internal) addresses sent to peers, ``tls`` the client TLS settings and ``internalPeerSecret``
+    of the outbound peer links.
+    ``clock``, ``syncer`` and ``transport`` default to asyncio, a worker-thread fsync and TCP
     peer links; the simulator (tests/sim/dledger.py) passes its own, plus ``rng_seed`` and a
     Ready ``observer``, and so runs this class itself.
     """
@@ -192,7 +196,7 @@ class DLedgerNode(DrivenMember):
                  on_role_change: Callable[[], None] = _nothing,
                  metrics: Callable[[], DLedgerMetrics] = NoMetrics,
                  addresses: tuple[str, str] = ("", ""),
-                 channel: Callable[..., Any] | None = None,
+                 tls: TlsClientConfig | None = None,
                  clock: Clock | None = None, syncer: Syncer | None = None, transport: Transport | None = None,
                  rng_seed: int | None = None, observer: ReadyObserver | None = None) -> None:
         self.store = store
@@ -200,7 +204,7 @@ class DLedgerNode(DrivenMember):
         self.on_role_change = on_role_change
         self.metrics = metrics
         self.grpc_addr, self.internal_addr = addresses
-        self.channel = channel
+        self.tls = tls
         self.group = config.group
         self.self_id = config.self_id
         self.peers = config.peers
@@ -289,12 +293,11 @@ class DLedgerNode(DrivenMember):
                                      sender_admin_addr=self.internal_addr)
 
     def start(self) -> None:
-        """Start the driver, and the gRPC peer links when this member is its own transport."""
+        """Start the driver, and the peer links when this member is its own transport."""
         if self.transport is self:
             for pid, addr in self.peers.items():
                 if pid != self.self_id:
-                    link = (PeerLink(pid, addr, self.header, channel=self.channel) if self.channel is not None
-                            else PeerLink(pid, addr, self.header))
+                    link = PeerLink(pid, addr, self.header, tls=self.tls)
                     self.links[pid] = link
                     link.start()
         assert self.driver is not None
@@ -356,7 +359,7 @@ class DLedgerNode(DrivenMember):
                 log.exception("dledger: bad message from %s", batch.sender)
 
     def send(self, m: Message) -> None:
-        """The driver's transport: the peer's gRPC stream (dropped when the peer is unknown)."""
+        """The driver's transport: the peer's link (dropped when the peer is unknown)."""
         link = self.links.get(m.to)
         if link is not None:
             link.send(m)

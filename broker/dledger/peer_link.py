@@ -1,0 +1,190 @@
+"""A DLedger member's outbound link to one peer's Raft port: length-prefixed frames over TCP (or TLS).
+
+The byte format is broker/dledger/peer_wire.py.  One connection per peer carries batches of up to
+``BATCH_MESSAGES`` queued messages (or ``BATCH_BYTES`` of entry data) per frame; nothing is acknowledged
+per message because Raft tolerates loss, duplication and reordering.  A write is a plain
+``transport.write`` of bytes: no RPC call object, no per-message future, no gRPC thread hop (grpc.aio's
+client stream write was 35 % of the leader's event loop, issue 20).
+
+A peer that is down is retried with back-off (``BACKOFF_MIN_S`` doubling to ``BACKOFF_MAX_S``);
+messages queued beyond ``QUEUE_LIMIT`` are dropped (counted in ``dropped``), and the queue is emptied
+when the link goes down, because the leader's next heartbeat or append replaces whatever was in it.
+When the peer reads slower than we write, the socket's buffer fills, the link waits for it to drain, and
+the queue's bound applies: Raft's own flow control (``max_inflight``) keeps that rare.
+
+The log lines "dledger: link to X (addr) down: reason" and "... up" are read by bench/datapath_bench.py
+(its NOTABLE pattern) and by people reading a chaos run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections import deque
+from collections.abc import Callable
+
+from rocketscope.broker.protocol import dledger_pb2
+from rocketscope.broker.raft import Message
+from rocketscope.tls import TlsClientConfig
+
+from . import peer_wire as wire
+from .transport import to_pb
+
+log = logging.getLogger(__name__)
+QUEUE_LIMIT = 4096
+BATCH_MESSAGES = 64
+BATCH_BYTES = 4 << 20  # entry bytes per frame: far below the port's 64 MiB frame limit
+CONNECT_TIMEOUT_S = 1.0  # connect, TLS handshake and the hello's answer together
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 0.5
+_DRAIN_ABOVE = 1 << 20  # wait for the socket once this much is buffered in the transport
+
+
+class LinkRefused(Exception):
+    """The peer's Raft port answered our hello with a refusal (wrong group, secret)."""
+
+
+class PeerLink:
+    """The outbound connection to one peer.
+
+    ``send`` only queues and, while connected, schedules one ``_flush`` on the loop (``call_soon``): every
+    message the driver sends in one loop iteration leaves in the same frame, and no task wakes per message.
+    """
+
+    def __init__(self, peer_id: str, address: str, header: Callable[[], dledger_pb2.RaftBatch],
+                 tls: TlsClientConfig | None = None) -> None:
+        """``header`` is an empty RaftBatch with this member's group, id and addresses; ``tls`` the
+        broker's client settings (TLS and ``internalPeerSecret``)."""
+        self.peer_id = peer_id
+        self.address = address
+        self.header = header
+        self.tls = tls or TlsClientConfig()
+        self.queue: deque[Message] = deque()
+        self.dropped = 0
+        self.connected = False
+        self._writer: asyncio.StreamWriter | None = None  # set while connected
+        self._scheduled = False  # a _flush is on the loop
+        self._draining: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dledger-link-{self.peer_id}")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def send(self, m: Message) -> None:
+        q = self.queue
+        if len(q) >= QUEUE_LIMIT:
+            q.popleft()
+            self.dropped += 1
+        q.append(m)
+        if self._writer is not None and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write the queue as frames of up to BATCH_MESSAGES messages; stop while the socket is backed up."""
+        self._scheduled = False
+        writer = self._writer
+        if writer is None or self._draining is not None:
+            return
+        transport = writer.transport
+        if transport.is_closing():
+            return
+        q = self.queue
+        while q:
+            batch = self.header()
+            messages = batch.messages
+            size = 0
+            while q and len(messages) < BATCH_MESSAGES and size < BATCH_BYTES:
+                m = q.popleft()
+                for e in m.entries:
+                    size += len(e.data)
+                messages.append(to_pb(m))
+            transport.write(wire.frame(batch.SerializeToString()))
+            if transport.get_write_buffer_size() > _DRAIN_ABOVE:
+                self._draining = asyncio.get_running_loop().create_task(self._drain(writer))
+                return
+
+    async def _drain(self, writer: asyncio.StreamWriter) -> None:
+        try:
+            await writer.drain()
+        except (OSError, RuntimeError):  # the connection failed: _run sees it through its reader
+            return
+        finally:
+            self._draining = None
+        if self._writer is writer:
+            self._flush()
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            writer: asyncio.StreamWriter | None = None
+            try:
+                reader, writer = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+                self.connected = True
+                if failures:
+                    log.info("dledger: link to %s (%s) up", self.peer_id, self.address)
+                failures = 0
+                self._writer = writer
+                self._flush()  # what the driver queued while we connected
+                raise ConnectionResetError(await _closed(reader))
+            except (OSError, TimeoutError, ssl.SSLError, asyncio.IncompleteReadError, LinkRefused,
+                    wire.WireError) as exc:
+                if failures == 0:
+                    if isinstance(exc, LinkRefused):
+                        log.error("dledger: peer %s refused our messages: %s", self.peer_id, exc)
+                    log.warning("dledger: link to %s (%s) down: %s", self.peer_id, self.address, _reason(exc))
+                failures += 1
+            finally:
+                self.connected = False
+                self._writer = None
+                if self._draining is not None:
+                    self._draining.cancel()
+                    self._draining = None
+                if writer is not None:
+                    writer.transport.abort()
+            self.queue.clear()  # stale while disconnected: Raft resends what matters
+            await asyncio.sleep(min(BACKOFF_MIN_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S))
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        host, _, port = self.address.rpartition(":")
+        host = host.strip("[]")
+        ctx = self.tls.ssl_client_context()
+        server_hostname = (self.tls.server_name_override or host) if ctx is not None else None
+        reader, writer = await asyncio.open_connection(host, int(port), ssl=ctx, server_hostname=server_hostname)
+        try:
+            head = self.header()
+            writer.write(wire.hello(head.group, head.sender, self.tls.peer_secret))
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            if size > 1 << 16:
+                raise wire.WireError(f"the peer's hello reply claims {size} bytes: not the Raft peer protocol")
+            error = wire.parse_reply(await reader.readexactly(size))
+            if error:
+                raise LinkRefused(error)
+        except BaseException:
+            writer.transport.abort()
+            raise
+        return reader, writer
+
+
+async def _closed(reader: asyncio.StreamReader) -> str:
+    """Wait until the peer closes the connection; its reason (a refusal frame's text, or 'closed by the peer')."""
+    data = await reader.read(1 << 16)
+    if len(data) > 5 and data[4] == wire.REFUSED:
+        return "the peer refused: " + data[5:].decode(errors="replace")
+    return "closed by the peer" if not data else f"the peer sent {len(data)} unexpected bytes"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "not reachable"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    return str(exc) or type(exc).__name__
