@@ -34,11 +34,11 @@ from cluster import (
 from conftest import failed_call, free_port
 from rmq import message, producer
 
+from rocketscope.broker.dledger import peer_wire
 from rocketscope.broker.protocol import (
     admin_pb2_grpc,
     common_pb2,
     dledger_pb2,
-    dledger_pb2_grpc,
     ha_pb2,
     ha_pb2_grpc,
 )
@@ -153,9 +153,13 @@ def test_peer_secret_keeps_outsiders_off_the_ha_and_raft_ports(cluster: LocalClu
     term_before = status(nodes[follower].admin_addr)["term"]
     batch = dledger_pb2.RaftBatch(group="broker-s", sender="n9")
     batch.messages.add(type=int(MsgType.HEARTBEAT), frm="n9", to=f"n{follower}", term=term_before + 100)
-    with grpc.insecure_channel(f"127.0.0.1:{peer_ports[follower]}") as ch, pytest.raises(grpc.RpcError) as err:
-        dledger_pb2_grpc.DLedgerPeerStub(ch).Send(iter([batch]), timeout=5)
-    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with socket.create_connection(("127.0.0.1", peer_ports[follower]), timeout=5) as s:
+        s.sendall(peer_wire.hello("broker-s", "n9", "") + peer_wire.frame(batch.SerializeToString()))
+        answer = b""
+        while chunk := s.recv(4096):  # the port answers the hello and closes the connection
+            answer += chunk
+    (reply,) = peer_wire.FrameDecoder().feed(answer)
+    assert "no peer secret" in peer_wire.parse_reply(reply)
     time.sleep(1.0)  # a heartbeat that got through would have raised the term at once
     assert status(nodes[follower].admin_addr)["term"] < term_before + 100, "an outsider changed the term"
     assert "refused" in nodes[follower].proc.log() and "no peer secret" in nodes[follower].proc.log()
