@@ -10,7 +10,9 @@ outsider out, and they combine:
   ``x-rocketscope-peer-secret`` metadata of each call on those ports (the broker's and the
   controller's outbound channels add it), and the server interceptor answers any call without
   the right value with UNAUTHENTICATED, naming the missing or wrong secret, before the
-  handler runs.  It needs no PKI; without TLS the secret crosses the network in clear, so on
+  handler runs.  DLedger's Raft port is not gRPC: it checks the same secret in its hello
+  frame with the same constant-time comparison and wording (broker/dledger/peer_port.py).
+  It needs no PKI; without TLS the secret crosses the network in clear, so on
   an untrusted network use it together with TLS (tls.server.mode=enforcing).
 
 The admin and client ports are not covered: they have ACL (aclEnable) and the client

@@ -1,4 +1,9 @@
-"""Raft messages between DLedger members over gRPC client streams.
+"""Raft messages over gRPC client streams: the controller group's transport (broker/controller/node.py).
+
+DLedger's members no longer use it: they talk length-prefixed frames over plain TCP
+(broker/dledger/peer_link.py, peer_port.py), because grpc.aio's per-message cost was most of
+a DLedger leader's event loop (issue 20); moving the controller too is a next step.  ``to_pb`` and
+``from_pb`` are shared by both transports.
 
 One outbound stream per peer carries batches of messages; nothing is acknowledged per
 message because Raft tolerates loss, duplication and reordering.  A peer that is down
