@@ -379,3 +379,42 @@ def test_a_taken_port_fails_at_bind_naming_the_key() -> None:
             PeerPort(GROUP, Recorder()).bind("127.0.0.1", first.port)
     finally:
         asyncio.run(first.stop())
+
+
+@pytest.mark.parametrize("threaded", [True, False], ids=["writer-thread", "loop-writes"])
+def test_a_stalled_peer_bounds_the_queue_and_the_link_resumes(threaded: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rocketscope.broker.dledger import peer_link
+
+    monkeypatch.setattr(peer_link, "THREAD_WRITER", threaded)
+    blob = b"x" * 8192
+
+    async def body() -> None:
+        rec = Recorder()
+        port = await started_port(rec)
+        link = PeerLink("n0", f"127.0.0.1:{port.port}", header)
+        link.start()
+        try:
+            await until(lambda: link.connected and bool(port.conns), "the link connects")
+            for c in port.conns:
+                assert c.transport is not None
+                c.transport.pause_reading()  # the peer stops reading: kernel buffers, then ours, fill up
+            sent = [Message(type=MsgType.APP, frm="n1", to="n0", term=3, index=i,
+                            entries=[Entry(i + 1, 3, EntryKind.NORMAL, blob)]) for i in range(12000)]
+            for i in range(0, len(sent), 200):  # in rounds, as a leader's Readies would
+                for m in sent[i:i + 200]:
+                    link.send(m)
+                await asyncio.sleep(0.005)
+            assert link.dropped > 0, "12,000 x 8 KiB did not fill the socket, the writer and the queue"
+            assert link.connected and len(link.queue) <= peer_link.QUEUE_LIMIT
+            for c in port.conns:
+                assert c.transport is not None
+                c.transport.resume_reading()
+            await until(lambda: len(rec.messages) == len(sent) - link.dropped, "everything not dropped arrives",
+                        timeout=30)
+            got = [m.index for m in rec.messages]
+            assert got == sorted(got) and got[-1] == len(sent) - 1, "the oldest were dropped, order kept"
+        finally:
+            await link.stop()
+            await port.stop()
+
+    run(body)

@@ -2,15 +2,18 @@
 
 The byte format is broker/dledger/peer_wire.py.  One connection per peer carries batches of up to
 ``BATCH_MESSAGES`` queued messages (or ``BATCH_BYTES`` of entry data) per frame; nothing is acknowledged
-per message because Raft tolerates loss, duplication and reordering.  A write is a plain
-``transport.write`` of bytes: no RPC call object, no per-message future, no gRPC thread hop (grpc.aio's
-client stream write was 35 % of the leader's event loop, issue 20).
+per message because Raft tolerates loss, duplication and reordering.  A write is plain bytes: no RPC
+call object, no per-message future (grpc.aio's client stream write was 35 % of the leader's event loop,
+issue 20).  On plain TCP the frames go to a writer thread per link (broker/dledger/socket_writer.py) that
+does the ``send`` syscalls with the GIL released: from the loop they cost the leader ~20 % of its loop on
+one host and its rate fell below the gRPC version's (session 17, docs/BENCHMARKS.md); over TLS the loop
+writes through its transport.
 
 A peer that is down is retried with back-off (``BACKOFF_MIN_S`` doubling to ``BACKOFF_MAX_S``);
 messages queued beyond ``QUEUE_LIMIT`` are dropped (counted in ``dropped``), and the queue is emptied
 when the link goes down, because the leader's next heartbeat or append replaces whatever was in it.
-When the peer reads slower than we write, the socket's buffer fills, the link waits for it to drain, and
-the queue's bound applies: Raft's own flow control (``max_inflight``) keeps that rare.
+When the peer reads slower than we write, the socket's buffer fills, the link stops writing until it
+drains below 1 MiB, and the queue's bound applies: Raft's own flow control (``max_inflight``) keeps that rare.
 
 The log lines "dledger: link to X (addr) down: reason" and "... up" are read by bench/datapath_bench.py
 (its NOTABLE pattern) and by people reading a chaos run.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 from collections import deque
@@ -30,6 +34,7 @@ from rocketscope.broker.raft import Message
 from rocketscope.tls import TlsClientConfig
 
 from . import peer_wire as wire
+from .socket_writer import SocketWriter
 from .transport import to_pb
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,7 @@ BATCH_BYTES = 4 << 20  # entry bytes per frame: far below the port's 64 MiB fram
 CONNECT_TIMEOUT_S = 1.0  # connect, TLS handshake and the hello's answer together
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 0.5
+THREAD_WRITER = True  # plain TCP sends in a thread per link (socket_writer.py); False: from the loop, as TLS
 _DRAIN_ABOVE = 1 << 20  # wait for the socket once this much is buffered in the transport
 
 
@@ -65,6 +71,7 @@ class PeerLink:
         self.dropped = 0
         self.connected = False
         self._writer: asyncio.StreamWriter | None = None  # set while connected
+        self._thread_writer: SocketWriter | None = None  # plain TCP: the sends happen in this thread
         self._scheduled = False  # a _flush is on the loop
         self._draining: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -98,19 +105,36 @@ class PeerLink:
         if transport.is_closing():
             return
         q = self.queue
+        tw = self._thread_writer
+        if tw is not None:
+            if tw.backed_up:
+                return
+            frames = []
+            while q:
+                frames.append(self._frame(q))
+            tw.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            return
         while q:
-            batch = self.header()
-            messages = batch.messages
-            size = 0
-            while q and len(messages) < BATCH_MESSAGES and size < BATCH_BYTES:
-                m = q.popleft()
-                for e in m.entries:
-                    size += len(e.data)
-                messages.append(to_pb(m))
-            transport.write(wire.frame(batch.SerializeToString()))
+            transport.write(self._frame(q))
             if transport.get_write_buffer_size() > _DRAIN_ABOVE:
                 self._draining = asyncio.get_running_loop().create_task(self._drain(writer))
                 return
+
+    def _wake_from_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The writer thread made room: flush what queued meanwhile, on the loop."""
+        loop.call_soon_threadsafe(self._flush)
+
+    def _frame(self, q: deque[Message]) -> bytes:
+        """One frame of the oldest queued messages: up to BATCH_MESSAGES, or BATCH_BYTES of entries."""
+        batch = self.header()
+        messages = batch.messages
+        size = 0
+        while q and len(messages) < BATCH_MESSAGES and size < BATCH_BYTES:
+            m = q.popleft()
+            for e in m.entries:
+                size += len(e.data)
+            messages.append(to_pb(m))
+        return wire.frame(batch.SerializeToString())
 
     async def _drain(self, writer: asyncio.StreamWriter) -> None:
         try:
@@ -127,12 +151,18 @@ class PeerLink:
         while True:
             writer: asyncio.StreamWriter | None = None
             try:
-                reader, writer = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+                reader, connected = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+                writer = connected
                 self.connected = True
                 if failures:
                     log.info("dledger: link to %s (%s) up", self.peer_id, self.address)
                 failures = 0
-                self._writer = writer
+                self._writer = connected
+                if THREAD_WRITER and connected.get_extra_info("sslcontext") is None:
+                    loop = asyncio.get_running_loop()
+                    self._thread_writer = SocketWriter(
+                        connected.get_extra_info("socket").fileno(), f"dledger-link-{self.peer_id}",
+                        functools.partial(self._wake_from_thread, loop), _DRAIN_ABOVE)
                 self._flush()  # what the driver queued while we connected
                 raise ConnectionResetError(await _closed(reader))
             except (OSError, TimeoutError, ssl.SSLError, asyncio.IncompleteReadError, LinkRefused,
@@ -145,6 +175,9 @@ class PeerLink:
             finally:
                 self.connected = False
                 self._writer = None
+                if self._thread_writer is not None:
+                    self._thread_writer.close()
+                    self._thread_writer = None
                 if self._draining is not None:
                     self._draining.cancel()
                     self._draining = None
