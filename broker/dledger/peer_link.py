@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import ssl
 from collections import deque
@@ -110,9 +111,11 @@ class PeerLink:
             if tw.backed_up:
                 return
             frames = []
+            entries = False
             while q:
+                entries = entries or any(m.entries for m in itertools.islice(q, BATCH_MESSAGES))
                 frames.append(self._frame(q))
-            tw.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            tw.write(frames[0] if len(frames) == 1 else b"".join(frames), direct=not entries)
             return
         while q:
             transport.write(self._frame(q))

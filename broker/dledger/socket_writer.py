@@ -4,7 +4,9 @@ On one host (the benchmarks, tests, a dev cluster) a TCP ``send`` on loopback al
 receiver's TCP processing inside the syscall, so the leader's sends to its followers cost its
 event loop ~20 % (py-spy, session 17) -- work grpc.aio's C-core threads used to do off the loop.
 The loop hands finished frames to this thread (a deque under a condition) and carries on; the
-thread writes them with the GIL released.  TLS links keep writing from the loop (an
+thread writes them with the GIL released.  Frames without entries (responses, heartbeats, votes) are
+sent at once from the loop when nothing is pending: they are small, and a hand-off to a thread that
+must first win the GIL back would add latency to every follower's answer.  TLS links keep writing from the loop (an
 ``SSLObject`` belongs to its transport).
 """
 
@@ -41,8 +43,21 @@ class SocketWriter:
     def backed_up(self) -> bool:
         return self.pending > self.high_water
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, direct: bool = False) -> None:
+        """Queue ``data`` for the thread; ``direct``: send it from the caller's thread first when nothing is
+        pending (no hand-off latency for small control messages), the thread taking only what did not fit."""
         with self._cv:
+            if direct and not self.pending:
+                try:
+                    n = self.sock.send(data)
+                except BlockingIOError:
+                    n = 0
+                except OSError as exc:  # the link's reader sees the connection end too
+                    self.error = exc
+                    return
+                if n == len(data):
+                    return
+                data = data[n:]
             self._frames.append(data)
             self.pending += len(data)
             if self.pending > self.high_water:
