@@ -5,16 +5,19 @@ Three brokers form one group; n0 and n1 share the cluster's ``internalPeerSecret
 Ground truth: the messages we sent are committed on n0 and n1 (their commit logs hold them) and n2's log
 stays empty, because neither side accepts the other's hello.  Before the sends, each good member's Raft
 port gets random bytes, damaged and truncated frames, a wrong magic, an oversize length and a hello without
-the secret; the processes stay up and the group replicates every send afterwards.  The in-process cases
-(every kind of bad input named, TLS) are tests/test_dledger_peer_port.py.
+the secret; the processes stay up and the group replicates every send afterwards.  A second group
+replicates over mutual TLS, and each member's log shows both other members' links accepted over TLS.
+The in-process cases (every kind of bad input named, TLS) are tests/test_dledger_peer_port.py.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import socket
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from cluster import STABLE_LEADER_S, LocalCluster, cluster_with_namesrv, ha_status, leader_held, wait_until
@@ -22,6 +25,7 @@ from conftest import failed_call, free_port
 from rmq import message, producer
 
 from rocketscope.broker.dledger import peer_wire as wire
+from rocketscope.broker.security.certs import generate_dev_certs
 
 pytestmark = pytest.mark.e2e
 SECRET = "members-only"
@@ -99,3 +103,43 @@ def test_wrong_secret_member_gets_nothing_and_garbage_does_not_stop_replication(
     assert out["lastIndex"] == 0 and out["commitOffset"] == 0, f"the member with a wrong secret got entries: {out}"
     assert "refused our messages" in outsider.proc.log() and "a wrong peer secret" in outsider.proc.log()
     assert "refused with a wrong peer secret" in members[0].proc.log() + members[1].proc.log()
+
+
+def test_members_replicate_over_mutual_tls(tmp_path: Path) -> None:
+    """tls.server.mode=permissive on the name server and the brokers (the test's status calls stay plaintext)
+    with tls.internal.need.client.auth=require: the members' links are TLS with client certificates of the CA."""
+    certs = generate_dev_certs(tmp_path / "certs")
+    cert, key = certs.client_certs["client"]
+    server = {"tls.server.mode": "permissive", "tls.server.certPath": certs.server_cert,
+              "tls.server.keyPath": certs.server_key, "tls.server.trustCertPath": certs.ca_cert}
+    tls = {**server, "tls.internal.need.client.auth": "require", "tls.client.trustCertPath": certs.ca_cert,
+           "tls.client.certPath": cert, "tls.client.keyPath": key}
+    (tmp_path / "cluster").mkdir()
+    c = LocalCluster(tmp_path / "cluster")
+    try:
+        c.start_namesrv(conf=lambda i: server)
+        ports = [free_port() for _ in range(3)]
+        peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
+        nodes = [c.start_broker(f"broker-t-n{i}", brokerName="broker-t", enableDLegerCommitLog="true",
+                                dLegerGroup="broker-t", dLegerPeers=peers, dLegerSelfId=f"n{i}", **tls)
+                 for i in range(3)]
+        wait_until(lambda: leader_held(nodes, STABLE_LEADER_S), timeout=60, interval=0.2, what="a leader that holds")
+        leader = wait_until(lambda: next((n for n in nodes if ha_status(n.admin_addr)["role"] == "LEADER"), None),
+                            timeout=10, what="a member's admin status says LEADER")
+        c.admin("updateTopic", "-b", leader.admin_addr, "-t", "TopicRaftTls", "-r", "2", "-w", "2")
+        with producer(";".join(n.endpoint for n in nodes), "TopicRaftTls") as p:
+            ids = {p.send(message("TopicRaftTls", b"t-%d" % i)).message_id for i in range(10)}
+        assert len(ids) == 10
+        wait_until(lambda: len({ha_status(n.admin_addr)["commitOffset"] for n in nodes}) == 1, timeout=30,
+                   what="every member holds the same committed log")
+        assert ha_status(nodes[0].admin_addr)["commitOffset"] > 0
+        for n in nodes:  # each member accepted both others' links, and over TLS
+            log = n.proc.log()
+            assert log.count("connected over TLS") >= 2, f"{n.proc.log_path}: links not over TLS"
+            assert not re.search(r"Raft port: member \S+ \(.*\) connected$", log, re.M), \
+                "a link connected in plaintext"
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()

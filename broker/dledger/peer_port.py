@@ -143,7 +143,8 @@ class _Conn(asyncio.Protocol):
             self.timer.cancel()
         assert self.transport is not None
         self.transport.write(wire.reply())
-        log.info("%s port: member %s (%s) connected", PORT_NAME, self.sender, self.peer)
+        tls = self.transport.get_extra_info("sslcontext") is not None
+        log.info("%s port: member %s (%s) connected%s", PORT_NAME, self.sender, self.peer, " over TLS" if tls else "")
 
     def _batch(self, payload: bytes) -> None:
         try:
