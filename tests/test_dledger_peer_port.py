@@ -418,3 +418,17 @@ def test_a_stalled_peer_bounds_the_queue_and_the_link_resumes(threaded: bool, mo
             await port.stop()
 
     run(body)
+
+
+def test_a_stranger_learns_no_group_name_before_the_secret() -> None:
+    async def body() -> None:
+        rec = Recorder()
+        port = await started_port(rec, secret="right")
+        try:
+            answer = await _exchange(port.port, wire.hello("guessed-group", "n9", ""))
+            text = wire.parse_reply(wire.FrameDecoder().feed(answer)[0])
+            assert "no peer secret" in text and GROUP not in text.replace("guessed-group", "")
+        finally:
+            await port.stop()
+
+    run(body)

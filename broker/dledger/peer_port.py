@@ -129,14 +129,15 @@ class _Conn(asyncio.Protocol):
             self.drop(str(exc), str(exc))
             return
         self.sender = sender[:64]
-        if group != port.group:
-            self.drop(f"group {group!r} is not {port.group!r}", f"{PORT_NAME} port: group {group!r} is not "
-                      f"{port.group!r}")
-            return
+        # the secret first: a stranger learns nothing, not even this port's group name
         if port.secret and not hmac.compare_digest(secret.encode(), port.secret):
             why = "no peer secret" if not secret else "a wrong peer secret"
             self.drop(f"refused with {why}", f"{PORT_NAME} port: the hello carries {why} (internalPeerSecret): "
                                              "only members of this cluster may connect")
+            return
+        if group != port.group:
+            self.drop(f"group {group!r} is not {port.group!r}", f"{PORT_NAME} port: group {group!r} is not "
+                      f"{port.group!r}")
             return
         self.ready = True
         if self.timer is not None:
