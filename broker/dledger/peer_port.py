@@ -35,7 +35,7 @@ from google.protobuf.message import DecodeError
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.tls import TlsMode, TlsServerConfig
 
-from ..security.listener import TLS_RECORD_HANDSHAKE, host_port
+from ..security.listener import TLS_RECORD_HANDSHAKE, accept_forever, host_port
 from ..security.tls_context import ReloadingSslContext
 from . import peer_wire as wire
 
@@ -221,21 +221,8 @@ class PeerPort:
                 c.transport.abort()
 
     async def _accept_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         assert self._sock is not None
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(self._sock)
-            except OSError as exc:  # EMFILE and friends: say so, keep accepting
-                log.warning("%s port: accept failed on %s: %s", PORT_NAME, self.address, exc)
-                await asyncio.sleep(0.1)
-                continue
-            conn.setblocking(False)
-            with contextlib.suppress(OSError):
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = loop.create_task(self._serve(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        await accept_forever(self._sock, self._serve, self._tasks, f"{PORT_NAME} port on {self.address}")
 
     async def _serve(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocketscope.tls import TlsMode
 
-from ..security.listener import TLS_RECORD_HANDSHAKE, peer_string, splice_to_local
+from ..security.listener import TLS_RECORD_HANDSHAKE, accept_forever, peer_string, splice_to_local
 from ..security.tls_context import ReloadingSslContext
 
 if TYPE_CHECKING:  # server.py builds SniffingListener: a runtime import would be a circle
@@ -133,23 +133,8 @@ class SniffingListener:
             t.cancel()
 
     async def _accept_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         assert self._sock is not None
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(self._sock)
-            except asyncio.CancelledError:
-                raise
-            except OSError as exc:  # EMFILE and friends: say so, keep accepting
-                log.warning("%s: accept failed on %s: %s", self.remoting.name, self.address, exc)
-                await asyncio.sleep(0.1)
-                continue
-            conn.setblocking(False)
-            with contextlib.suppress(OSError):
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = loop.create_task(self._route(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        await accept_forever(self._sock, self._route, self._tasks, f"{self.remoting.name} on {self.address}")
 
     async def _peek(self, conn: socket.socket, want: int, deadline: float) -> bytes:
         """At least ``want`` bytes of the connection without consuming them (fewer only when it closed)."""

@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -123,6 +125,31 @@ async def splice_to_local(reader: asyncio.StreamReader, writer: asyncio.StreamWr
     finally:
         if local_port:
             _PEERS.pop(local_port, None)
+
+
+async def accept_forever(sock: socket.socket, serve: Callable[[socket.socket], Coroutine[Any, Any, None]],
+                         tasks: set[asyncio.Task[None]], what: str) -> None:
+    """Accept connections on a listening non-blocking ``sock`` and run ``serve(conn)`` as a task each.
+
+    The ports that speak raw TCP themselves (remoting's TLS sniffing port, DLedger's Raft port) share
+    this loop: an ``accept`` that fails (EMFILE and friends) is logged and retried, never ends the port;
+    every connection gets TCP_NODELAY (small answers must not wait for Nagle); ``tasks`` holds the
+    connections' tasks so the port can cancel them when it stops.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            conn, _ = await loop.sock_accept(sock)
+        except OSError as exc:
+            log.warning("%s: accept failed: %s", what, exc)
+            await asyncio.sleep(0.1)
+            continue
+        conn.setblocking(False)
+        with contextlib.suppress(OSError):
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        task = loop.create_task(serve(conn))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

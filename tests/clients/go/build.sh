@@ -4,7 +4,7 @@
 # version, into the user's cache; print rmqgo's path (natspub and grpcraw are beside it).  A second run with unchanged sources returns at once.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-KEY="$(cat "$HERE"/go.mod "$HERE"/go.sum "$HERE"/rmqgo/*.go "$HERE"/natspub/*.go "$HERE"/grpcraw/*.go | sha1sum | cut -c1-12)"
+KEY="$(cat "$HERE"/go.mod "$HERE"/go.sum "$HERE"/rmqgo/*.go "$HERE"/natspub/*.go "$HERE"/grpcraw/*.go "$HERE"/loadstat/*.go | sha1sum | cut -c1-12)"
 OUT="${XDG_CACHE_HOME:-$HOME/.cache}/rocketscope/go-clients/$KEY"
 GO="$(command -v go || echo /usr/local/go/bin/go)"
 if [ ! -x "$OUT/rmqgo" ] || [ ! -x "$OUT/natspub" ] || [ ! -x "$OUT/grpcraw" ]; then

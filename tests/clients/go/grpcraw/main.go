@@ -14,21 +14,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"rocketscope/tests/clients/go/loadstat"
 )
 
 // rawCodec passes bytes through: the request is serialised once, before the run.
@@ -45,33 +44,6 @@ type headers []string
 
 func (h *headers) String() string     { return strings.Join(*h, ",") }
 func (h *headers) Set(v string) error { *h = append(*h, v); return nil }
-
-func emit(v map[string]interface{}) {
-	b, _ := json.Marshal(v)
-	fmt.Println(string(b))
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
-}
-
-func percentile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(q*float64(len(sorted))+0.5) - 1
-	if rank < 0 {
-		rank = 0
-	}
-	if rank >= len(sorted) {
-		rank = len(sorted) - 1
-	}
-	return sorted[rank]
-}
 
 // statusCode reads field 1 (a message) of an answer and, inside it, field 1 (a varint): the code of a
 // RocketMQ v2 Status. -1 when the answer has no such field.
@@ -130,12 +102,12 @@ func main() {
 	flag.Parse()
 	request, err := os.ReadFile(*requestFile)
 	if err != nil {
-		emit(map[string]interface{}{"event": "error", "error": err.Error()})
+		loadstat.Emit(map[string]interface{}{"event": "error", "error": err.Error()})
 		os.Exit(1)
 	}
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		emit(map[string]interface{}{"event": "error", "error": err.Error()})
+		loadstat.Emit(map[string]interface{}{"event": "error", "error": err.Error()})
 		os.Exit(1)
 	}
 	defer conn.Close()
@@ -179,27 +151,16 @@ func main() {
 		return failed
 	}
 	run(*warmup, nil)
-	emit(map[string]interface{}{"event": "warm", "sent": *warmup})
+	loadstat.Emit(map[string]interface{}{"event": "warm", "sent": *warmup})
 	lat := make([][]float64, *depth)
-	cpu0 := cpuSeconds()
+	cpu0 := loadstat.CPUSeconds()
 	start := time.Now()
 	failed := run(*n, lat)
 	secs := time.Since(start).Seconds()
-	cpu := cpuSeconds() - cpu0
-	var all []float64
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	sort.Float64s(all)
-	ok := int64(*n) - failed
-	if ok < 1 {
-		ok = 1
-	}
-	summary := map[string]interface{}{"event": "summary", "sent": int64(*n) - failed, "failed": failed, "seconds": secs,
-		"rate": float64(int64(*n)-failed) / secs, "p50_ms": percentile(all, 0.5) * 1000,
-		"p99_ms": percentile(all, 0.99) * 1000, "cpu_s": cpu, "cpu_us_per_msg": cpu / float64(ok) * 1e6}
+	cpu := loadstat.CPUSeconds() - cpu0
+	summary := loadstat.Summary(*n, failed, secs, cpu, lat)
 	if e := lastError.Load(); e != nil {
 		summary["last_error"] = e
 	}
-	emit(summary)
+	loadstat.Emit(summary)
 }

@@ -9,45 +9,16 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
-	"fmt"
 	"os"
-	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"rocketscope/tests/clients/go/loadstat"
 )
-
-func emit(v map[string]interface{}) {
-	b, _ := json.Marshal(v)
-	fmt.Println(string(b))
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
-}
-
-func percentile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(q*float64(len(sorted))+0.5) - 1
-	if rank < 0 {
-		rank = 0
-	}
-	if rank >= len(sorted) {
-		rank = len(sorted) - 1
-	}
-	return sorted[rank]
-}
 
 func main() {
 	url := flag.String("url", nats.DefaultURL, "server URL")
@@ -59,13 +30,13 @@ func main() {
 	flag.Parse()
 	nc, err := nats.Connect(*url)
 	if err != nil {
-		emit(map[string]interface{}{"event": "error", "error": err.Error()})
+		loadstat.Emit(map[string]interface{}{"event": "error", "error": err.Error()})
 		os.Exit(1)
 	}
 	defer nc.Close()
 	js, err := nc.JetStream()
 	if err != nil {
-		emit(map[string]interface{}{"event": "error", "error": err.Error()})
+		loadstat.Emit(map[string]interface{}{"event": "error", "error": err.Error()})
 		os.Exit(1)
 	}
 	body := make([]byte, *size)
@@ -96,23 +67,12 @@ func main() {
 		return failed
 	}
 	run(*warmup, nil)
-	emit(map[string]interface{}{"event": "warm", "sent": *warmup})
+	loadstat.Emit(map[string]interface{}{"event": "warm", "sent": *warmup})
 	lat := make([][]float64, *depth)
-	cpu0 := cpuSeconds()
+	cpu0 := loadstat.CPUSeconds()
 	start := time.Now()
 	failed := run(*n, lat)
 	secs := time.Since(start).Seconds()
-	cpu := cpuSeconds() - cpu0
-	var all []float64
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	sort.Float64s(all)
-	ok := int64(*n) - failed
-	if ok < 1 {
-		ok = 1
-	}
-	emit(map[string]interface{}{"event": "summary", "sent": int64(*n) - failed, "failed": failed, "seconds": secs,
-		"rate": float64(int64(*n)-failed) / secs, "p50_ms": percentile(all, 0.5) * 1000,
-		"p99_ms": percentile(all, 0.99) * 1000, "cpu_s": cpu, "cpu_us_per_msg": cpu / float64(ok) * 1e6})
+	cpu := loadstat.CPUSeconds() - cpu0
+	loadstat.Emit(loadstat.Summary(*n, failed, secs, cpu, lat))
 }

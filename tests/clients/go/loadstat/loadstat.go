@@ -1,0 +1,59 @@
+// Package loadstat holds what every Go load generator of bench/datapath_bench.py prints the same way: one
+// JSON line per event, its own CPU (so a benchmark row shows the generator is not the bottleneck), and the
+// nearest-rank percentiles of its latencies, as bench/common.py computes them.
+package loadstat
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"syscall"
+)
+
+// Emit prints v as one JSON line.
+func Emit(v map[string]interface{}) {
+	b, _ := json.Marshal(v)
+	fmt.Println(string(b))
+}
+
+// CPUSeconds is this process's user+system CPU so far (every thread).
+func CPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// Percentile is the nearest-rank percentile of sorted samples (0 when empty), as bench/common.py's.
+func Percentile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(q*float64(len(sorted))+0.5) - 1
+	if rank < 0 {
+		rank = 0
+	}
+	if rank >= len(sorted) {
+		rank = len(sorted) - 1
+	}
+	return sorted[rank]
+}
+
+// Summary is the {"event":"summary"} line of a timed run of n sends: per-worker latencies in seconds are
+// merged and sorted; cpu is the CPU seconds the run took.
+func Summary(n int, failed int64, secs, cpu float64, perWorker [][]float64) map[string]interface{} {
+	var all []float64
+	for _, l := range perWorker {
+		all = append(all, l...)
+	}
+	sort.Float64s(all)
+	ok := int64(n) - failed
+	div := ok
+	if div < 1 {
+		div = 1
+	}
+	return map[string]interface{}{"event": "summary", "sent": ok, "failed": failed, "seconds": secs,
+		"rate": float64(ok) / secs, "p50_ms": Percentile(all, 0.5) * 1000,
+		"p99_ms": Percentile(all, 0.99) * 1000, "cpu_s": cpu, "cpu_us_per_msg": cpu / float64(div) * 1e6}
+}
