@@ -18,9 +18,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -118,47 +116,21 @@ func main() {
 	}
 	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(pairs...))
 	var lastError atomic.Value
-	run := func(count int, lat [][]float64) int64 {
-		var next, failed int64
-		var wg sync.WaitGroup
-		for w := 0; w < *depth; w++ {
-			w := w
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for atomic.AddInt64(&next, 1) <= int64(count) {
-					t0 := time.Now()
-					var answer []byte
-					req := request
-					err := conn.Invoke(ctx, *method, &req, &answer, grpc.ForceCodec(rawCodec{}))
-					if err == nil && *okCode != 0 {
-						if code := statusCode(answer); code != *okCode {
-							err = fmt.Errorf("status code %d", code)
-						}
-					}
-					if err != nil {
-						lastError.Store(err.Error())
-						atomic.AddInt64(&failed, 1)
-						continue
-					}
-					if lat != nil {
-						lat[w] = append(lat[w], time.Since(t0).Seconds())
-					}
-				}
-			}()
+	send := func() error {
+		var answer []byte
+		req := request
+		err := conn.Invoke(ctx, *method, &req, &answer, grpc.ForceCodec(rawCodec{}))
+		if err == nil && *okCode != 0 {
+			if code := statusCode(answer); code != *okCode {
+				err = fmt.Errorf("status code %d", code)
+			}
 		}
-		wg.Wait()
-		return failed
+		if err != nil {
+			lastError.Store(err.Error())
+		}
+		return err
 	}
-	run(*warmup, nil)
-	loadstat.Emit(map[string]interface{}{"event": "warm", "sent": *warmup})
-	lat := make([][]float64, *depth)
-	cpu0 := loadstat.CPUSeconds()
-	start := time.Now()
-	failed := run(*n, lat)
-	secs := time.Since(start).Seconds()
-	cpu := loadstat.CPUSeconds() - cpu0
-	summary := loadstat.Summary(*n, failed, secs, cpu, lat)
+	summary := loadstat.Drive(*n, *warmup, *depth, send)
 	if e := lastError.Load(); e != nil {
 		summary["last_error"] = e
 	}

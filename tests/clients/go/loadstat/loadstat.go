@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Emit prints v as one JSON line.
@@ -56,4 +59,40 @@ func Summary(n int, failed int64, secs, cpu float64, perWorker [][]float64) map[
 	return map[string]interface{}{"event": "summary", "sent": ok, "failed": failed, "seconds": secs,
 		"rate": float64(ok) / secs, "p50_ms": Percentile(all, 0.5) * 1000,
 		"p99_ms": Percentile(all, 0.99) * 1000, "cpu_s": cpu, "cpu_us_per_msg": cpu / float64(div) * 1e6}
+}
+
+// Drive calls send from depth goroutines: warmup untimed calls, then the {"event":"warm"} line, then n
+// timed calls; it returns their summary line (not yet printed: a caller may add fields). A send that
+// returns an error counts as failed and has no latency.
+func Drive(n, warmup, depth int, send func() error) map[string]interface{} {
+	run := func(count int, lat [][]float64) int64 {
+		var next, failed int64
+		var wg sync.WaitGroup
+		for w := 0; w < depth; w++ {
+			w := w
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for atomic.AddInt64(&next, 1) <= int64(count) {
+					t0 := time.Now()
+					if err := send(); err != nil {
+						atomic.AddInt64(&failed, 1)
+						continue
+					}
+					if lat != nil {
+						lat[w] = append(lat[w], time.Since(t0).Seconds())
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return failed
+	}
+	run(warmup, nil)
+	Emit(map[string]interface{}{"event": "warm", "sent": warmup})
+	lat := make([][]float64, depth)
+	cpu0 := CPUSeconds()
+	start := time.Now()
+	failed := run(n, lat)
+	return Summary(n, failed, time.Since(start).Seconds(), CPUSeconds()-cpu0, lat)
 }

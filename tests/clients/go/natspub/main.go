@@ -11,9 +11,6 @@ package main
 import (
 	"flag"
 	"os"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -43,36 +40,9 @@ func main() {
 	for i := range body {
 		body[i] = 'x'
 	}
-	run := func(count int, lat [][]float64) int64 {
-		var next, failed int64
-		var wg sync.WaitGroup
-		for w := 0; w < *depth; w++ {
-			w := w
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for atomic.AddInt64(&next, 1) <= int64(count) {
-					t0 := time.Now()
-					if _, err := js.Publish(*subject, body); err != nil {
-						atomic.AddInt64(&failed, 1)
-						continue
-					}
-					if lat != nil {
-						lat[w] = append(lat[w], time.Since(t0).Seconds())
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return failed
+	send := func() error {
+		_, err := js.Publish(*subject, body)
+		return err
 	}
-	run(*warmup, nil)
-	loadstat.Emit(map[string]interface{}{"event": "warm", "sent": *warmup})
-	lat := make([][]float64, *depth)
-	cpu0 := loadstat.CPUSeconds()
-	start := time.Now()
-	failed := run(*n, lat)
-	secs := time.Since(start).Seconds()
-	cpu := loadstat.CPUSeconds() - cpu0
-	loadstat.Emit(loadstat.Summary(*n, failed, secs, cpu, lat))
+	loadstat.Emit(loadstat.Drive(*n, *warmup, *depth, send))
 }

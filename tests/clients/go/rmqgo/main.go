@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
@@ -27,15 +25,12 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
+
+	"rocketscope/tests/clients/go/loadstat"
 )
 
-func emit(v map[string]interface{}) {
-	b, _ := json.Marshal(v)
-	fmt.Println(string(b))
-}
-
 func fail(format string, args ...interface{}) {
-	emit(map[string]interface{}{"event": "error", "error": fmt.Sprintf(format, args...)})
+	loadstat.Emit(map[string]interface{}{"event": "error", "error": fmt.Sprintf(format, args...)})
 	os.Exit(1)
 }
 
@@ -119,12 +114,12 @@ func produce(args []string) {
 			}()
 		}
 		wwg.Wait()
-		emit(map[string]interface{}{"event": "warm", "sent": *warmup})
+		loadstat.Emit(map[string]interface{}{"event": "warm", "sent": *warmup})
 	}
 	var next, ok, failed int64 = 0, 0, 0
 	var mu sync.Mutex
 	lat := make([][]float64, *depth) // per goroutine: seconds of each SendSync call
-	cpu0 := cpuSeconds()
+	cpu0 := loadstat.CPUSeconds()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < *depth; w++ {
@@ -159,7 +154,7 @@ func produce(args []string) {
 							ev["status"] = int(res.Status)
 							ev["offsetMsgId"] = res.OffsetMsgID
 						}
-						emit(ev)
+						loadstat.Emit(ev)
 						mu.Unlock()
 					}
 					continue
@@ -167,7 +162,7 @@ func produce(args []string) {
 				atomic.AddInt64(&ok, int64(len(msgs)))
 				if !*quiet {
 					mu.Lock()
-					emit(map[string]interface{}{"event": "sent", "first": first, "count": len(msgs),
+					loadstat.Emit(map[string]interface{}{"event": "sent", "first": first, "count": len(msgs),
 						"msgId": res.MsgID, "offsetMsgId": res.OffsetMsgID, "broker": res.MessageQueue.BrokerName,
 						"queueId": res.MessageQueue.QueueId, "queueOffset": res.QueueOffset})
 					mu.Unlock()
@@ -177,40 +172,15 @@ func produce(args []string) {
 	}
 	wg.Wait()
 	secs := time.Since(start).Seconds()
-	cpu := cpuSeconds() - cpu0
+	cpu := loadstat.CPUSeconds() - cpu0
 	var all []float64
 	for _, l := range lat {
 		all = append(all, l...)
 	}
 	sort.Float64s(all)
-	emit(map[string]interface{}{"event": "summary", "sent": ok, "failed": failed, "seconds": secs,
-		"rate": float64(ok) / secs, "p50_ms": percentile(all, 0.5) * 1000, "p99_ms": percentile(all, 0.99) * 1000,
+	loadstat.Emit(map[string]interface{}{"event": "summary", "sent": ok, "failed": failed, "seconds": secs,
+		"rate": float64(ok) / secs, "p50_ms": loadstat.Percentile(all, 0.5) * 1000, "p99_ms": loadstat.Percentile(all, 0.99) * 1000,
 		"cpu_s": cpu, "cpu_us_per_msg": cpu / float64(max64(ok, 1)) * 1e6})
-}
-
-// cpuSeconds is this process's user+system CPU so far (every thread): the load generator's own cost
-// per message is part of every benchmark row, to show it is not the bottleneck.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
-}
-
-// percentile is the nearest-rank percentile of sorted samples (0 when empty), as bench/common.py's.
-func percentile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(q*float64(len(sorted))+0.5) - 1
-	if rank < 0 {
-		rank = 0
-	}
-	if rank >= len(sorted) {
-		rank = len(sorted) - 1
-	}
-	return sorted[rank]
 }
 
 func max64(a, b int64) int64 {
@@ -258,13 +228,13 @@ func consume(args []string) {
 		for _, m := range msgs {
 			deliveries++
 			if deliveries <= *failFirst {
-				emit(map[string]interface{}{"event": "retry_later", "msgId": m.MsgId, "body": string(m.Body),
+				loadstat.Emit(map[string]interface{}{"event": "retry_later", "msgId": m.MsgId, "body": string(m.Body),
 					"reconsumeTimes": m.ReconsumeTimes})
 				return consumer.ConsumeRetryLater, nil
 			}
 		}
 		for _, m := range msgs {
-			emit(map[string]interface{}{"event": "received", "msgId": m.MsgId, "body": string(m.Body),
+			loadstat.Emit(map[string]interface{}{"event": "received", "msgId": m.MsgId, "body": string(m.Body),
 				"queueId": m.Queue.QueueId, "queueOffset": m.QueueOffset, "reconsumeTimes": m.ReconsumeTimes,
 				"tags": m.GetTags(), "keys": m.GetKeys()})
 			seen[m.MsgId] = true
@@ -291,5 +261,5 @@ func consume(args []string) {
 	// that batch's offset, so Shutdown persists it and a restarted group resumes after it
 	time.Sleep(time.Second)
 	_ = c.Shutdown()
-	emit(map[string]interface{}{"event": "summary", "received": got})
+	loadstat.Emit(map[string]interface{}{"event": "summary", "received": got})
 }
