@@ -22,9 +22,7 @@ The log lines "dledger: link to X (addr) down: reason" and "... up" are read by 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import itertools
 import logging
 import ssl
 from collections import deque
@@ -36,7 +34,7 @@ from rocketscope.tls import TlsClientConfig
 
 from . import peer_wire as wire
 from .socket_writer import SocketWriter
-from .transport import to_pb
+from .transport import LinkTask, to_pb
 
 log = logging.getLogger(__name__)
 QUEUE_LIMIT = 4096
@@ -53,7 +51,7 @@ class LinkRefused(Exception):
     """The peer's Raft port answered our hello with a refusal (wrong group, secret)."""
 
 
-class PeerLink:
+class PeerLink(LinkTask):
     """The outbound connection to one peer.
 
     ``send`` only queues and, while connected, schedules one ``_flush`` on the loop (``call_soon``): every
@@ -76,15 +74,6 @@ class PeerLink:
         self._scheduled = False  # a _flush is on the loop
         self._draining: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dledger-link-{self.peer_id}")
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     def send(self, m: Message) -> None:
         q = self.queue
@@ -113,12 +102,13 @@ class PeerLink:
             frames = []
             entries = False
             while q:
-                entries = entries or any(m.entries for m in itertools.islice(q, BATCH_MESSAGES))
-                frames.append(self._frame(q))
+                frame, carries = self._frame(q)
+                frames.append(frame)
+                entries = entries or carries
             tw.write(frames[0] if len(frames) == 1 else b"".join(frames), direct=not entries)
             return
         while q:
-            transport.write(self._frame(q))
+            transport.write(self._frame(q)[0])
             if transport.get_write_buffer_size() > _DRAIN_ABOVE:
                 self._draining = asyncio.get_running_loop().create_task(self._drain(writer))
                 return
@@ -127,17 +117,21 @@ class PeerLink:
         """The writer thread made room: flush what queued meanwhile, on the loop."""
         loop.call_soon_threadsafe(self._flush)
 
-    def _frame(self, q: deque[Message]) -> bytes:
-        """One frame of the oldest queued messages: up to BATCH_MESSAGES, or BATCH_BYTES of entries."""
+    def _frame(self, q: deque[Message]) -> tuple[bytes, bool]:
+        """One frame of the oldest queued messages (up to BATCH_MESSAGES, or BATCH_BYTES of entries), and
+        whether any of them carries entries (the writer thread sends those; see ``SocketWriter.write``)."""
         batch = self.header()
         messages = batch.messages
         size = 0
+        carries = False
         while q and len(messages) < BATCH_MESSAGES and size < BATCH_BYTES:
             m = q.popleft()
-            for e in m.entries:
-                size += len(e.data)
+            if m.entries:
+                carries = True
+                for e in m.entries:
+                    size += len(e.data)
             messages.append(to_pb(m))
-        return wire.frame(batch.SerializeToString())
+        return wire.frame(batch.SerializeToString()), carries
 
     async def _drain(self, writer: asyncio.StreamWriter) -> None:
         try:

@@ -35,7 +35,7 @@ from google.protobuf.message import DecodeError
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.tls import TlsMode, TlsServerConfig
 
-from ..security.listener import TLS_RECORD_HANDSHAKE, accept_forever, host_port
+from ..security.listener import TLS_RECORD_HANDSHAKE, accept_forever, host_port, peek
 from ..security.tls_context import ReloadingSslContext
 from . import peer_wire as wire
 
@@ -232,7 +232,7 @@ class PeerPort:
             peer = host_port(str(addr[0]), int(addr[1]))
             use_tls = False
             if self.ssl_ctx is not None:
-                first = await _peek_byte(conn, self.hello_timeout_s)
+                first = await peek(conn, 1, loop.time() + self.hello_timeout_s)
                 if not first:
                     conn.close()
                     return
@@ -252,28 +252,3 @@ class PeerPort:
             log.info("%s port: connection from %s failed before its hello: %s", PORT_NAME, peer, exc)
             with contextlib.suppress(OSError):
                 conn.close()
-
-
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-async def _peek_byte(conn: socket.socket, timeout_s: float) -> bytes:
-    """The connection's first byte without consuming it (b'' when it closed); TimeoutError after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        try:
-            return conn.recv(1, socket.MSG_PEEK)
-        except BlockingIOError:
-            pass
-        left = deadline - loop.time()
-        if left <= 0:
-            raise TimeoutError("no byte before the timeout")
-        ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(conn.fileno(), _wake, ready)
-        try:
-            await asyncio.wait_for(ready, left)
-        finally:
-            loop.remove_reader(conn.fileno())

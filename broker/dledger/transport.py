@@ -57,7 +57,28 @@ class PeerServicer(dledger_pb2_grpc.DLedgerPeerServicer):
         return dledger_pb2.RaftAck()
 
 
-class PeerLink:
+class LinkTask:
+    """The background task of an outbound link to one peer (both transports' ``PeerLink``): ``start``
+    runs the subclass's ``_run`` (connect, send, reconnect with back-off) on the loop; ``stop`` cancels it
+    and waits, so the link's sockets or channel are closed when it returns."""
+
+    peer_id: str
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dledger-link-{self.peer_id}")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class PeerLink(LinkTask):
     """The outbound stream to one peer."""
 
     def __init__(self, peer_id: str, address: str, header: Callable[[], dledger_pb2.RaftBatch],
@@ -71,15 +92,6 @@ class PeerLink:
         self.dropped = 0
         self.connected = False
         self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dledger-link-{self.peer_id}")
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     def send(self, m: Message) -> None:
         if self.queue.qsize() >= QUEUE_LIMIT:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocketscope.tls import TlsMode
 
-from ..security.listener import TLS_RECORD_HANDSHAKE, accept_forever, peer_string, splice_to_local
+from ..security.listener import TLS_RECORD_HANDSHAKE, accept_forever, peek, peer_string, splice_to_local
 from ..security.tls_context import ReloadingSslContext
 
 if TYPE_CHECKING:  # server.py builds SniffingListener: a runtime import would be a circle
@@ -44,7 +44,6 @@ if TYPE_CHECKING:  # server.py builds SniffingListener: a runtime import would b
 log = logging.getLogger(__name__)
 _MAX_RECORD = 16384 + 2048  # a TLS record's plaintext limit plus the largest expansion TLS allows
 _HANDSHAKE_TIMEOUT_S = 10.0
-_PEEK_RETRY_S = 0.005  # a ClientHello split over segments: peek again shortly (loopback: practically never)
 
 
 def offers_h2(record: bytes) -> bool | None:
@@ -78,11 +77,6 @@ def offers_h2(record: bytes) -> bool | None:
         return False
     except (IndexError, struct.error):
         return None
-
-
-def _set_once(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 class SniffingListener:
@@ -136,30 +130,6 @@ class SniffingListener:
         assert self._sock is not None
         await accept_forever(self._sock, self._route, self._tasks, f"{self.remoting.name} on {self.address}")
 
-    async def _peek(self, conn: socket.socket, want: int, deadline: float) -> bytes:
-        """At least ``want`` bytes of the connection without consuming them (fewer only when it closed)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                data = conn.recv(want, socket.MSG_PEEK)
-            except BlockingIOError:
-                data = None
-            if data is not None and (len(data) >= want or not data):
-                return data
-            left = deadline - loop.time()
-            if left <= 0:
-                raise TimeoutError
-            if data is None:  # nothing yet: wait until readable
-                ready: asyncio.Future[None] = loop.create_future()
-                # the reader may fire again before this task runs, or after wait_for gave up: set the result once
-                loop.add_reader(conn.fileno(), _set_once, ready)
-                try:
-                    await asyncio.wait_for(ready, left)
-                finally:
-                    loop.remove_reader(conn.fileno())
-            else:
-                await asyncio.sleep(_PEEK_RETRY_S)
-
     async def _streams(self, conn: socket.socket, tls: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
@@ -178,14 +148,14 @@ class SniffingListener:
             addr = conn.getpeername()
             peer = f"{addr[0]}:{addr[1]}"
             deadline = loop.time() + self.remoting.idle_s
-            first = await self._peek(conn, 1, deadline)
+            first = await peek(conn, 1, deadline)
             if not first:
                 conn.close()
                 return
             if first[0] == TLS_RECORD_HANDSHAKE:
-                header = await self._peek(conn, 5, deadline)
+                header = await peek(conn, 5, deadline)
                 size = 5 + min(struct.unpack_from(">H", header, 3)[0], _MAX_RECORD) if len(header) == 5 else 0
-                record = await self._peek(conn, size, deadline) if size else header
+                record = await peek(conn, size, deadline) if size else header
                 if offers_h2(record) and self.grpc_tls_port:
                     await self._splice(conn, self.grpc_tls_port, addr)
                     return

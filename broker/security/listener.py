@@ -31,6 +31,7 @@ from rocketscope.tls import TlsMode, TlsServerConfig
 log = logging.getLogger(__name__)
 TLS_RECORD_HANDSHAKE = 0x16
 _CHUNK = 256 * 1024
+_PEEK_RETRY_S = 0.005  # a first record split over segments: peek again shortly (loopback: practically never)
 
 # internal-connection local port -> the real client peer ("ipv4:10.0.0.7:53422"); process-wide
 _PEERS: dict[int, str] = {}
@@ -150,6 +151,41 @@ async def accept_forever(sock: socket.socket, serve: Callable[[socket.socket], C
         task = loop.create_task(serve(conn))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+
+
+def _set_once(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def peek(conn: socket.socket, want: int, deadline: float) -> bytes:
+    """At least ``want`` bytes of a non-blocking ``conn`` without consuming them (fewer only when it closed).
+
+    The ports that choose TLS or plaintext by a connection's first bytes (remoting's sniffing port, DLedger's
+    Raft port in permissive mode) look before asyncio reads anything; TimeoutError once the loop's clock
+    passes ``deadline``.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            data: bytes | None = conn.recv(want, socket.MSG_PEEK)
+        except BlockingIOError:
+            data = None
+        if data is not None and (len(data) >= want or not data):
+            return data
+        left = deadline - loop.time()
+        if left <= 0:
+            raise TimeoutError("the connection sent too little before the timeout")
+        if data is None:  # nothing yet: wait until readable
+            ready: asyncio.Future[None] = loop.create_future()
+            # the reader may fire again before this task runs, or after wait_for gave up: set the result once
+            loop.add_reader(conn.fileno(), _set_once, ready)
+            try:
+                await asyncio.wait_for(ready, left)
+            finally:
+                loop.remove_reader(conn.fileno())
+        else:
+            await asyncio.sleep(_PEEK_RETRY_S)
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
