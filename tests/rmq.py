@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,13 +19,31 @@ from rocketmq import (
     PushConsumer,
     SimpleConsumer,
 )
+from rocketmq.v5.client.connection.rpc_client import RpcClient
 from rocketmq.v5.exception.client_exception import BadRequestException
 
 from rocketscope.trace.client_trace import close_client_metrics
 
 
-def config(endpoint: str) -> ClientConfiguration:
-    return ClientConfiguration(endpoint, Credentials())
+def give_this_thread_the_clients_loop() -> None:
+    """Make the client's I/O loop this thread's current event loop, as the client does when it builds a channel here.
+
+    Why: the client answers a route query through a concurrent future and adds its callback after sending; when the
+    answer is already there (a fast broker, a busy machine), the callback runs in the caller's thread, and the
+    callback opens the telemetry stream, which grpc.aio binds to that thread's current event loop. After any
+    asyncio.run() in the same thread there is none ("There is no current event loop in thread 'MainThread'"), the
+    stream is never made and the route update fails ("failed to fetch topic ... route"). A CI run of
+    tests/test_trace_instrument.py failed this way once. The client is used unchanged; this only restores the state
+    it expects.
+    """
+    RpcClient()  # starts the client's class-wide I/O loop thread if no client has yet
+    asyncio.set_event_loop(RpcClient.get_channel_io_loop())
+
+
+def config(endpoint: str, credentials: Credentials | None = None) -> ClientConfiguration:
+    """A client configuration, with this thread ready for the client's callbacks (give_this_thread_the_clients_loop)."""
+    give_this_thread_the_clients_loop()
+    return ClientConfiguration(endpoint, credentials or Credentials())
 
 
 def message(topic: str, body: bytes, tag: str | None = None, keys: list[str] | None = None,

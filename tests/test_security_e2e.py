@@ -25,7 +25,7 @@ import pytest
 import yaml
 from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, wait_until
 from conftest import free_port
-from rmq import drain, message
+from rmq import config, drain, message
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
@@ -79,7 +79,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClus
 
 
 def client_config(node: BrokerNode, ak: str, sk: str) -> ClientConfiguration:
-    return ClientConfiguration(node.endpoint, Credentials(ak, sk))
+    return config(node.endpoint, Credentials(ak, sk))
 
 
 def tls_channel(node: BrokerNode, port: int | None = None, with_cert: bool = False) -> grpc.Channel:
@@ -237,7 +237,7 @@ def test_permissive_broker_serves_tls_and_plaintext_clients(secure: tuple[LocalC
     c, _, _ = secure
     node = c.start_broker("broker-permissive", namesrvAddr="", **tls_conf(**{"tls.server.mode": "permissive"}))
     for tls in (True, False):
-        p = Producer(ClientConfiguration(node.endpoint, Credentials()), ("TopicMixed",), tls_enable=tls)
+        p = Producer(config(node.endpoint), ("TopicMixed",), tls_enable=tls)
         p.startup()
         try:
             assert p.send(message("TopicMixed", b"either")).message_id
