@@ -32,6 +32,7 @@ from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import Message
 from rocketscope.tls import TlsClientConfig
 
+from ..peer_frames.dial import LinkRefused, dial
 from . import peer_wire as wire
 from .socket_writer import SocketWriter
 from .transport import LinkTask, to_pb
@@ -47,8 +48,7 @@ THREAD_WRITER = True  # plain TCP sends in a thread per link (socket_writer.py);
 _DRAIN_ABOVE = 1 << 20  # wait for the socket once this much is buffered in the transport
 
 
-class LinkRefused(Exception):
-    """The peer's Raft port answered our hello with a refusal (wrong group, secret)."""
+__all__ = ["LinkRefused", "PeerLink"]
 
 
 class PeerLink(LinkTask):
@@ -184,24 +184,9 @@ class PeerLink(LinkTask):
             await asyncio.sleep(min(BACKOFF_MIN_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S))
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        host, _, port = self.address.rpartition(":")
-        host = host.strip("[]")
-        ctx = self.tls.ssl_client_context()
-        server_hostname = (self.tls.server_name_override or host) if ctx is not None else None
-        reader, writer = await asyncio.open_connection(host, int(port), ssl=ctx, server_hostname=server_hostname)
-        try:
-            head = self.header()
-            writer.write(wire.hello(head.group, head.sender, self.tls.peer_secret))
-            size = int.from_bytes(await reader.readexactly(4), "big")
-            if size > 1 << 16:
-                raise wire.WireError(f"the peer's hello reply claims {size} bytes: not the Raft peer protocol")
-            error = wire.parse_reply(await reader.readexactly(size))
-            if error:
-                raise LinkRefused(error)
-        except BaseException:
-            writer.transport.abort()
-            raise
-        return reader, writer
+        head = self.header()
+        return await dial(self.address, self.tls, wire.hello(head.group, head.sender, self.tls.peer_secret),
+                          wire.PROTOCOL)
 
 
 async def _closed(reader: asyncio.StreamReader) -> str:

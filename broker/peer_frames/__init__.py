@@ -1,0 +1,1 @@
+"""Framed peer ports over plain TCP or TLS, shared by DLedger's Raft port and Master/Slave replication."""
