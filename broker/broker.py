@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2_grpc, namesrv_pb2
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, namesrv_pb2
 from rocketscope.config import ConfigError, Settings
 from rocketscope.ha_events import ROLE_CHANGE, HaEvent
 from rocketscope.names import HA_EVENTS_TOPIC, TIMER_TOPIC, is_system_topic
@@ -34,6 +34,7 @@ from .groups import GroupManager
 from .grpc_options import server_options
 from .grpc_registration import add_messaging_service
 from .grpc_service import MessagingService
+from .ha import wire as ha_wire
 from .ha.event_log import HaEventLog
 from .ha.event_relay import SPOOL_NAME, EventRelay
 from .ha.master import ReplicationMaster
@@ -45,6 +46,7 @@ from .metrics import BrokerMetrics
 from .namesrv_client import NamesrvClient, NamesrvUnavailable
 from .offset_log import OffsetLog
 from .offsets import OffsetManager
+from .peer_frames.port import FramedPort
 from .pop import Delivery, PopService, request_id
 from .pop_log import PopStateLog
 from .pull import PullService
@@ -341,12 +343,14 @@ class Broker:
         # listenPort: internal gRPC and RocketMQ's remoting protocol on one port (docs/REMOTING.md)
         listener, self.remoting = bind_broker_port(self, self.admin_server, self.bind_host, s.listenPort, internal)
         self._listeners.append(listener)
-        self.ha_server = grpc.aio.server(interceptors=sec.peer_interceptors("HA"),
-                                         options=server_options(("grpc.max_send_message_length", 64 << 20)))
-        ha_pb2_grpc.add_ReplicationServicer_to_server(self.replication_master, self.ha_server)
-        self._listeners.append(bind_listener(self.ha_server, "haListenPort", self.ha_bind_host, self.ha_port,
-                                             internal))
-        self._servers = [self.client_server, self.admin_server, self.ha_server]
+        # haListenPort: Master/Slave replication as framed TCP (broker/ha/wire.py), TLS and internalPeerSecret
+        # enforced by the port (broker/peer_frames/port.py)
+        self.ha_listener = FramedPort("HA", ha_wire.MAGIC, ha_wire.PROTOCOL, None,
+                                      self.replication_master.open_session, who="slave", key="haListenPort",
+                                      secret=sec.client_tls.peer_secret, tls=internal)
+        self.ha_listener.bind(self.ha_bind_host, self.ha_port)
+        self._listeners.append(self.ha_listener)
+        self._servers = [self.client_server, self.admin_server]
         if self.dledger is not None:
             from .dledger.peer_port import PeerPort
 

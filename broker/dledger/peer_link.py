@@ -32,7 +32,7 @@ from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import Message
 from rocketscope.tls import TlsClientConfig
 
-from ..peer_frames.dial import LinkRefused, dial
+from ..peer_frames.dial import LinkRefused, dial, reason
 from . import peer_wire as wire
 from .socket_writer import SocketWriter
 from .transport import LinkTask, to_pb
@@ -167,7 +167,7 @@ class PeerLink(LinkTask):
                 if failures == 0:
                     if isinstance(exc, LinkRefused):
                         log.error("dledger: peer %s refused our messages: %s", self.peer_id, exc)
-                    log.warning("dledger: link to %s (%s) down: %s", self.peer_id, self.address, _reason(exc))
+                    log.warning("dledger: link to %s (%s) down: %s", self.peer_id, self.address, reason(exc))
                 failures += 1
             finally:
                 self.connected = False
@@ -196,10 +196,3 @@ async def _closed(reader: asyncio.StreamReader) -> str:
         return "the peer refused: " + data[5:].decode(errors="replace")
     return "closed by the peer" if not data else f"the peer sent {len(data)} unexpected bytes"
 
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "not reachable"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    return str(exc) or type(exc).__name__

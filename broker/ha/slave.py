@@ -2,8 +2,9 @@
 
 The slave learns the master's HA address from the name server (its registration result)
 or from ``haMasterAddress``, reports its log end, appends what the master streams at the
-same physical offsets, and reports again after each chunk.  It also copies the master's
-topic configs, consumer groups and consumer offsets every few seconds, so a slave
+same physical offsets, and reports its new end as soon as the chunks of one read are appended (one
+small frame over the framed TCP link of broker/ha/wire.py: a SYNC_MASTER send waits for exactly this).
+It also copies the master's topic configs, consumer groups and consumer offsets every few seconds, so a slave
 promoted by `rocketscope admin switchover` serves the same topics and resumes consumers
 where they were.
 """
@@ -14,13 +15,19 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2, ha_pb2_grpc
+from rocketscope.broker.protocol import admin_pb2_grpc, common_pb2, ha_pb2
+
+from ..peer_frames.dial import LinkRefused, dial, reason
+from ..peer_frames.wire import FrameDecoder, WireError, frame
+from . import wire
 
 if TYPE_CHECKING:
     from rocketscope.broker.groups import GroupManager
@@ -35,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 METADATA_SYNC_S = 3.0
 RECONNECT_CAP_S = 0.5
+CONNECT_TIMEOUT_S = 3.0  # connect, TLS handshake and the hello's answer together
+READ_BYTES = 1 << 20
 
 
 def reconnect_delay(failures: int) -> float:
@@ -127,11 +136,15 @@ class ReplicationSlave:
                 if self.before_session is not None:
                     await self.before_session(ha_addr)
                 await self._session(ha_addr)
-            except grpc.aio.AioRpcError as exc:
+            except grpc.aio.AioRpcError as exc:  # controller mode's epoch query (before_session)
                 if failures == 0:
                     log.warning("replication from master %s interrupted: %s", ha_addr, exc.code().name)
                 failures += 1
-            except ValueError as exc:  # offsets disagree: do not retry in a tight loop
+            except (OSError, TimeoutError, ssl.SSLError, asyncio.IncompleteReadError, WireError) as exc:
+                if failures == 0:
+                    log.warning("replication from master %s interrupted: %s", ha_addr, reason(exc))
+                failures += 1
+            except (ValueError, LinkRefused) as exc:  # offsets disagree, or no secret: no tight retry loop
                 log.error("replication from master %s refused: %s", ha_addr, exc)
                 failures += 1
             else:
@@ -141,25 +154,28 @@ class ReplicationSlave:
 
     async def _session(self, addr: str) -> None:
         b = self.broker
-        reports: asyncio.Queue[ha_pb2.SlaveReport | None] = asyncio.Queue()
+        tls = b.security.client_tls
+        greeting = wire.hello(b.broker_name, f"{b.broker_name}#{b.broker_id}", tls.peer_secret)
+        reader, writer = await asyncio.wait_for(dial(addr, tls, greeting, wire.PROTOCOL), CONNECT_TIMEOUT_S)
 
-        def report() -> ha_pb2.SlaveReport:
-            return ha_pb2.SlaveReport(cluster_name=b.cluster, broker_name=b.broker_name, broker_id=b.broker_id,
-                                      address=b.grpc_addr, max_offset=b.store.commit_log.max_offset)
+        def report() -> bytes:
+            return frame(ha_pb2.SlaveReport(cluster_name=b.cluster, broker_name=b.broker_name, broker_id=b.broker_id,
+                                            address=b.grpc_addr,
+                                            max_offset=b.store.commit_log.max_offset).SerializeToString())
 
-        async def requests() -> AsyncIterator[ha_pb2.SlaveReport]:
+        try:
+            writer.write(report())
+            decoder = FrameDecoder()
             while True:
-                item = await reports.get()
-                if item is None:
-                    return
-                yield item
-
-        await reports.put(report())
-        async with self.broker.security.client_tls.channel(addr) as channel:
-            stub = ha_pb2_grpc.ReplicationStub(channel)
-            call = stub.Stream(requests())
-            try:
-                async for chunk in call:
+                data = await reader.read(READ_BYTES)
+                if not data:
+                    raise ConnectionResetError("closed by the master")
+                payloads = decoder.feed(data)
+                for payload in payloads:
+                    try:
+                        chunk = ha_pb2.TransferChunk.FromString(payload)
+                    except DecodeError as exc:
+                        raise WireError(f"a frame of {len(payload)} bytes is not a TransferChunk: {exc}") from None
                     if chunk.error:
                         raise ValueError(chunk.error)
                     if not self.connected:
@@ -169,16 +185,14 @@ class ReplicationSlave:
                     self.last_chunk_at = time.time()
                     if chunk.data:
                         b.store.append_replicated(chunk.offset, chunk.data)
-                    # every chunk is answered, heartbeats too: the master takes a silent slave for gone
-                    # (haHousekeepingInterval) even while its TCP connection stays open
-                    await reports.put(report())
                     if self.follow_confirm:
                         b.store.advance_confirm_offset(chunk.confirm_offset)
-            finally:
-                # end the request generator before the call goes (a role change cancels this task): grpc
-                # otherwise closes it while it waits on the queue ("aclose(): ... already running")
-                reports.put_nowait(None)
-                call.cancel()
+                if payloads:
+                    # one report for what this read appended, answering heartbeats too: the master takes a
+                    # silent slave for gone (haHousekeepingInterval) even while its TCP connection stays open
+                    writer.write(report())
+        finally:
+            writer.transport.abort()
 
     async def _sync_metadata(self) -> None:
         while True:
@@ -223,3 +237,4 @@ class ReplicationSlave:
             offsets = await stub.ConsumerOffsets(common_pb2.Empty(), timeout=5, metadata=b.security.inner_metadata())
             for o in offsets.offsets:
                 b.offsets.commit(o.group, o.topic, o.queue_id, o.offset)
+

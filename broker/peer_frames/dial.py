@@ -41,3 +41,12 @@ async def dial(address: str, tls: TlsClientConfig, greeting: bytes, protocol: st
         writer.transport.abort()
         raise
     return reader, writer
+
+
+def reason(exc: BaseException) -> str:
+    """A link failure in the words of a log line ("connection refused", "not reachable", the refusal's text)."""
+    if isinstance(exc, TimeoutError):
+        return "not reachable"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    return str(exc) or type(exc).__name__
