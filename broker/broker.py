@@ -345,7 +345,7 @@ class Broker:
         self._listeners.append(listener)
         # haListenPort: Master/Slave replication as framed TCP (broker/ha/wire.py), TLS and internalPeerSecret
         # enforced by the port (broker/peer_frames/port.py)
-        self.ha_listener = FramedPort("HA", ha_wire.MAGIC, ha_wire.PROTOCOL, None,
+        self.ha_listener = FramedPort("HA", ha_wire.MAGIC, ha_wire.PROTOCOL, self.broker_name,
                                       self.replication_master.open_session, who="slave", key="haListenPort",
                                       secret=sec.client_tls.peer_secret, tls=internal)
         self.ha_listener.bind(self.ha_bind_host, self.ha_port)
