@@ -13,16 +13,17 @@ from __future__ import annotations
 import random
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 
 import cluster
 import grpc
 import pytest
-from cluster import LocalCluster, wait_until
+from cluster import LocalCluster, cluster_with_namesrv, wait_until
+from conftest import failed_call
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
+from test_e2e_master_slave import raw_send_to
 
 from rocketscope.broker.ha import wire as ha_wire
 from rocketscope.broker.peer_frames import wire
@@ -35,31 +36,13 @@ SEED = 20
 
 
 @pytest.fixture()
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("haport"))
-    try:
-        c.start_namesrv()
+def pair(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    with cluster_with_namesrv(tmp_path_factory.mktemp("haport"), lambda: failed_call(request)) as c:
         c.start_broker("master", brokerName="broker-h", brokerRole="SYNC_MASTER", internalPeerSecret=SECRET)
         c.start_broker("slave", brokerName="broker-h", brokerRole="SLAVE", brokerId=1, internalPeerSecret=SECRET)
         c.admin("updateTopic", "-b", c.brokers["master"].admin_addr, "-t", TOPIC, "-r", "1", "-w", "1")
         wait_until(lambda: cluster.ha_status(c.brokers["slave"].admin_addr)["connected"], what="slave replicating")
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
-
-
-def send(endpoint: str, body: bytes) -> pb.Status:
-    req = svc.SendMessageRequest()
-    m = req.messages.add(body=body)
-    m.topic.name = TOPIC
-    m.system_properties.message_id = uuid.uuid4().hex.upper()
-    m.system_properties.message_type = pb.NORMAL
-    with grpc.insecure_channel(endpoint) as ch:
-        return svc_grpc.MessagingServiceStub(ch).SendMessage(req, metadata=(("x-mq-client-id", "t"),),
-                                                             timeout=10).status
 
 
 def pull_bodies(endpoint: str) -> list[bytes]:
@@ -127,7 +110,7 @@ def test_ha_port_survives_bad_streams_and_refuses_outsiders(pair: LocalCluster) 
     def send_some(n: int, tag: str) -> None:
         for i in range(n):
             body = f"{tag}-{i}".encode()
-            assert send(master.endpoint, body).code == pb.OK  # SYNC_MASTER: the slave acknowledged it
+            assert raw_send_to(master.endpoint, TOPIC, body).code == pb.OK  # SYNC_MASTER: the slave acknowledged it
             sent.append(body)
 
     send_some(10, "before")

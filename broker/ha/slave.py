@@ -144,7 +144,11 @@ class ReplicationSlave:
                 if failures == 0:
                     log.warning("replication from master %s interrupted: %s", ha_addr, reason(exc))
                 failures += 1
-            except (ValueError, LinkRefused) as exc:  # offsets disagree, or no secret: no tight retry loop
+            except LinkRefused as exc:  # the HA port refused our hello (secret, group): said once per outage
+                if failures == 0:
+                    log.error("replication from master %s refused: %s", ha_addr, exc)
+                failures += 1
+            except ValueError as exc:  # offsets disagree: do not retry in a tight loop
                 log.error("replication from master %s refused: %s", ha_addr, exc)
                 failures += 1
             else:
