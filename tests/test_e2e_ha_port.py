@@ -2,7 +2,8 @@
 
 A SYNC_MASTER with internalPeerSecret and its slave.  Damaged, truncated and random byte streams are thrown
 at the master's HA port (each must be closed with one log line, never crash or stall the master); a
-"slave" with a wrong or no secret is refused before any commit-log byte leaves the master.  Ground truth
+"slave" with a wrong or no secret, and a slave broker with a wrong one, is refused before any commit-log
+byte leaves the master.  Ground truth
 afterwards: every message sent to the master (counted by its body) is read back from the slave's own
 queue, so the real slave kept replicating through all of it.  The in-process cases of the shared port
 (every kind of bad hello named, TLS) are tests/test_dledger_peer_port.py.
@@ -156,7 +157,12 @@ def test_ha_port_survives_bad_streams_and_refuses_outsiders(pair: LocalCluster) 
     assert any("does not belong to group broker-h" in ch.error for ch in chunks), chunks
     assert not any(ch.data for ch in chunks), "another group's slave was sent commit-log bytes"
 
+    # a real slave broker with a wrong secret: refused, it copies nothing while the real slave acks every send
+    intruder = c.start_broker("intruder", brokerName="broker-h", brokerRole="SLAVE", brokerId=2,
+                              internalPeerSecret="not-the-secret")
+    wait_until(lambda: "a wrong peer secret" in intruder.proc.log(), what="the intruder's refusal logged")
     send_some(10, "after")
+    assert cluster.ha_status(intruder.admin_addr)["maxOffset"] == 0, "a slave with a wrong secret copied the log"
     log = master.proc.log()
     assert "HA port: closing the connection" in log and "no peer secret" in log
     assert "Traceback" not in log, log[-4000:]
