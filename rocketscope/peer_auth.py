@@ -1,4 +1,4 @@
-"""A shared-secret peer check for the replication ports (HA, DLedger Raft, controller Raft).
+"""A shared-secret peer check for the replication ports (controller Raft; HA and DLedger Raft by their hello).
 
 Those ports carry commit-log bytes and Raft messages: a process that reaches one could read
 the whole log as a "slave" or append entries and votes as a "member".  Two checks keep an
@@ -10,8 +10,9 @@ outsider out, and they combine:
   ``x-rocketscope-peer-secret`` metadata of each call on those ports (the broker's and the
   controller's outbound channels add it), and the server interceptor answers any call without
   the right value with UNAUTHENTICATED, naming the missing or wrong secret, before the
-  handler runs.  DLedger's Raft port is not gRPC: it checks the same secret in its hello
-  frame with the same constant-time comparison and wording (broker/dledger/peer_port.py).
+  handler runs.  The HA port and DLedger's Raft port are not gRPC: they check the same secret
+  in their hello frame with the same constant-time comparison and wording
+  (broker/peer_frames/port.py).
   It needs no PKI; without TLS the secret crosses the network in clear, so on
   an untrusted network use it together with TLS (tls.server.mode=enforcing).
 
