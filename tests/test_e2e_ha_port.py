@@ -108,9 +108,9 @@ def test_ha_port_survives_bad_streams_and_refuses_outsiders(pair: LocalCluster) 
     ha = master.listen_port + 1
     sent: list[bytes] = []
 
-    def send_some(n: int, tag: str) -> None:
+    def send_some(n: int, tag: str, size: int = 0) -> None:
         for i in range(n):
-            body = f"{tag}-{i}".encode()
+            body = f"{tag}-{i}".encode().ljust(size, b".")
             assert raw_send_to(master.endpoint, TOPIC, body).code == pb.OK  # SYNC_MASTER: the slave acknowledged it
             sent.append(body)
 
@@ -161,7 +161,7 @@ def test_ha_port_survives_bad_streams_and_refuses_outsiders(pair: LocalCluster) 
     intruder = c.start_broker("intruder", brokerName="broker-h", brokerRole="SLAVE", brokerId=2,
                               internalPeerSecret="not-the-secret")
     wait_until(lambda: "a wrong peer secret" in intruder.proc.log(), what="the intruder's refusal logged")
-    send_some(10, "after")
+    send_some(12, "after", size=128 << 10)  # 1.5 MiB: above the 1 MiB a connection may buffer on the master
     assert cluster.ha_status(intruder.admin_addr)["maxOffset"] == 0, "a slave with a wrong secret copied the log"
     log = master.proc.log()
     assert "HA port: closing the connection" in log and "no peer secret" in log
@@ -171,3 +171,8 @@ def test_ha_port_survives_bad_streams_and_refuses_outsiders(pair: LocalCluster) 
     wait_until(lambda: cluster.ha_status(slave.admin_addr)["maxOffset"] >= master_end, what="slave caught up")
     # (the slave learns the topic with its metadata copy, every few seconds: until then it serves nothing)
     wait_until(lambda: pull_bodies(slave.endpoint) == sent, timeout=30, what="every sent body read from the slave")
+    # a slave that joins now copies the whole log from offset 0 in one burst of chunks (the master writes until
+    # the log's end or until the connection's buffer is full, then resumes as the slave reads): complete and in order
+    late = c.start_broker("late", brokerName="broker-h", brokerRole="SLAVE", brokerId=3, internalPeerSecret=SECRET)
+    wait_until(lambda: cluster.ha_status(late.admin_addr)["maxOffset"] >= master_end, what="the late slave caught up")
+    wait_until(lambda: pull_bodies(late.endpoint) == sent, timeout=30, what="every sent body read from the late slave")
