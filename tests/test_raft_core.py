@@ -1,7 +1,7 @@
 """Unit tests of the Raft core's individual rules, on a tiny synchronous in-memory cluster.
 
 The cluster delivers every message at once (unless a link is cut) and follows the Ready
-contract exactly: persist, then send, then apply, then advance.
+contract with an fsync that is instant: persist, send (early messages first), apply, advance.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from rocketscope.broker.raft import (
     RaftEvent,
     RaftNode,
     RaftSafetyError,
+    Ready,
     Role,
 )
-from rocketscope.broker.raft.config import FAULT_COMMIT_OLD_TERM
+from rocketscope.broker.raft.config import FAULT_COMMIT_OLD_TERM, FAULT_COUNT_UNSYNCED
 
 
 class Cluster:
@@ -59,7 +60,7 @@ class Cluster:
         while node.has_ready():
             rd = node.ready()
             self.storage[nid].save(rd.hard_state, rd.entries)
-            for m in rd.messages:
+            for m in rd.early_messages + rd.messages:
                 self.sent.append(m)
                 if (m.frm, m.to) not in self.blocked:
                     self.inbox.append(m)
@@ -266,6 +267,77 @@ def test_proposals_commit_at_a_majority_and_apply_everywhere_in_order() -> None:
     assert acks and acks[-1].index == idx[-1]
     commits = [e for e in c.events["n0"] if e.kind is EventKind.COMMIT_ADVANCED]
     assert commits[-1].index == idx[-1]
+
+
+def _leader_writes_unsynced(c: Cluster, data: bytes) -> tuple[RaftNode, Ready, int]:
+    """The leader's Ready with a new entry, written but not advanced (its fsync still running)."""
+    leader = c.nodes["n0"]
+    index = leader.propose(data)
+    rd = leader.ready()
+    c.storage["n0"].save(rd.hard_state, rd.entries)
+    return leader, rd, index
+
+
+def test_a_leader_sends_its_appends_before_its_fsync_and_votes_and_acks_wait() -> None:
+    c = Cluster(3, pre_vote=False)
+    c.elect("n0")
+    _, rd, index = _leader_writes_unsynced(c, b"x")
+    assert rd.must_sync and [e.index for e in rd.entries] == [index]
+    early = [(m.type, m.to, [e.index for e in m.entries]) for m in rd.early_messages]
+    assert early == [(MsgType.APP, "n1", [index]), (MsgType.APP, "n2", [index])]
+    assert not rd.messages
+    # a follower's acknowledgement promises its fsync: it never leaves early
+    c.nodes["n1"].step(rd.early_messages[0])
+    ack = c.nodes["n1"].ready()
+    assert ack.must_sync and not ack.early_messages
+    assert [(m.type, m.index) for m in ack.messages] == [(MsgType.APP_RESP, index)]
+    # a Ready that changes the term (a candidate's) sends nothing early either
+    c.nodes["n2"].campaign()
+    vote = c.nodes["n2"].ready()
+    assert vote.must_sync and vote.hard_state is not None and not vote.early_messages
+    assert {m.type for m in vote.messages} == {MsgType.VOTE}
+
+
+@pytest.mark.parametrize(("faults", "commits_early"), [(frozenset(), False),
+                                                       (frozenset({FAULT_COUNT_UNSYNCED}), True)])
+def test_a_leader_counts_its_own_entry_toward_the_commit_only_once_it_is_synced(
+        faults: frozenset[str], commits_early: bool) -> None:
+    c = Cluster(3, testing_faults=faults)
+    c.elect("n0")
+    leader, rd, index = _leader_writes_unsynced(c, b"x")
+    c.nodes["n1"].step(rd.early_messages[0])
+    c.drain("n1")  # n1 writes, syncs, acknowledges
+    ack, c.inbox = c.inbox, []
+    leader.step(ack[0])
+    # leader (unsynced) + n1 is no quorum of durable copies: a crash of n0 now could lose the entry
+    assert (leader.commit_index == index) is commits_early
+    leader.advance(rd)  # the fsync completed
+    assert leader.commit_index == index
+    assert leader.progress()["n0"][0] == index
+
+
+def test_an_entry_the_followers_synced_commits_without_the_leader_and_survives_its_crash() -> None:
+    c = Cluster(3)
+    c.elect("n0")
+    leader, rd, index = _leader_writes_unsynced(c, b"kept")
+    for m in rd.early_messages:
+        c.nodes[m.to].step(m)
+    c.drain("n1")
+    c.drain("n2")
+    acks, c.inbox = c.inbox, []
+    for m in acks:
+        leader.step(m)
+    assert leader.commit_index == index  # n1 + n2: a quorum of durable copies
+    # n0 crashes before its fsync: the entry is gone from its disk
+    lost = MemoryStorage([e for e in c.storage["n0"].all_entries() if e.index < index], c.storage["n0"].hard_state)
+    c.storage["n0"] = lost
+    c.restart("n0")
+    assert c.nodes["n0"].log.last_index() == index - 1
+    c.tick(40)
+    new = c.leaders()
+    assert len(new) == 1 and new[0] != "n0"
+    assert all(c.storage[n].entry(index).data == b"kept" for n in c.ids)
+    assert all(any(e.index == index and e.data == b"kept" for e in c.applied[n]) for n in ("n1", "n2"))
 
 
 def test_leader_commits_only_entries_of_its_own_term_by_counting_replicas() -> None:

@@ -2,9 +2,9 @@
 
 Three drivers with real asyncio timers and worker-thread fsyncs, over in-memory logs and an
 in-process network: a leader is elected, proposals are answered True once committed with
-their term and applied everywhere, no message leaves a member while its log holds writes a
-Ready asked to sync, and a deposed leader's open proposals are answered False.  The
-simulator (tests/test_raft_sim.py) runs the same driver under faults.
+their term and applied everywhere, a leader's appends leave while its own entries are still
+unsynced but no acknowledgement or vote leaves before its fsync, and a deposed leader's open
+proposals are answered False.  The simulator (tests/test_raft_sim.py) runs the same driver under faults.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from rocketscope.broker.raft import Entry, HardState, MemoryStorage, Message, RaftConfig, RaftNode, Role
+from rocketscope.broker.raft import Entry, HardState, MemoryStorage, Message, MsgType, RaftConfig, RaftNode, Role
 from rocketscope.broker.raft.aio import AsyncioClock, ThreadSyncer
 from rocketscope.broker.raft.driver import RaftDriver
 
@@ -20,26 +20,27 @@ IDS = ("a", "b", "c")
 
 
 class MemLog(MemoryStorage):
-    """A DurableLog in memory that knows whether a write asked to be synced is still unsynced."""
+    """A DurableLog in memory that knows whether entries, or a term or vote, are written but not yet synced."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.dirty = False
+        self.dirty_entries = False
+        self.dirty_vote = False
         self.syncs = 0
         self.sync_threads: set[str] = set()
 
     def append(self, entries: list[Entry]) -> None:  # type: ignore[override]
         super().append(entries)
-        self.dirty = True
+        self.dirty_entries = True
 
     def save_hard_state(self, hs: HardState, sync: bool) -> None:
         self.hard_state = hs
-        self.dirty = self.dirty or sync
+        self.dirty_vote = self.dirty_vote or sync
 
     def sync(self) -> None:
         self.syncs += 1
         self.sync_threads.add(threading.current_thread().name)
-        self.dirty = False
+        self.dirty_entries = self.dirty_vote = False
 
 
 class Net:
@@ -47,6 +48,7 @@ class Net:
         self.drivers: dict[str, RaftDriver] = {}
         self.logs: dict[str, MemLog] = {}
         self.violations: list[str] = []
+        self.early_appends = 0  # appends with entries that left while their sender's entries were unsynced
         self.cut: set[str] = set()
 
     def transport(self, node_id: str) -> Net._Port:
@@ -58,8 +60,14 @@ class Net:
 
         def send(self, m: Message) -> None:
             net = self.net
-            if net.logs[self.node_id].dirty:
-                net.violations.append(f"{self.node_id} sent {m.type.name} before its fsync")
+            log = net.logs[self.node_id]
+            if log.dirty_vote:
+                net.violations.append(f"{self.node_id} sent {m.type.name} before its term or vote was synced")
+            elif log.dirty_entries:
+                if m.type not in (MsgType.APP, MsgType.HEARTBEAT, MsgType.TIMEOUT_NOW):
+                    net.violations.append(f"{self.node_id} sent {m.type.name} before its entries were synced")
+                elif m.entries:
+                    net.early_appends += 1
             if m.frm in net.cut or m.to in net.cut:
                 return
             asyncio.get_running_loop().call_soon(lambda: net.drivers[m.to].step(m) if m.to in net.drivers else None)
@@ -109,6 +117,7 @@ def test_three_drivers_elect_commit_and_answer_by_term() -> None:
         assert sorted(answers) == [(i, True) for i in range(5)]
         assert all(v == datas for v in applied.values())
         assert not net.violations, net.violations[:5]
+        assert net.early_appends > 0  # the leader's appends left while its own fsync was pending
         assert all(log.syncs > 0 for log in net.logs.values())
         assert all(t != threading.main_thread().name for log in net.logs.values() for t in log.sync_threads)
 

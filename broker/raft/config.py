@@ -18,7 +18,10 @@ from rocketscope.config import ConfigError
 FAULT_COMMIT_OLD_TERM = "commit_old_term"  # commit by counting replicas, ignoring the term rule
 FAULT_FORGET_VOTE = "forget_vote"  # hard state written without the vote
 FAULT_SKIP_LOG_CHECK = "skip_log_check"  # grant votes without the up-to-date log check
-TESTING_FAULTS = frozenset({FAULT_COMMIT_OLD_TERM, FAULT_FORGET_VOTE, FAULT_SKIP_LOG_CHECK})
+# a leader counts its own entries toward the commit quorum when written, before its fsync (its
+# appends leave before that fsync: ready.py's early_messages)
+FAULT_COUNT_UNSYNCED = "count_unsynced"
+TESTING_FAULTS = frozenset({FAULT_COMMIT_OLD_TERM, FAULT_COUNT_UNSYNCED, FAULT_FORGET_VOTE, FAULT_SKIP_LOG_CHECK})
 
 
 class RaftConfigError(ConfigError):

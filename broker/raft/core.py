@@ -15,7 +15,10 @@ Rules implemented here, with the reason for each:
 - a new leader appends a no-op and only ever commits entries of its own term by counting
   replicas (Raft section 5.4.2: older entries commit indirectly);
 - term, vote and entries leave through the Ready and the messages that depend on them
-  may only be sent after they are durable (see ready.py);
+  may only be sent after they are durable (see ready.py); a leader's appends and
+  heartbeats depend only on its term, so they leave before its own entries are synced
+  (its disk and the followers' sync in parallel), and the leader counts itself toward a
+  commit quorum only up to what ``advance`` reports durable (``_self_durable``);
 - leadership transfer: the leader stops taking proposals, catches the target up, then
   sends TimeoutNow; the transfer is abandoned after ``transfer_timeout`` ticks.
 """
@@ -24,7 +27,13 @@ from __future__ import annotations
 
 import random
 
-from .config import FAULT_COMMIT_OLD_TERM, FAULT_FORGET_VOTE, FAULT_SKIP_LOG_CHECK, RaftConfig
+from .config import (
+    FAULT_COMMIT_OLD_TERM,
+    FAULT_COUNT_UNSYNCED,
+    FAULT_FORGET_VOTE,
+    FAULT_SKIP_LOG_CHECK,
+    RaftConfig,
+)
 from .log import RaftLog, RaftSafetyError
 from .messages import Entry, EntryKind, HardState, Message, MsgType, Role, SoftState
 from .progress import Progress, ProgressState
@@ -49,6 +58,10 @@ _CANDIDATE = Role.CANDIDATE
 _PRE_CANDIDATE = Role.PRE_CANDIDATE
 
 _REPLICATE = ProgressState.REPLICATE
+
+# What a leader sends that promises nothing about its own log's durability, only about its
+# term: these may leave before the fsync of the Ready's entries (ready.py, Ready.early_messages).
+_EARLY = frozenset({_APP, _HEARTBEAT, _TIMEOUT_NOW})
 
 # Pending broadcast levels, flushed when the Ready is built so that many proposals
 # between two Readies travel in one append per follower.
@@ -121,6 +134,7 @@ class RaftNode:
         self._fault_commit_old_term = FAULT_COMMIT_OLD_TERM in faults
         self._fault_forget_vote = FAULT_FORGET_VOTE in faults
         self._fault_skip_log_check = FAULT_SKIP_LOG_CHECK in faults
+        self._fault_count_unsynced = FAULT_COUNT_UNSYNCED in faults
         self._reset(self.term)
 
     def __repr__(self) -> str:
@@ -183,11 +197,12 @@ class RaftNode:
         term = self.term
         normal = EntryKind.NORMAL
         log.append([Entry(first + i, term, normal, d) for i, d in enumerate(datas)])
-        self._prs[self.id].match = log.last_index()
+        if self._fault_count_unsynced:
+            self._prs[self.id].match = log.last_index()
+            if self._quorum == 1:
+                self._maybe_commit()
         if self._bcast < _BCAST_ENTRIES:
             self._bcast = _BCAST_ENTRIES
-        if self._quorum == 1:
-            self._maybe_commit()
         return first
 
     def most_caught_up_peer(self) -> str | None:
@@ -286,8 +301,13 @@ class RaftNode:
         if self.lead != self._prev_ss.leader or self.role is not self._prev_ss.role:
             rd.soft_state = SoftState(self.lead, self.role)
         if self._msgs:
-            rd.messages = self._msgs
-            self._msgs = []
+            msgs, self._msgs = self._msgs, []
+            if rd.must_sync and not (self.term != prev.term or vote != prev.vote):
+                # Only the entries need the fsync: what depends on the term alone may leave first.
+                rd.early_messages = [m for m in msgs if m.type in _EARLY]
+                rd.messages = [m for m in msgs if m.type not in _EARLY] if rd.early_messages else msgs
+            else:
+                rd.messages = msgs
         if self._acks:
             for peer, match in self._acks.items():
                 self._events.append(RaftEvent(EventKind.REPLICA_ACK, self.term, index=match, peer=peer))
@@ -309,6 +329,8 @@ class RaftNode:
             self._prev_ss = rd.soft_state
         if rd.entries:
             self.log.stable_entries(rd.entries)
+            if self.role is _LEADER:
+                self._self_durable()
         if rd.committed_entries:
             self.log.applied = rd.committed_entries[-1].index
         self._outstanding = False
@@ -367,7 +389,8 @@ class RaftNode:
         mine.recent_active = True
         # The no-op lets this term commit, which commits every earlier entry with it.
         log.append([Entry(nxt, self.term, EntryKind.NOOP, b"")])
-        mine.match = nxt
+        # This member counts toward a quorum only with what it has made durable (advance()).
+        mine.match = nxt if self._fault_count_unsynced else log.offset - 1
         mine.next = nxt + 1
         self._preferred_elapsed = 0
         self._event(EventKind.ELECTION_WON)
@@ -566,6 +589,20 @@ class RaftNode:
         target = self.lead_transferee
         self.lead_transferee = None
         self._event(EventKind.TRANSFER_ABORTED, peer=target or "", reason=reason)
+
+    def _self_durable(self) -> None:
+        """The leader's own entries up to ``log.offset - 1`` are durable: count them toward the quorum now.
+
+        Its appends left before its fsync (ready.py), so followers may have acknowledged these
+        entries already; until now the commit needed a quorum of followers alone.  A leader's log
+        only grows, so everything below the unstable tail is its own, synced, log.
+        """
+        mine = self._prs[self.id]
+        durable = self.log.offset - 1
+        if durable > mine.match:
+            mine.match = durable
+            if self._maybe_commit():
+                self._bcast = _BCAST_COMMIT
 
     def _maybe_commit(self) -> bool:
         matches = sorted((pr.match for pr in self._prs.values()), reverse=True)

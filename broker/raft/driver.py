@@ -16,11 +16,14 @@ the simulator (tests/sim/node.py) all run this class; they differ only in what t
 Like the core it has no asyncio and no threads of its own: everything happens in callbacks
 the clock and the syncer schedule, so the simulator runs it deterministically from a seed.
 
-The Ready contract (broker/raft/ready.py), in one place: write entries and hard state, fsync
-when the Ready says so, only then send its messages, then apply committed entries, answer
-proposals and advance.  A proposal is answered True only if the committed entry at its index
-carries the term it was proposed in; a leader that steps down answers all its open proposals
-False at once (a later leader may commit other entries at those indexes).
+The Ready contract (broker/raft/ready.py), in one place: write entries and hard state, send
+the Ready's early messages (a leader's appends and heartbeats: its followers write and fsync
+while it fsyncs), fsync when the Ready says so, only then send its other messages (votes,
+append acknowledgements), apply committed entries, answer proposals and advance (which lets
+the leader count its own synced entries toward the commit).  A proposal is answered True only
+if the committed entry at its index carries the term it was proposed in; a leader that steps
+down answers all its open proposals False at once (a later leader may commit other entries at
+those indexes).
 """
 
 from __future__ import annotations
@@ -218,7 +221,9 @@ class RaftDriver:
 
     # ------------------------------------------------------------------ ready
     def pump(self) -> None:
-        """Write every available Ready; stop at one whose fsync is running (its ``done`` resumes)."""
+        """Write every available Ready and send its early messages; stop at one whose fsync is running
+        (its ``done`` resumes).  One Ready at a time: the next one's leader appends may carry a
+        commit index that counts this one's entries, which only its fsync allows."""
         if self._pumping:
             return
         node = self.node
@@ -233,6 +238,10 @@ class RaftDriver:
                     log.exception("raft %s: writing a Ready failed; this member stops", node.id)
                     self.stop("the Raft log could not be written")
                     raise
+                if rd.early_messages:
+                    send = self.transport.send
+                    for m in rd.early_messages:
+                        send(m)
                 self.syncing = rd
                 # the syncer may call back at once (no fsync needed, or a synchronous one): _synced finishes
                 self.syncer(self.log.sync if rd.must_sync else None, lambda rd=rd: self._synced(rd))  # type: ignore[misc]
@@ -263,7 +272,7 @@ class RaftDriver:
             self.observer.written(rd)
 
     def _finish(self, rd: Ready) -> None:
-        """After the fsync: send, publish the role, apply, answer proposals, publish events, advance."""
+        """After the fsync: send the rest, publish the role, apply, answer proposals, publish events, advance."""
         try:
             if not self.running:
                 return

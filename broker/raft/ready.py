@@ -4,11 +4,19 @@ Contract, per Ready, in this order:
 
 1. persist ``entries`` (first discarding stored entries at or after ``entries[0].index``;
    ``truncate_from`` is set when that discards anything) and ``hard_state`` if not None,
-   and make them durable (fsync);
-2. only then send ``messages``: a vote or an append acknowledgement promises that the
-   state behind it survives a crash;
-3. apply ``committed_entries`` in order (they may include entries of step 1);
-4. call ``RaftNode.advance(ready)`` before asking for the next Ready.
+   and make them durable (fsync) when ``must_sync`` says so;
+2. send ``early_messages`` once step 1's writes are issued, without waiting for the fsync:
+   a leader's appends, heartbeats and TimeoutNow, which promise only the leader's term
+   (durable since the Ready that changed it; ``early_messages`` is empty when this Ready
+   changes term or vote).  The leader's disk and its followers' disks then sync in parallel.
+   Safe because a commit needs a quorum of *durable* copies: the leader counts its own
+   entries only from ``advance`` on (core.py ``_self_durable``), so an entry it loses in a
+   crash before its fsync is committed only if a quorum of followers synced it;
+3. after the fsync, send ``messages``: a vote or an append acknowledgement promises that
+   the state behind it survives a crash;
+4. apply ``committed_entries`` in order (they may include entries of step 1);
+5. call ``RaftNode.advance(ready)`` before asking for the next Ready: it tells the core
+   that step 1 is durable.
 
 ``events`` and ``soft_state`` are observations only (role, leader, elections, commit,
 truncation, per-follower progress); they can be published at any time.
@@ -66,6 +74,8 @@ class Ready:
     entries: list[Entry] = field(default_factory=list)
     truncate_from: int | None = None
     messages: list[Message] = field(default_factory=list)
+    # A leader's messages that may leave before step 1's fsync (see the contract above).
+    early_messages: list[Message] = field(default_factory=list)
     committed_entries: list[Entry] = field(default_factory=list)
     soft_state: SoftState | None = None
     events: list[RaftEvent] = field(default_factory=list)
