@@ -6,7 +6,8 @@
   whole prefix before it, so checking each write is enough;
 - leader completeness: a node that wins term T holds every entry committed in a term before T;
 - state-machine safety: an index reported committed by any node never changes (a global
-  map of committed entries) and a stored committed entry is never truncated;
+  map of committed entries) and a stored committed entry is never truncated; a node that
+  crashes reports what its core had decided committed, handed out or not (``crashing``);
 - acknowledged writes: a proposal the driver answers as committed is the entry the cluster
   committed at its index (broker/raft/driver.py answers by term; the data must match).
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rocketscope.broker.raft import EventKind, MemoryStorage, Ready
+from rocketscope.broker.raft import Entry, EventKind, MemoryStorage, Ready
 
 if TYPE_CHECKING:
     from .node import SimNode
@@ -67,10 +68,35 @@ class Checker:
                 prev_term = e.term
 
     def after_ready(self, node: SimNode, rd: Ready) -> None:
+        self._committed(node, rd.committed_entries)
+        for ev in rd.events:
+            if ev.kind is EventKind.ELECTION_WON:
+                self.elections += 1
+                other = self.leaders.get(ev.term)
+                if other is not None and other != node.id:
+                    raise InvariantViolation(f"election safety: {node.id} and {other} both won term {ev.term}")
+                self.leaders[ev.term] = node.id
+                self.check_complete(node, f"leader completeness: new leader {node.id} of term {ev.term}",
+                                    before_term=ev.term)
+
+    def crashing(self, node: SimNode) -> None:
+        """``node`` dies: what its core had decided committed but not yet handed out counts as committed too.
+
+        A commit decision is Raft's, not the driver's: the driver only delays when the node tells
+        anyone.  So a leader that counted entries a crash erases (its own unsynced ones) is caught
+        here, however the driver orders its sends.
+        """
+        raft = node.raft
+        if raft is None or raft.log.committed <= raft.log.applying:
+            return
+        log = raft.log
+        self._committed(node, log.entries(log.applying + 1, log.committed + 1, 1 << 62))
+
+    def _committed(self, node: SimNode, entries: list[Entry]) -> None:
         committed = self.committed
         commit_term = self.commit_term
         term = node.raft.term if node.raft is not None else 0
-        for e in rd.committed_entries:
+        for e in entries:
             c = committed.get(e.index)
             if c is None:
                 committed[e.index] = (e.term, e.data)
@@ -84,15 +110,6 @@ class Checker:
                 raise InvariantViolation(
                     f"state-machine safety: {node.id} reports entry {e.index} committed as (term {e.term}, "
                     f"{e.data!r}) but it was committed as (term {c[0]}, {c[1]!r})")
-        for ev in rd.events:
-            if ev.kind is EventKind.ELECTION_WON:
-                self.elections += 1
-                other = self.leaders.get(ev.term)
-                if other is not None and other != node.id:
-                    raise InvariantViolation(f"election safety: {node.id} and {other} both won term {ev.term}")
-                self.leaders[ev.term] = node.id
-                self.check_complete(node, f"leader completeness: new leader {node.id} of term {ev.term}",
-                                    before_term=ev.term)
 
     def acknowledged(self, node_id: str, index: int, data: bytes) -> None:
         """A driver answered a proposal as committed: the cluster must have committed exactly it there."""

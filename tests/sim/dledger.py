@@ -167,6 +167,7 @@ class DLedgerSimNode(DeferredSync):
             self.driver.stop("crash")
         self.clock = None
         self.pending_sync = None
+        self.early_unsynced = False
         self.written = []
         self._close()
         mode = ("torn" if self.rng.random() < 0.5 else "lose") if lose_unsynced else "keep"

@@ -78,6 +78,9 @@ class DeferredSync:
     until the scenario completes it (``finish_sync``) or a crash drops it."""
 
     pending_sync: tuple[Callable[[], None] | None, Callable[[], None]] | None = None
+    # the pending Ready sent appends with entries before its fsync (ready.py early_messages): the scenario's
+    # pipeline profile crashes leaders in that window
+    early_unsynced = False
 
     def _defer_sync(self, fn: Callable[[], None] | None, done: Callable[[], None]) -> None:
         """Every Ready waits here, fsync or not: the process may stall or die between a write and its send."""
@@ -88,6 +91,7 @@ class DeferredSync:
         pending = self.pending_sync
         assert pending is not None
         self.pending_sync = None
+        self.early_unsynced = False
         fn, done = pending
         if fn is not None:
             fn()
@@ -159,6 +163,7 @@ class SimNode(DeferredSync):
         self.driver = None
         self.clock = None
         self.pending_sync = None
+        self.early_unsynced = False
         self.written = []
         self.lost_unsynced = self.log.crash(lose_unsynced)
         return self.lost_unsynced

@@ -6,6 +6,7 @@
     .venv/bin/python tests/sim/run.py --replay 1234 -vv         # ... and every message
     .venv/bin/python tests/sim/run.py --seeds 0-500 --bug commit_old_term   # prove it finds a bug
     .venv/bin/python tests/sim/run.py --seeds 0-500 --profile dledger     # DLedger's log files, simulated disk
+    .venv/bin/python tests/sim/run.py --seeds 0-1500 --profile pipeline  # leaders crash between send and fsync
 
 A range ``A-B`` runs seeds A <= seed < B.  Exit status 1 when any seed fails; each
 failure prints its replay command.
@@ -43,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bug", action="append", default=[], choices=sorted(TESTING_FAULTS),
                         help="enable a deliberate core bug (test-only switch) to check the simulator finds it")
     parser.add_argument("--profile", default="mixed", choices=PROFILES,
-                        help="fault profile: mixed (default), chaos (every seed crashes and partitions hard) or "
-                             "dledger (mixed, on DLedger's real log files on a simulated disk)")
+                        help="fault profile: mixed (default), chaos (every seed crashes and partitions hard), "
+                             "dledger (mixed, on DLedger's real log files on a simulated disk) or pipeline "
+                             "(mixed, plus leaders crashing after their appends left and before their fsync)")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failing seed")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly

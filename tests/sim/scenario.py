@@ -33,8 +33,10 @@ from .node import SimNode
 ROUNDS = 3
 FAULT_TICKS = 140
 # mixed: a quarter of the seeds are chaos; chaos: all of them; dledger: mixed, on DLedger's real log files
-# (tests/sim/dledger.py) on a simulated disk
-PROFILES = ("mixed", "chaos", "dledger")
+# (tests/sim/dledger.py) on a simulated disk; pipeline: mixed, plus leaders that crash after their appends left
+# and before their own fsync completed (the window broker/raft/ready.py's early_messages opens), with slow
+# leader disks so that the followers' acknowledgements arrive first
+PROFILES = ("mixed", "chaos", "dledger", "pipeline")
 LIVENESS_TICKS = 150  # after the heal: a leader and a committed proposal on every node within this (+ backlog)
 
 
@@ -65,6 +67,10 @@ class SimStats:
     messages: int
     crashes: int
     liveness_ticks: int
+    # leaders crashed while entries whose appends had left were unsynced on their own disk; of those, the ones
+    # whose core had already committed such an entry on the followers' acknowledgements alone
+    window_crashes: int = 0
+    window_commits: int = 0
 
 
 class Simulation:
@@ -110,6 +116,16 @@ class Simulation:
         max_inflight = rng.choice((1, 2, 8))
         # Timing: the recommended one, a narrow randomization (more split votes), a twitchy one.
         heartbeat, et_min, et_max = rng.choice(((2, 6, 12), (2, 6, 7), (1, 3, 5)))
+        # pipeline profile: chance per round that a leader whose early appends are unsynced dies in that window,
+        # and the chance per round that its fsync completes (followers' disks keep p_sync_now)
+        self.p_window = 0.0
+        self.p_leader_sync = self.p_sync_now
+        if profile == "pipeline":
+            self.p_window = rng.choice((0.05, 0.15, 0.3))
+            self.p_leader_sync = rng.choice((0.15, 0.4))
+            self.p_lose = rng.choice((0.5, 1.0))
+        self.window_crashes = 0
+        self.window_commits = 0
         self.nodes: dict[str, SimNode] = {}  # or tests/sim/dledger.py's DLedgerSimNode, the same interface
         self.tmp: Path | None = None
         for nid in self.ids:
@@ -142,7 +158,8 @@ class Simulation:
                    f"crash={self.p_crash} moment={self.p_moment} bounce={self.p_bounce} lose={self.p_lose} "
                    f"pause={self.p_pause} partition={self.p_partition} drop={self.net.drop_p} "
                    f"dup={self.net.dup_p} delay={self.net.delay_p}x{self.net.max_delay} reorder={self.net.reorder} "
-                   f"sync_now={self.p_sync_now} lazy_commit={self.lazy_commit}")
+                   f"sync_now={self.p_sync_now} lazy_commit={self.lazy_commit}"
+                   + (f" window={self.p_window} leader_sync={self.p_leader_sync}" if self.p_window else ""))
         for node in self.nodes.values():
             self.start(node, rng.getrandbits(32))
 
@@ -183,7 +200,7 @@ class Simulation:
             raise SimulationFailure(self.seed, f"at tick {self.now}: core raised {where}",
                                     replay_command(self.seed, self.bugs, self.profile)) from exc
         return SimStats(self.seed, len(self.ids), self.now, self.checker.elections, self.checker.max_committed,
-                        self.net.sent, self.crashes, self.liveness_ticks)
+                        self.net.sent, self.crashes, self.liveness_ticks, self.window_crashes, self.window_commits)
 
     def tick(self, faults: bool) -> None:
         self.now += 1
@@ -216,7 +233,14 @@ class Simulation:
             if not node.up or node.paused_until > self.now:
                 continue
             if node.pending_sync is not None:
-                if rng.random() < self.p_sync_now:
+                if self.p_window and node.early_unsynced:
+                    if rng.random() < self.p_window:
+                        self.crash_in_window(node)
+                        continue
+                    if rng.random() >= self.p_leader_sync:
+                        continue
+                    node.finish_sync()
+                elif rng.random() < self.p_sync_now:
                     node.finish_sync()
                 else:
                     continue
@@ -230,6 +254,8 @@ class Simulation:
             node.written = []
             if self.p_moment and self.interesting(rd) and rng.random() < self.p_moment:
                 self.crash_at_moment(node)
+            elif self.p_window and node.early_unsynced:
+                pass  # its fsync waits for a later round (p_leader_sync), or a crash in the window
             elif rng.random() < self.p_sync_now:
                 node.finish_sync()
 
@@ -237,6 +263,7 @@ class Simulation:
         """The driver wrote ``rd`` (its fsync may be pending): check it and remember it for crash moments."""
         self.checker.after_ready(node, rd)
         node.written.append(rd)
+        node.early_unsynced = rd.must_sync and any(m.entries for m in rd.early_messages)
         if self.verbose:
             for ev in rd.events:
                 self.trace(f"{node.id} {_fmt_event(ev)}")
@@ -258,12 +285,34 @@ class Simulation:
         if synced and node.pending_sync is not None:
             node.finish_sync()
         lose = rng.random() < self.p_lose
-        self.crashes += 1
         self.trace(f"CRASH {node.id} {'after' if synced else 'before'} syncing an interesting Ready"
                    f"{' (losing unsynced writes)' if lose else ''}")
-        node.crash(lose)
+        self.crash(node, lose)
         if rng.random() < self.p_bounce:
             self.restart(node)
+
+    def crash_in_window(self, node: SimNode) -> None:
+        """A leader dies after its appends left and before its own fsync of them completed."""
+        rng = self.rng
+        raft = node.raft
+        assert raft is not None
+        self.window_crashes += 1
+        lost_committed = raft.is_leader and raft.log.committed >= raft.log.offset
+        if lost_committed:
+            self.window_commits += 1
+        lose = rng.random() < self.p_lose
+        self.trace(f"CRASH {node.id} with sent, unsynced entries {raft.log.offset}..{raft.log.last_index()} "
+                   f"(commit {raft.log.committed}{', on the followers alone' if lost_committed else ''})"
+                   f"{' losing them' if lose else ''}")
+        self.crash(node, lose)
+        if rng.random() < self.p_bounce:
+            self.restart(node)
+
+    def crash(self, node: SimNode, lose: bool) -> None:
+        """Every crash: the checker takes the core's commit decisions first (checker.py ``crashing``)."""
+        self.crashes += 1
+        self.checker.crashing(node)
+        node.crash(lose)
 
     # ------------------------------------------------------------------ faults and clients
     def random_actions(self) -> None:
@@ -278,10 +327,9 @@ class Simulation:
                 leader = self.leader()
                 node = leader if leader is not None and rng.random() < 0.5 else rng.choice(up)
                 lose = rng.random() < self.p_lose
-                self.crashes += 1
                 self.trace(f"CRASH {node.id} ({'losing' if lose else 'keeping'} unsynced writes"
                            f"{', has some' if node.has_unsynced else ''})")
-                node.crash(lose)
+                self.crash(node, lose)
                 if rng.random() < self.p_bounce:
                     self.restart(node)
         for node in self.nodes.values():
@@ -389,6 +437,7 @@ class Simulation:
         self.p_tick_skip = 0.0
         self.p_moment = 0.0
         self.p_pause = 0.0
+        self.p_window = 0.0
         for node in self.nodes.values():
             node.paused_until = 0
         for node in self.nodes.values():
