@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
+from sim.disk import SimDisk, intercept
 from sim.dledger import SEGMENT, store_config
 from sim.scenario import SimulationFailure, run_seed
 
@@ -24,6 +26,7 @@ from rocketscope.broker.raft import Entry, EntryKind, HardState
 from rocketscope.broker.raft.hard_state_file import HardStateFile
 from rocketscope.broker.store.message_store import MessageStore
 from rocketscope.broker.store.record import StoredMessage
+from rocketscope.broker.store.segments import SegmentedLog
 
 
 def _seeds() -> range:
@@ -127,3 +130,22 @@ def test_a_lazy_commit_write_never_replaces_term_and_vote(monkeypatch: pytest.Mo
     with pytest.raises(SimulationFailure) as exc:
         run_seed(1847, profile="dledger")
     assert "election safety" in exc.value.what
+
+
+def test_a_truncation_is_durable_after_the_next_sync_even_when_nothing_is_written_after_it(tmp_path: Path) -> None:
+    """Seed 1744 of 0-2000 (session 18): a follower truncated a divergent tail, wrote a no-op (no bytes) and
+    synced, but the sync skipped the segment (no bytes past the synced offset), so the truncation was not
+    durable; the next entry's record at the same offset was lost in a power cut, the cut-off record (same
+    size, other data) came back, and the torn index's new entry pointed at it: one index, two committed
+    payloads.  ``SegmentedLog.sync`` now fdatasyncs every segment shortened since the last sync."""
+    disk = SimDisk(tmp_path, random.Random(1))
+    with intercept([disk]):
+        seg_log = SegmentedLog(tmp_path / "log", 1024)
+        seg_log.append(b"a" * 100)
+        seg_log.sync()
+        seg_log.truncate(40)
+        seg_log.sync()
+        seg_log.close()
+        disk.crash("lose")  # each file as of its last fsync
+    path = tmp_path / "log" / f"{0:020d}"
+    assert path.read_bytes() == b"a" * 40

@@ -46,6 +46,9 @@ class SegmentedLog:
         self.segment_size = segment_size
         self.segments: list[Segment] = []
         self._synced = 0
+        # segments shortened since the last sync: their new length is not durable until fdatasync'ed, and
+        # until then a power cut may bring back the bytes cut off (which a later write may not cover)
+        self._shrunk: list[Segment] = []
         self._log_level = logging.DEBUG if quiet else logging.INFO
         self.directory.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -150,17 +153,20 @@ class SegmentedLog:
         if keep < seg.length:
             os.ftruncate(seg.fd, keep)
             seg.length = keep
+            if not any(s is seg for s in self._shrunk):
+                self._shrunk.append(seg)
         self._synced = min(self._synced, self.max_offset)
 
     def sync(self) -> int:
-        """fdatasync every segment holding unsynced bytes; return the synced offset.
+        """fdatasync every segment holding unsynced bytes or a truncation; return the synced offset.
 
         Safe to call from a worker thread while the event loop appends: the returned
         offset is the end of the log as it was when the sync started.
         """
         target = self.max_offset
+        shrunk, self._shrunk = self._shrunk, []
         for seg in list(self.segments):
-            if seg.end > self._synced and seg.start < target:
+            if (seg.end > self._synced and seg.start < target) or any(s is seg for s in shrunk):
                 os.fdatasync(seg.fd)
         self._synced = max(self._synced, target)
         return target
