@@ -31,7 +31,9 @@ BROKER_TIMING = {"brokerHeartbeatInterval": 200, "controllerHeartBeatTimeoutMill
                  "slaveTimeout": 2000, "sendHeartbeatTimeoutMillis": 500}
 
 
-def start_controllers(root: Path, n: int = 3, **extra: Any) -> tuple[list[Proc], list[int]]:
+def start_controllers(root: Path, n: int = 3, per_node: dict[int, dict[str, Any]] | None = None,
+                      **extra: Any) -> tuple[list[Proc], list[int]]:
+    """``extra`` goes into every controller's file, ``per_node[i]`` into controller i's only."""
     raft_ports = [free_port() for _ in range(n)]
     client_ports = [free_port() for _ in range(n)]
     peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(raft_ports))
@@ -40,7 +42,8 @@ def start_controllers(root: Path, n: int = 3, **extra: Any) -> tuple[list[Proc],
         conf = root / f"controller-n{i}.conf"
         values = {"controllerDLegerGroup": "ctl", "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{i}",
                   "controllerStorePath": root / f"controller-n{i}", "listenPort": client_ports[i],
-                  "scanNotActiveBrokerInterval": 200, "scanInactiveMasterInterval": 200, **extra}
+                  "scanNotActiveBrokerInterval": 200, "scanInactiveMasterInterval": 200, **extra,
+                  **(per_node or {}).get(i, {})}
         conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
         procs.append(Proc(f"controller-n{i}", [str(BIN), "controller", "-c", str(conf)],
                           root / f"controller-n{i}.log").start())
@@ -303,6 +306,28 @@ def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> No
     events = g.c.admin_json("haEvents", "--max", "2000")
     kinds = {e["type"] for e in events}
     assert {"master_elected", "sync_state_set_changed", "role_change"} <= kinds, kinds
+
+
+def test_controller_raft_port_checks_the_peer_secret(tmp_path: Path) -> None:
+    """The controllers' Raft runs on DLedger's framed Raft port (broker/dledger/peer_port.py) with its
+    internalPeerSecret check: n0 and n1 share the secret and elect a leader; n2 carries another one, so each
+    side's port refuses the other's links, and n2 never learns a leader (it cannot vote or be counted)."""
+    procs, _ = start_controllers(tmp_path, internalPeerSecret="right-secret",
+                                 per_node={2: {"internalPeerSecret": "wrong-secret"}})
+    try:
+        wait_until(lambda: any("role leader, leader n" in p.log() for p in procs[:2]), what="a leader of n0, n1")
+        wait_until(lambda: all("refused with a wrong peer secret" in p.log() for p in procs),
+                   what="every Raft port refusing the other side's hello")
+        leader_logs = [p.log() for p in procs[:2]]
+        n2 = procs[2].log()
+    finally:
+        stop_together(procs)
+    assert "Raft port on" in n2 and "peer secret required" in n2
+    assert "leader n0" not in n2 and "leader n1" not in n2 and "role leader" not in n2
+    # each port refuses exactly the member with the other secret
+    assert "(n2): refused with a wrong peer secret" in leader_logs[0] and "(n1): refused" not in leader_logs[0]
+    assert "(n2): refused with a wrong peer secret" in leader_logs[1] and "(n0): refused" not in leader_logs[1]
+    assert "(n0): refused with a wrong peer secret" in n2 and "(n1): refused with a wrong peer secret" in n2
 
 
 def test_controller_embedded_in_the_name_servers(tmp_path: Path) -> None:

@@ -1,13 +1,15 @@
 """One controller: the shared Raft driver over its own log, the state machine, the client service.
 
 The Raft driver (broker/raft/driver.py) is DLedger mode's and the simulator's: it persists
-each Ready's entries and hard state (fsync when it says so, in a worker thread), only then
-sends its messages, then applies the committed entries and answers the proposals.  This
-class injects the controller's log file (broker/controller/raft_log.py) and the peer links;
-applying here means decoding a controller event and feeding it to ``ControllerState.apply``.
-Raft messages travel on DLedger's peer stream (same proto, same PeerLink), with the
-controller's client address in the batch header so that a follower can tell a broker
-where the leader is.
+each Ready's entries and hard state (fsync when it says so, in a worker thread; a leader's
+appends leave before it), sends the votes and acknowledgements after the fsync, then applies
+the committed entries and answers the proposals.  This class injects the controller's log
+file (broker/controller/raft_log.py) and the peer links; applying here means decoding a
+controller event and feeding it to ``ControllerState.apply``.  Raft messages travel on
+DLedger's framed TCP transport (broker/dledger/peer_link.py to the other controllers'
+``PeerPort``, broker/dledger/peer_port.py: same frames, TLS and ``internalPeerSecret`` rules),
+with the controller's client address in each batch's header so that a follower can tell a
+broker where the leader is.
 
 Requests are decided one at a time (``_decide_lock``) against the applied state, and the
 events are proposed and awaited before the next request is decided, as RocketMQ's
@@ -36,8 +38,10 @@ from rocketscope.broker.raft import Entry, Message, ProposalDropped, RaftConfig,
 from rocketscope.broker.raft.aio import AsyncioClock, ThreadSyncer
 from rocketscope.broker.raft.driver import DrivenMember, RaftDriver
 from rocketscope.telemetry import Telemetry
+from rocketscope.tls import TlsClientConfig
 
-from ..dledger.transport import PeerLink, from_pb
+from ..dledger.peer_link import PeerLink
+from ..dledger.transport import from_pb
 from .raft_log import ControllerLog
 from .state import NO_MASTER, Code, ControllerState, Decision, LiveInfo, LiveTable, decode_event, encode_event
 
@@ -83,9 +87,13 @@ def now_ms() -> int:
 
 class ControllerNode(DrivenMember):
     def __init__(self, opts: ControllerOptions, telemetry: Telemetry | None = None,
-                 channel: Callable[..., grpc.aio.Channel] = grpc.aio.insecure_channel) -> None:
+                 channel: Callable[..., grpc.aio.Channel] = grpc.aio.insecure_channel,
+                 tls: TlsClientConfig | None = None) -> None:
+        """``channel`` builds the gRPC channels of role-change notifications to brokers; ``tls`` (TLS and
+        ``internalPeerSecret``) is for the Raft links to the other controllers."""
         self.opts = opts
         self.make_channel = channel
+        self.tls = tls
         self.config = RaftConfig(node_id=opts.self_id, peers=tuple(opts.peers), heartbeat_ticks=opts.heartbeat_ticks,
                                  election_ticks_min=opts.election_ticks_min,
                                  election_ticks_max=opts.election_ticks_max)
@@ -147,7 +155,7 @@ class ControllerNode(DrivenMember):
     def start(self) -> None:
         for pid, addr in self.opts.peers.items():
             if pid != self.opts.self_id:
-                link = PeerLink(pid, addr, self.header, channel=self.make_channel)
+                link = PeerLink(pid, addr, self.header, tls=self.tls, name="controller")
                 self.links[pid] = link
                 link.start()
         assert self.driver is not None
@@ -187,7 +195,7 @@ class ControllerNode(DrivenMember):
                 log.exception("controller: bad message from %s", batch.sender)
 
     def send(self, m: Message) -> None:
-        """The driver's transport: the peer's gRPC stream (dropped when the peer is unknown)."""
+        """The driver's transport: the link to the peer's Raft port (dropped when the peer is unknown)."""
         link = self.links.get(m.to)
         if link is not None:
             link.send(m)
@@ -448,7 +456,8 @@ class ControllerRuntime:
         self.security = SecurityConfig.from_properties(settings.raw)
         self.options = ControllerOptions.from_settings(settings, client_addr)
         self.telemetry = telemetry
-        self.node = ControllerNode(self.options, telemetry, channel=self.security.client_tls.channel)
+        self.node = ControllerNode(self.options, telemetry, channel=self.security.client_tls.channel,
+                                   tls=self.security.client_tls)
         self._own_client_server = client_server is None
         self.client_server = client_server
         self._servers: list[grpc.aio.Server] = []
@@ -458,11 +467,9 @@ class ControllerRuntime:
         controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(self.node), server)
 
     async def start(self) -> None:
-        from rocketscope.broker.protocol import dledger_pb2_grpc
-
-        from ..dledger.transport import PeerServicer
+        from ..dledger.peer_port import PeerPort
         from ..grpc_options import server_options
-        from ..security import bind_listener, bind_server
+        from ..security import bind_server
 
         s, opts = self.settings, self.options
         self.node.open()
@@ -472,14 +479,13 @@ class ControllerRuntime:
             self.add_client_service(self.client_server)
             self._servers.append(self.client_server)
             self._listeners.append(bind_server(self.client_server, f"{s.listenHost}:{s.listenPort}", internal))
-        peer_server = grpc.aio.server(interceptors=self.security.peer_interceptors("controller Raft"),
-                                      options=server_options(("grpc.max_receive_message_length", 64 << 20)))
-        dledger_pb2_grpc.add_DLedgerPeerServicer_to_server(PeerServicer(opts.group, self.node.on_batch), peer_server)
-        self._servers.append(peer_server)
-        # the Raft port binds the address the other controllers reach it at (controllerDLegerPeers)
-        peer_host, _, peer_port = opts.peers[opts.self_id].rpartition(":")
-        self._listeners.append(bind_listener(peer_server, "controllerDLegerPeers", peer_host, int(peer_port),
-                                             internal))
+        # the Raft port binds the address the other controllers reach it at (controllerDLegerPeers): DLedger's
+        # framed TCP port, with its TLS and internalPeerSecret checks (broker/dledger/peer_port.py)
+        peer_port = PeerPort(opts.group, self.node.on_batch, secret=self.security.client_tls.peer_secret,
+                             tls=internal, key="controllerDLegerPeers")
+        peer_host, _, port = opts.peers[opts.self_id].rpartition(":")
+        peer_port.bind(peer_host, int(port))
+        self._listeners.append(peer_port)
         for server in self._servers:
             await server.start()
         for listener in self._listeners:

@@ -59,10 +59,12 @@ class PeerLink(LinkTask):
     """
 
     def __init__(self, peer_id: str, address: str, header: Callable[[], dledger_pb2.RaftBatch],
-                 tls: TlsClientConfig | None = None) -> None:
+                 tls: TlsClientConfig | None = None, name: str = "dledger") -> None:
         """``header`` is an empty RaftBatch with this member's group, id and addresses; ``tls`` the
-        broker's client settings (TLS and ``internalPeerSecret``)."""
+        broker's client settings (TLS and ``internalPeerSecret``); ``name`` starts the link's log lines
+        ("controller" for the controllers' Raft, broker/controller/node.py)."""
         self.peer_id = peer_id
+        self.name = name
         self.address = address
         self.header = header
         self.tls = tls or TlsClientConfig()
@@ -152,7 +154,7 @@ class PeerLink(LinkTask):
                 writer = connected
                 self.connected = True
                 if failures:
-                    log.info("dledger: link to %s (%s) up", self.peer_id, self.address)
+                    log.info("%s: link to %s (%s) up", self.name, self.peer_id, self.address)
                 failures = 0
                 self._writer = connected
                 if THREAD_WRITER and connected.get_extra_info("sslcontext") is None:
@@ -166,8 +168,8 @@ class PeerLink(LinkTask):
                     wire.WireError) as exc:
                 if failures == 0:
                     if isinstance(exc, LinkRefused):
-                        log.error("dledger: peer %s refused our messages: %s", self.peer_id, exc)
-                    log.warning("dledger: link to %s (%s) down: %s", self.peer_id, self.address, reason(exc))
+                        log.error("%s: peer %s refused our messages: %s", self.name, self.peer_id, exc)
+                    log.warning("%s: link to %s (%s) down: %s", self.name, self.peer_id, self.address, reason(exc))
                 failures += 1
             finally:
                 self.connected = False

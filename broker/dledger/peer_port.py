@@ -1,4 +1,7 @@
-"""DLedger's Raft port (``dLegerPeers``): accepts the other members' links and hands their batches to the node.
+"""A Raft port: accepts the other members' links and hands their batches to the node.
+
+DLedger's (``dLegerPeers``, broker/broker.py) and, since session 18, the controllers'
+(``controllerDLegerPeers``, broker/controller/node.py) are both this class.
 
 The port itself (TLS modes, ``internalPeerSecret``, hello timeout, bad input closed with one log line) is
 broker/peer_frames/port.py; the byte format is broker/dledger/peer_wire.py.  What is Raft's here: each
@@ -60,7 +63,8 @@ class PeerPort(FramedPort):
 
     def __init__(self, group: str, on_batch: Callable[[dledger_pb2.RaftBatch], None], *, secret: str = "",
                  tls: TlsServerConfig | None = None, max_frame: int = wire.MAX_FRAME,
-                 hello_timeout_s: float = HELLO_TIMEOUT_S) -> None:
+                 hello_timeout_s: float = HELLO_TIMEOUT_S, key: str = "dLegerPeers") -> None:
+        """``key``: the config key that names this port's address (in the error when it cannot bind)."""
         super().__init__(PORT_NAME, peer_wire.MAGIC, peer_wire.PROTOCOL, group, lambda c: _RaftSession(self, c),
-                         secret=secret, tls=tls, max_frame=max_frame, hello_timeout_s=hello_timeout_s)
+                         key=key, secret=secret, tls=tls, max_frame=max_frame, hello_timeout_s=hello_timeout_s)
         self.on_batch = on_batch

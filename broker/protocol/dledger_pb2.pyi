@@ -57,9 +57,3 @@ class RaftBatch(_message.Message):
     sender_admin_addr: str
     messages: _containers.RepeatedCompositeFieldContainer[RaftMessage]
     def __init__(self, group: _Optional[str] = ..., sender: _Optional[str] = ..., sender_grpc_addr: _Optional[str] = ..., sender_admin_addr: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[RaftMessage, _Mapping]]] = ...) -> None: ...
-
-class RaftAck(_message.Message):
-    __slots__ = ("error",)
-    ERROR_FIELD_NUMBER: _ClassVar[int]
-    error: str
-    def __init__(self, error: _Optional[str] = ...) -> None: ...

@@ -8,12 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
-
 from rocketscope import signature as sig
 from rocketscope.config import ConfigError, Key, bool_key, non_negative, positive
 from rocketscope.names import TRACE_TOPIC
-from rocketscope.peer_auth import server_interceptors
 from rocketscope.tls import TlsClientConfig, TlsServerConfig, client_config, server_config, start_metrics_server
 
 from .acl import AclError
@@ -131,10 +128,6 @@ class SecurityConfig:
         if not tls.metrics_https:
             return None
         return lambda port, host, registry: start_metrics_server(port, host, registry, tls)
-
-    def peer_interceptors(self, port_name: str) -> list[grpc.aio.ServerInterceptor]:
-        """Server interceptors of a replication port (HA, Raft): the internalPeerSecret check, if set."""
-        return server_interceptors(self.client_tls.peer_secret, port_name)
 
     def inner_metadata(self) -> list[tuple[str, str]]:
         """Signed metadata for the broker's own admin calls (fresh date each call); [] without credentials."""
