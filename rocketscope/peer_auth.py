@@ -6,61 +6,29 @@ outsider out, and they combine:
 
 * **mutual TLS** (``tls.internal.need.client.auth=require``, rocketscope/tls.py): the
   handshake fails unless the peer presents a certificate of the cluster's CA;
-* **a shared secret** (``internalPeerSecret``): all three ports speak framed TCP and check it
-  in the client's hello frame, compared in constant time, answering a missing or wrong secret
-  with a text that names it (broker/peer_frames/port.py; the controllers' Raft moved there in
-  session 18, the last gRPC port that checked it in call metadata).  It needs no PKI; without
-  TLS the secret crosses the network in clear, so on an untrusted network use it together
-  with TLS (tls.server.mode=enforcing).
+* **a shared secret** (``internalPeerSecret``): all three ports speak framed TCP and the
+  client's hello frame carries the secret (broker/peer_frames/port.py checks it with
+  ``refusal`` below, before it even compares the group, so a stranger learns nothing).  It
+  needs no PKI; without TLS the secret crosses the network in clear, so on an untrusted
+  network use it together with TLS (tls.server.mode=enforcing).
 
-What is left here: the broker's and controller's outbound gRPC channels still add the secret as
-``x-rocketscope-peer-secret`` metadata to every call (``client_interceptors``); no port checks it
-there any more.  The admin and client ports are not covered: they have ACL (aclEnable) and the
-client certificate rules of their own.
+The secret goes only into those hellos: until session 18 the outbound gRPC channels also
+added it to every call's metadata for the controllers' gRPC Raft port; that port is gone,
+and a secret sent to ports that do not check it (admin, proxy) would only spread it.  The
+admin and client ports are not covered: they have ACL (aclEnable) and the client
+certificate rules of their own.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import grpc
-
-PEER_SECRET_HEADER = "x-rocketscope-peer-secret"
+import hmac
 
 
-class _AddSecret:
-    def __init__(self, secret: str) -> None:
-        self._pair = (PEER_SECRET_HEADER, secret)
+def refusal(given: str, expected: bytes) -> str | None:
+    """Why a hello's secret is refused (naming the missing or wrong secret), or None when it may pass.
 
-    def _details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*(tuple(d.metadata) if d.metadata else ()))
-        metadata.add(*self._pair)
-        return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
-
-
-# grpc.aio files each interceptor under the first call kind it implements: one class per kind
-class _UnaryUnary(_AddSecret, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return await continuation(self._details(details), request)
-
-
-class _UnaryStream(_AddSecret, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-        return await continuation(self._details(details), request)
-
-
-class _StreamUnary(_AddSecret, grpc.aio.StreamUnaryClientInterceptor):
-    async def intercept_stream_unary(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
-        return await continuation(self._details(details), request_iterator)
-
-
-class _StreamStream(_AddSecret, grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
-        return await continuation(self._details(details), request_iterator)
-
-
-def client_interceptors(secret: str) -> list[grpc.aio.ClientInterceptor]:
-    """Interceptors that add the peer secret to every call of an outbound channel (none without a secret)."""
-    if not secret:
-        return []
-    return [_UnaryUnary(secret), _UnaryStream(secret), _StreamUnary(secret), _StreamStream(secret)]
+    Constant-time comparison: the time a refusal takes says nothing about how much of the secret was right.
+    """
+    if not expected or hmac.compare_digest(given.encode(), expected):
+        return None
+    return "no peer secret" if not given else "a wrong peer secret"

@@ -30,7 +30,6 @@ from typing import Any
 import grpc
 
 from rocketscope.config import ConfigError, bool_key
-from rocketscope.peer_auth import client_interceptors
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +203,7 @@ class TlsClientConfig:
     key_password: str = ""
     trust_cert_path: str = ""
     server_name_override: str = ""
-    peer_secret: str = ""  # internalPeerSecret: sent on every outbound call (rocketscope/peer_auth.py)
+    peer_secret: str = ""  # internalPeerSecret: sent in the replication ports' hellos (rocketscope/peer_auth.py)
 
     def __repr__(self) -> str:  # never print the key password or the peer secret
         return (f"TlsClientConfig(enabled={self.enabled}, cert_path={self.cert_path!r}, key_path={self.key_path!r}, "
@@ -245,12 +244,11 @@ class TlsClientConfig:
     def channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
         """A grpc.aio channel to ``target``: TLS when ``tls.enable`` is on, else plaintext."""
         opts = list(options)
-        interceptors = client_interceptors(self.peer_secret) or None
         if not self.enabled:
-            return grpc.aio.insecure_channel(target, options=opts, interceptors=interceptors)
+            return grpc.aio.insecure_channel(target, options=opts)
         if self.server_name_override:
             opts.append(("grpc.ssl_target_name_override", self.server_name_override))
-        return grpc.aio.secure_channel(target, self.credentials(), options=opts, interceptors=interceptors)
+        return grpc.aio.secure_channel(target, self.credentials(), options=opts)
 
     def sync_channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
         opts = list(options)

@@ -25,13 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hmac
 import logging
 import socket
 import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from rocketscope.peer_auth import refusal
 from rocketscope.tls import TlsMode, TlsServerConfig
 
 from ..security.listener import TLS_RECORD_HANDSHAKE, accept_forever, host_port, peek
@@ -158,8 +158,8 @@ class Conn(asyncio.Protocol):
             return
         self.sender = sender[:64]
         # the secret first: a stranger learns nothing, not even this port's group name
-        if port.secret and not hmac.compare_digest(secret.encode(), port.secret):
-            why = "no peer secret" if not secret else "a wrong peer secret"
+        why = refusal(secret, port.secret)
+        if why is not None:
             self.drop(f"refused with {why}", f"{port.name} port: the hello carries {why} (internalPeerSecret): "
                                              "only members of this cluster may connect")
             return
