@@ -16,7 +16,8 @@ from .segments import SegmentedLog
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
-_GAP = ENTRY.pack(-1, 0, 0)
+GAP = ENTRY.pack(-1, 0, 0)  # an entry that points nowhere: readers skip it
+_GAP = GAP
 _BUFFER_BYTES = 64 * 1024  # entries buffered at most before a write
 
 
@@ -77,6 +78,29 @@ class ConsumeQueue:
         if len(self._buf) >= _BUFFER_BYTES:
             self.flush()
         return True
+
+    def append_packed(self, first_offset: int, packed: bytes | bytearray) -> None:
+        """Queue entries already packed (``ENTRY`` each, gaps as ``GAP``) whose first is at ``first_offset``.
+
+        The store's dispatch of a batch (broker/store/message_store.py ``_dispatch_each``) decides which
+        entries are new the way ``append`` would, one by one, and packs each queue's run of them into one
+        buffer: one call per queue per batch instead of one per record (issue 20).  ``first_offset`` must
+        be at or past ``max_offset``; a gap up to it is filled, and an empty queue starts there, as
+        ``append`` does.
+        """
+        expected = self.max_offset
+        if first_offset < expected:
+            raise ValueError(f"entries at {first_offset} overlap the queue's end {expected}")
+        if not self.log.segments and not self._buf and first_offset > 0:
+            self.log.set_start(first_offset * ENTRY_SIZE)
+            self._min_logical = first_offset
+            expected = first_offset
+        if expected < first_offset:
+            self._buf += _GAP * (first_offset - expected)
+        self._buf += packed
+        self.dirty = True
+        if len(self._buf) >= _BUFFER_BYTES:
+            self.flush()
 
     def flush(self) -> None:
         """Write the buffered entries, rolling segments where they fill up."""

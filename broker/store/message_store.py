@@ -15,10 +15,11 @@ import enum
 import logging
 import shutil
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections import ChainMap, deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from rocketscope.names import HA_EVENTS_TOPIC
@@ -26,7 +27,7 @@ from rocketscope.names import HA_EVENTS_TOPIC
 from . import multi_dispatch, record
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
-from .consume_queue import ConsumeQueue, tag_hash
+from .consume_queue import ENTRY, GAP, ConsumeQueue, tag_hash
 from .flush import FlushService
 from .index import IndexService
 from .record import RecordError, StoredMessage
@@ -48,6 +49,21 @@ def _tag_hash(tag: str) -> int:
     return h
 
 ALL_TOPICS_KEY = "*"
+_DISPATCH_CHUNK = 1024  # records per dispatch batch when they are read back from the log (see _dispatch_many)
+
+
+class _Run:
+    """One queue's new entries in a batch being dispatched (``MessageStore._dispatch_each``): packed in log
+    order into ``packed``, the first at queue offset ``first`` (-1: none yet); ``end`` is the queue's next
+    offset once they are written."""
+
+    __slots__ = ("cq", "end", "first", "packed")
+
+    def __init__(self, cq: ConsumeQueue) -> None:
+        self.cq = cq
+        self.end = cq.max_offset
+        self.first = -1
+        self.packed = bytearray()
 
 
 class PutStatus(enum.Enum):
@@ -250,7 +266,10 @@ class MessageStore:
         max_body = config.max_message_size
         max_record = self.commit_log.max_record_size
         queue_next = self.queue_next
-        before: dict[tuple[str, int], int | None] = {}  # queue offsets to restore on a disk error
+        # the batch's queue offsets, assigned in one pass and made the store's only once the batch is in the
+        # log (a disk error leaves queue_next as it was: nothing to restore)
+        nexts: dict[tuple[str, int], int] = {}
+        seen = ChainMap(nexts, queue_next) if config.multi_dispatch else None  # LMQ offsets read through it
         prepare = record.prepare
         now = 0
         for msg in messages:
@@ -259,13 +278,15 @@ class MessageStore:
                                          reason=f"body of {len(msg.body)} bytes exceeds maxMessageSize"))
                 continue
             key = (msg.topic, msg.queue_id)
-            qoff = queue_next.get(key, 0)
+            qoff = nexts.get(key)
+            if qoff is None:
+                qoff = queue_next.get(key, 0)
             msg.queue_offset = qoff
             if not msg.store_timestamp:
                 msg.store_timestamp = now or (now := int(time.time() * 1000))
             if not msg.store_host:
                 msg.store_host = config.store_host
-            lmq = multi_dispatch.assign(msg.topic, msg.properties, queue_next) if config.multi_dispatch else []
+            lmq = multi_dispatch.assign(msg.topic, msg.properties, seen) if seen is not None else []
             try:
                 head = prepare(msg)
                 if msg.size > max_record:
@@ -274,13 +295,10 @@ class MessageStore:
                 status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(exc) else PutStatus.MESSAGE_ILLEGAL
                 results.append(PutResult(status, reason=str(exc)))
                 continue
-            if key not in before:
-                before[key] = queue_next.get(key)
-            queue_next[key] = qoff + 1
-            for k in lmq:  # its LMQ queues (multi-dispatch), restored with the topic's on a failed append
-                if k not in before:
-                    before[k] = queue_next.get(k)
-                queue_next[k] = queue_next.get(k, 0) + 1
+            nexts[key] = qoff + 1
+            if seen is not None:
+                for k in lmq:  # its LMQ queues (multi-dispatch)
+                    nexts[k] = seen.get(k, 0) + 1
             ok.append(msg)
             heads.append(head)
             results.append(PutResult(PutStatus.PUT_OK, msg))
@@ -290,15 +308,11 @@ class MessageStore:
             self.commit_log.append_batch(ok, heads)
         except OSError as exc:
             log.error("commit log append failed: %s", exc)
-            for key, prev in before.items():
-                if prev is None:
-                    queue_next.pop(key, None)
-                else:
-                    queue_next[key] = prev
             for r in results:
                 if r.status is PutStatus.PUT_OK:
                     r.status, r.message, r.reason = PutStatus.SERVICE_NOT_AVAILABLE, None, f"disk error: {exc}"
             return results
+        queue_next.update(nexts)
         self._pending.extend(ok)
         if self.on_data is not None:
             data_end = 0
@@ -596,37 +610,52 @@ class MessageStore:
     def _dispatch_many(self, msgs: Iterable[StoredMessage]) -> None:
         """Consume-queue entries and index keys for ``msgs`` (in log order); moves ``dispatched``.
 
-        Consume-queue entries are buffered by their queue (written when read, at a checkpoint,
-        or every 64 KiB), not written one by one: the checkpoint's ``dispatched`` only ever
-        covers entries on disk, and recovery rebuilds the rest from the commit log.
+        A list (the records a put appended) is dispatched as one batch; any other iterable (records read
+        back from the log: a replica's copy, a recovery) in batches of ``_DISPATCH_CHUNK``, so a long
+        range never sits in memory at once.
         """
-        cqs = self.cqs
-        queue_next = self.queue_next
-        keys: list[tuple[str, int, int]] = []  # (topic#key, phy, store time) of the whole group: one index call
-        add_key = keys.append
-        listeners = self.dispatch_listeners
-        try:
-            self._dispatch_each(msgs, cqs, queue_next, add_key, listeners)
-        finally:
-            if keys:  # also those of the records before a failure: they are dispatched
-                self.index.put_entries(keys)
+        if isinstance(msgs, list | tuple):
+            if msgs:
+                self._dispatch_each(msgs)
+            return
+        it = iter(msgs)
+        while chunk := list(islice(it, _DISPATCH_CHUNK)):
+            self._dispatch_each(chunk)
 
-    def _dispatch_each(self, msgs: Iterable[StoredMessage], cqs: dict[tuple[str, int], ConsumeQueue],
-                       queue_next: dict[tuple[str, int], int], add_key: Callable[[tuple[str, int, int]], None],
-                       listeners: list[DispatchListener]) -> None:
-        """The per-record part of ``_dispatch_many``; index keys go to ``add_key``, written after the group."""
+    def _dispatch_each(self, msgs: Sequence[StoredMessage]) -> None:
+        """Dispatch one batch: each queue's new entries packed into one buffer and written with one call,
+        the index keys of the whole batch with one call, ``dispatched`` moved once (issue 20: done one
+        record at a time, these calls were most of the store's CPU on a batch).
+
+        Which entries are new is decided as ``ConsumeQueue.append`` decides it one by one (an entry below
+        the queue's end, a replay, is left as is and indexes nothing; a gap is filled), so the queues,
+        offsets and index are those of the records dispatched one after the other
+        (tests/test_store_dispatch_batch.py).  Consume-queue entries are buffered by their queue (written
+        when read, at a checkpoint, or every 64 KiB): the checkpoint's ``dispatched`` only ever covers
+        entries on disk, and recovery rebuilds the rest from the commit log.  Listeners run after the
+        batch's entries are in their queues, in log order.
+        """
+        runs: dict[tuple[str, int], _Run] = {}
+        keys: list[tuple[str, int, int]] = []  # (topic#key, phy, store time) of the whole batch: one index call
+        add_key = keys.append
+        pack = ENTRY.pack
         for msg in msgs:
             topic = msg.topic
             key = (topic, msg.queue_id)
-            cq = cqs.get(key)
-            if cq is None:
-                cq = self._open_cq(cqs, key)
+            run = runs.get(key)
+            if run is None:
+                run = runs[key] = self._run(key)
             props = msg.properties
             qoff = msg.queue_offset
-            phy = msg.physical_offset
-            if cq.append(qoff, phy, msg.size, _tag_hash(props.get("TAGS", ""))):
-                if queue_next.get(key, 0) < qoff + 1:
-                    queue_next[key] = qoff + 1
+            expected = run.end
+            if qoff >= expected:  # a new entry (ConsumeQueue.append's test)
+                phy = msg.physical_offset
+                if run.first < 0:
+                    run.first = qoff  # the queue fills a gap up to its first entry (append_packed)
+                elif qoff > expected:
+                    run.packed += GAP * (qoff - expected)
+                run.packed += pack(phy, msg.size, _tag_hash(props.get("TAGS", "")))
+                run.end = qoff + 1
                 # the same keys in the same order as IndexService.put("*", [id]) then put(topic, keys + [id])
                 kstr = props.get("KEYS")
                 msg_id = props.get("UNIQ_KEY", "")
@@ -640,31 +669,56 @@ class MessageStore:
                 if msg_id:
                     add_key((f"{topic}#{msg_id}", phy, ts))
             if multi_dispatch.MULTI_QUEUE_OFFSET in props:
-                self._dispatch_lmq(msg, cqs, queue_next)
-            for listener in listeners:
+                self._dispatch_lmq(msg, runs)
+        queue_next = self.queue_next
+        try:
+            for key, run in runs.items():
+                if run.first >= 0:
+                    run.cq.append_packed(run.first, run.packed)
+                    if queue_next.get(key, 0) < run.end:
+                        queue_next[key] = run.end
+        finally:
+            if keys:
+                self.index.put_entries(keys)
+        last = msgs[-1]
+        for listener in self.dispatch_listeners:
+            for msg in msgs:
                 try:
                     listener(msg)
                 except Exception:  # a listener must never stop the store
                     log.exception("dispatch listener failed for %s", msg.msg_id)
-            self.dispatched = phy + msg.size
+        self.dispatched = last.physical_offset + last.size
+
+    def _run(self, key: tuple[str, int]) -> _Run:
+        """A batch's run of entries for the queue of ``key`` (opened when seen for the first time)."""
+        cq = self.cqs.get(key)
+        if cq is None:
+            cq = self._open_cq(self.cqs, key)
+        return _Run(cq)
 
     def _open_cq(self, cqs: dict[tuple[str, int], ConsumeQueue], key: tuple[str, int]) -> ConsumeQueue:
         """The consume queue of ``key`` (topic or LMQ queue, queue id) seen for the first time in a dispatch."""
         cq = cqs[key] = ConsumeQueue(self.root / "consumequeue", key[0], key[1], self.config.cq_entries_per_segment)
         return cq
 
-    def _dispatch_lmq(self, msg: StoredMessage, cqs: dict[tuple[str, int], ConsumeQueue],
-                      queue_next: dict[tuple[str, int], int]) -> None:
-        """The record's extra entries in the LMQ queues its properties name (broker/store/multi_dispatch.py);
-        an entry already there (a replay) is left as is."""
-        tag = _tag_hash(msg.properties.get("TAGS", ""))
+    def _dispatch_lmq(self, msg: StoredMessage, runs: dict[tuple[str, int], _Run]) -> None:
+        """The record's extra entries in the LMQ queues its properties name (broker/store/multi_dispatch.py),
+        added to the batch's runs; an entry already there (a replay) is left as is."""
+        entry = ENTRY.pack(msg.physical_offset, msg.size, _tag_hash(msg.properties.get("TAGS", "")))
         for lmq, off in multi_dispatch.entries(msg.topic, msg.properties):
             key = (lmq, multi_dispatch.LMQ_QUEUE_ID)
-            cq = cqs.get(key)
-            if cq is None:
-                cq = self._open_cq(cqs, key)
-            if cq.append(off, msg.physical_offset, msg.size, tag) and queue_next.get(key, 0) < off + 1:
-                queue_next[key] = off + 1
+            run = runs.get(key)
+            if run is None:
+                run = runs[key] = self._run(key)
+            expected = run.end
+            if off < expected:
+                continue
+            if run.first < 0:
+                run.first = off
+            elif off > expected:
+                run.packed += GAP * (off - expected)
+            run.packed += entry
+            run.end = off + 1
 
     # ------------------------------------------------------------------- reads
     def get(self, topic: str, queue_id: int, offset: int, max_count: int,
