@@ -50,7 +50,7 @@ COMPONENTS: list[tuple[str, list[Rule]]] = [
         _funcs("encode_json_frame", "put_json_str")]),
     ("store: dispatch (consume queue, index keys, listeners)", [
         _in(("message_store.py",), ("dispatch_confirmed", "_dispatch_many", "_dispatch_each", "_open_cq",
-                                    "_dispatch_lmq", "_dispatch")),
+                                    "_dispatch_lmq", "_run")),
         _in(("index.py", "consume_queue.py")), _funcs("_on_dispatch", "_wake_topic", "index_put", "_tag_hash")]),
     ("store: append (record encode, pwrite)", [
         _in(("commitlog.py", "record.py")), _in(("message_store.py",), ("append_batch", "append")),

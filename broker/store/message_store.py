@@ -16,7 +16,7 @@ import logging
 import shutil
 import time
 from collections import ChainMap, deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import islice
@@ -198,10 +198,14 @@ class MessageStore:
         self.dispatched = safe
         replayed = 0
         bound = end if self._confirm is None else min(end, self._confirm)
-        for msg in self.commit_log.iter_messages(safe, bound):
-            self._dispatch(msg)
-            self.dispatched = msg.physical_offset + msg.size
-            replayed += 1
+
+        def counted() -> Iterator[StoredMessage]:
+            nonlocal replayed
+            for msg in self.commit_log.iter_messages(safe, bound):
+                replayed += 1
+                yield msg
+
+        self._dispatch_many(counted())  # in batches, as puts are (see _dispatch_each)
         if self._confirm is None:
             self.dispatched = end
         self._save_checkpoint()
@@ -603,9 +607,6 @@ class MessageStore:
                 ready.append(pending.popleft())
         if ready:
             self._dispatch_many(ready)
-
-    def _dispatch(self, msg: StoredMessage) -> None:
-        self._dispatch_many((msg,))
 
     def _dispatch_many(self, msgs: Iterable[StoredMessage]) -> None:
         """Consume-queue entries and index keys for ``msgs`` (in log order); moves ``dispatched``.
