@@ -10,8 +10,10 @@
  * the same output on the same inputs, byte for byte, malformed inputs included.
  *
  * The Python counterparts (the reference behaviour) are in broker/remoting/codec.py (decode,
- * encode, decode_batch, string_to_properties), broker/remoting/broker_handlers.py (_send_fields)
- * and broker/store/record.py (prepare).  broker/speedups.py selects this module or not.
+ * encode, decode_batch, string_to_properties), broker/remoting/broker_handlers.py (_send_fields),
+ * broker/store/record.py (prepare), broker/store/commitlog.py (_write_records), broker/store/index.py
+ * (IndexFile.put_entries) and broker/store/message_store.py (_dispatch_one).  broker/speedups.py selects this
+ * module or not.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -747,6 +749,147 @@ static PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return Py_BuildValue("(nLLLL)", i, count, used, end_ts, end_phy);
 }
 
+/* ================================================================== store dispatch */
+static PyObject *a_topic, *a_properties, *a_end, *a_first, *a_packed, *k_TAGS, *k_KEYS, *k_UNIQ_KEY, *k_MQO, *s_space,
+    *s_all_prefix;
+
+/* An exact int attribute within [lo, hi]: a new reference in *obj and its value in *out; 0 otherwise. */
+static int exact_int_attr(PyObject *o, PyObject *name, long long lo, long long hi, PyObject **obj, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) { PyErr_Clear(); return 0; }
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (!overflow && !(x == -1 && PyErr_Occurred()) && x >= lo && x <= hi) { *obj = v; *out = x; return 1; }
+        PyErr_Clear();
+    }
+    Py_DECREF(v);
+    return 0;
+}
+
+/* An optional str value of a dict: 1 with a borrowed reference (NULL when absent); 0 when present and not a str. */
+static int opt_str(PyObject *d, PyObject *key, PyObject **out) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL) { if (PyErr_Occurred()) PyErr_Clear(); *out = NULL; return 1; }
+    if (!PyUnicode_CheckExact(v)) return 0;
+    *out = v;
+    return 1;
+}
+
+static int add_key(PyObject *keys, PyObject *key, PyObject *phy, PyObject *ts) {
+    if (key == NULL) return -1;
+    PyObject *t = PyTuple_Pack(3, key, phy, ts);
+    Py_DECREF(key);
+    if (t == NULL) return -1;
+    int r = PyList_Append(keys, t);
+    Py_DECREF(t);
+    return r;
+}
+
+/* dispatch_run(msgs, i, runs, new_run, tag_hash, keys) -> i
+ * MessageStore._dispatch_one (broker/store/message_store.py) for msgs[i], msgs[i + 1], ...: the record's entry
+ * added to its queue's run (``runs[(topic, queue_id)]``, made by ``new_run(key)`` when missing) when its queue
+ * offset is new, and its index keys appended to ``keys``, in the same order and with the same values.  Stops,
+ * before touching it, at a record it does not take (LMQ offsets in its properties, a field of another type or out
+ * of its range, a run it does not recognise): the Python code then dispatches that one. */
+static PyObject *dispatch_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_run(list, i, dict, new_run, tag_hash, list)");
+        return NULL;
+    }
+    PyObject *msgs = args[0], *runs = args[2], *new_run = args[3], *tag_hash = args[4], *keys = args[5];
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    const long long I32L = INT32_MIN_, I32H = INT32_MAX_, I64L = LLONG_MIN, I64H = LLONG_MAX;
+    for (; i < PyList_GET_SIZE(msgs); i++) {
+        PyObject *msg = PyList_GET_ITEM(msgs, i);
+        PyObject *topic = NULL, *props = NULL, *qid = NULL, *qoffo = NULL, *phy = NULL, *sizeo = NULL, *ts = NULL;
+        PyObject *key = NULL, *run = NULL, *endo = NULL, *firsto = NULL, *packed = NULL;
+        long long qidv, qoff, phyv, size, tsv, end, first;
+        PyObject *tag, *kstr, *msg_id;
+        int stop = 1, fail = 0;
+        topic = PyObject_GetAttr(msg, a_topic);
+        if (topic == NULL) { PyErr_Clear(); goto next; }
+        props = PyObject_GetAttr(msg, a_properties);
+        if (props == NULL) { PyErr_Clear(); goto next; }
+        if (!PyUnicode_CheckExact(topic) || !PyDict_CheckExact(props)) goto next;
+        if (!exact_int_attr(msg, a_queue_id, I32L, I32H, &qid, &qidv)
+            || !exact_int_attr(msg, a_queue_offset, I64L, I64H - 1, &qoffo, &qoff)
+            || !exact_int_attr(msg, a_physical_offset, I64L, I64H, &phy, &phyv)
+            || !exact_int_attr(msg, a_size, I32L, I32H, &sizeo, &size)
+            || !exact_int_attr(msg, a_store_timestamp, I64L, I64H, &ts, &tsv))
+            goto next;
+        int has = PyDict_Contains(props, k_MQO);
+        if (has != 0) { if (has < 0) PyErr_Clear(); goto next; }  /* LMQ entries: the Python code */
+        if (!opt_str(props, k_TAGS, &tag) || !opt_str(props, k_KEYS, &kstr) || !opt_str(props, k_UNIQ_KEY, &msg_id))
+            goto next;
+        key = PyTuple_Pack(2, topic, qid);
+        if (key == NULL) { fail = 1; goto next; }
+        run = PyDict_GetItemWithError(runs, key);
+        if (run != NULL) Py_INCREF(run);
+        else {
+            if (PyErr_Occurred()) { fail = 1; goto next; }
+            run = PyObject_CallOneArg(new_run, key);
+            if (run == NULL || PyDict_SetItem(runs, key, run) < 0) { fail = 1; goto next; }
+        }
+        if (!exact_int_attr(run, a_end, I64L, I64H, &endo, &end) || !exact_int_attr(run, a_first, I64L, I64H, &firsto, &first))
+            goto next;
+        packed = PyObject_GetAttr(run, a_packed);
+        if (packed == NULL) { PyErr_Clear(); goto next; }
+        if (!PyByteArray_CheckExact(packed)) goto next;
+        stop = 0;  /* from here on this record is dispatched here */
+        if (qoff >= end) {
+            long long th = 0;
+            PyObject *h = PyObject_CallOneArg(tag_hash, tag != NULL ? tag : s_empty);
+            if (h == NULL) { fail = 1; goto next; }
+            int overflow = 0;
+            th = PyLong_AsLongLongAndOverflow(h, &overflow);
+            Py_DECREF(h);
+            if (overflow || (th == -1 && PyErr_Occurred())) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "tag hash out of range");
+                fail = 1; goto next;
+            }
+            Py_ssize_t at = PyByteArray_GET_SIZE(packed);
+            long long gaps = first < 0 ? 0 : qoff - end;
+            if (gaps > (PY_SSIZE_T_MAX - at) / 20 - 1) { PyErr_NoMemory(); fail = 1; goto next; }
+            if (PyByteArray_Resize(packed, at + (Py_ssize_t)(gaps + 1) * 20) < 0) { fail = 1; goto next; }
+            unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(packed) + at;
+            for (long long g = 0; g < gaps; g++, o += 20) {  /* ConsumeQueue's GAP: (-1, 0, 0) */
+                wr_u64(o, (uint64_t)-1LL); wr_u32(o + 8, 0); wr_u64(o + 12, 0);
+            }
+            wr_u64(o, (uint64_t)phyv); wr_u32(o + 8, (uint32_t)size); wr_u64(o + 12, (uint64_t)th);
+            if (first < 0) {
+                if (PyObject_SetAttr(run, a_first, qoffo) < 0) { fail = 1; goto next; }
+            }
+            PyObject *ne = PyLong_FromLongLong(qoff + 1);
+            if (ne == NULL || PyObject_SetAttr(run, a_end, ne) < 0) { Py_XDECREF(ne); fail = 1; goto next; }
+            Py_DECREF(ne);
+            /* the same keys in the same order as the Python code: *#id, topic#key..., topic#id */
+            int with_id = msg_id != NULL && PyUnicode_GET_LENGTH(msg_id) > 0;
+            if (with_id && add_key(keys, PyUnicode_Concat(s_all_prefix, msg_id), phy, ts) < 0) { fail = 1; goto next; }
+            if (kstr != NULL && PyUnicode_GET_LENGTH(kstr) > 0) {
+                PyObject *parts = PyUnicode_Split(kstr, s_space, -1);
+                if (parts == NULL) { fail = 1; goto next; }
+                for (Py_ssize_t j = 0; j < PyList_GET_SIZE(parts); j++) {
+                    PyObject *k = PyList_GET_ITEM(parts, j);
+                    if (PyUnicode_GET_LENGTH(k) == 0) continue;
+                    if (add_key(keys, PyUnicode_FromFormat("%U#%U", topic, k), phy, ts) < 0) {
+                        Py_DECREF(parts); fail = 1; goto next;
+                    }
+                }
+                Py_DECREF(parts);
+            }
+            if (with_id && add_key(keys, PyUnicode_FromFormat("%U#%U", topic, msg_id), phy, ts) < 0) { fail = 1; goto next; }
+        }
+    next:
+        Py_XDECREF(topic); Py_XDECREF(props); Py_XDECREF(qid); Py_XDECREF(qoffo); Py_XDECREF(phy); Py_XDECREF(sizeo);
+        Py_XDECREF(ts); Py_XDECREF(key); Py_XDECREF(run); Py_XDECREF(endo); Py_XDECREF(firsto); Py_XDECREF(packed);
+        if (fail) return NULL;
+        if (stop) break;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
 /* ================================================================== module */
 static PyMethodDef methods[] = {
     {"decode_json_frame", decode_json_frame, METH_O, "A JSON-header frame -> RemotingCommand's fields, or None."},
@@ -761,6 +904,8 @@ static PyMethodDef methods[] = {
      "Commit-log records of prepared messages laid out in a buffer while they fit, as record.encode_into does."},
     {"index_put", (PyCFunction)(void (*)(void))index_put, METH_FASTCALL,
      "IndexFile.put_entries' loop: entries and slot heads written into the index file's map."},
+    {"dispatch_run", (PyCFunction)(void (*)(void))dispatch_run, METH_FASTCALL,
+     "MessageStore._dispatch_one for records from i on: consume-queue runs and index keys, until one it does not take."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -799,6 +944,20 @@ PyMODINIT_FUNC PyInit_fastpath(void) {
     a_reconsume_times = PyUnicode_InternFromString("reconsume_times");
     a_prepared_tx_offset = PyUnicode_InternFromString("prepared_tx_offset");
     a_body = PyUnicode_InternFromString("body");
+    a_topic = PyUnicode_InternFromString("topic");
+    a_properties = PyUnicode_InternFromString("properties");
+    a_end = PyUnicode_InternFromString("end");
+    a_first = PyUnicode_InternFromString("first");
+    a_packed = PyUnicode_InternFromString("packed");
+    k_TAGS = PyUnicode_InternFromString("TAGS");
+    k_KEYS = PyUnicode_InternFromString("KEYS");
+    k_UNIQ_KEY = PyUnicode_InternFromString("UNIQ_KEY");
+    k_MQO = PyUnicode_InternFromString("INNER_MULTI_QUEUE_OFFSET");
+    s_space = PyUnicode_InternFromString(" ");
+    s_all_prefix = PyUnicode_InternFromString("*#");
+    if (!a_topic || !a_properties || !a_end || !a_first || !a_packed || !k_TAGS || !k_KEYS || !k_UNIQ_KEY || !k_MQO
+        || !s_space || !s_all_prefix)
+        return NULL;
     if (!a_size || !a_queue_id || !a_flag || !a_queue_offset || !a_physical_offset || !a_sys_flag
         || !a_born_timestamp || !a_store_timestamp || !a_reconsume_times || !a_prepared_tx_offset || !a_body)
         return NULL;

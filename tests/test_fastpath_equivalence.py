@@ -31,12 +31,14 @@ from hypothesis import strategies as st
 from rocketscope.broker import speedups
 from rocketscope.broker.remoting import broker_handlers, codec
 from rocketscope.broker.remoting.codec import BatchEntry, RemotingCommand, RequestCode
-from rocketscope.broker.store import commitlog, index, record
+from rocketscope.broker.store import commitlog, index, message_store, record
+from rocketscope.broker.store.message_store import MessageStore, StoreConfig
+from rocketscope.broker.store.multi_dispatch import MULTI_DISPATCH, MULTI_QUEUE_OFFSET
 from rocketscope.broker.store.record import StoredMessage
 
 C = speedups.compiled
 needs_c = pytest.mark.skipif(C is None, reason=f"{speedups.PURE_ENV} is set: the compiled module is not loaded")
-MODULES = (codec, broker_handlers, record, commitlog, index)
+MODULES = (codec, broker_handlers, record, commitlog, index, message_store)
 
 
 @contextlib.contextmanager
@@ -414,6 +416,83 @@ def test_the_compiled_loops_take_plain_records_and_index_keys() -> None:
     assert [record.decode(buf, sum(m.size for m in msgs[:i])).body for i in range(5)] == [m.body for m in msgs]
     mm = bytearray(40 + 4 * 3 + 20 * 10)
     assert C.index_put(mm, [("T#a", 5, 3000), ("T#b", 9, 1000)], 1, 3, 52, 1000, 0, 0, record.crc32)[:2] == (2, 3)
+
+
+# ------------------------------------------------------------------ the store's dispatch of a batch
+def _dispatched(specs: list[tuple[Any, ...]], cut: int) -> tuple[Any, ...]:
+    """What MessageStore._dispatch_many leaves for these records, dispatched ``cut`` at a time: every consume
+    queue's entries, the queue offsets, the index's entries and header fields, ``dispatched``, or the error."""
+    msgs = [StoredMessage(topic=topic, queue_id=qid, body=b"", properties=dict(props), queue_offset=qoff,
+                          physical_offset=(i + 1) * 100, size=size, store_timestamp=ts)
+            for i, (topic, qid, qoff, size, ts, props) in enumerate(specs)]
+    with tempfile.TemporaryDirectory() as d:
+        store = MessageStore(StoreConfig(root=Path(d), cq_entries_per_segment=8, index_slot_num=7, index_num=300))
+        got = []
+        try:
+            for i in range(0, len(msgs), cut):
+                got.append(outcome(store._dispatch_many, msgs[i:i + cut]))
+            queues = {k: (cq.min_offset, cq.max_offset, cq.get(0, 1000)) for k, cq in sorted(store.cqs.items())}
+            idx = [(f.count, f.slots_used, f.begin_ts, f.end_ts, f.begin_phy, f.end_phy, bytes(f.mm))
+                   for f in store.index.files]
+        finally:
+            _close(store)
+    return got, queues, dict(store.queue_next), store.dispatched, idx
+
+
+def _close(store: MessageStore) -> None:
+    """Release every file of ``store`` even when a value it holds cannot be written (the header of an index file
+    given a timestamp that is not a number)."""
+    for cq in store.cqs.values():
+        with contextlib.suppress(Exception):
+            cq.close()
+    for f in store.index.files:
+        with contextlib.suppress(Exception):
+            f.flush()
+        f.mm.close()
+        os.close(f.fd)
+    store.commit_log.close()
+
+
+lmq_props = st.fixed_dictionaries({MULTI_DISPATCH: st.just("%LMQ%$T$a,%LMQ%$T$b"),
+                                   MULTI_QUEUE_OFFSET: st.sampled_from(["0,0", "1,3", "2", "x,1", "5,5"])})
+odd_props = st.dictionaries(st.sampled_from(["KEYS", "UNIQ_KEY", "TAGS"]), st.integers(0, 3) | st.none(), max_size=2)
+dispatch_props = st.dictionaries(st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "X"]),
+                                 st.sampled_from(["", "ID1", "k1 k2", " k1  k2 ", "é", "t", "a#b"]) | text,
+                                 max_size=4) | lmq_props | odd_props
+
+
+@needs_c
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["T", "Tópico", "%RETRY%G"]), st.integers(0, 2) | big,
+                          st.integers(0, 6) | st.sampled_from([-1, 40, 1 << 63]), st.integers(0, 5000) | big,
+                          st.integers(1_700_000_000_000, 1_700_000_100_000) | st.just(0), dispatch_props),
+                max_size=20), st.integers(1, 9))
+def test_store_batches_dispatch_the_same(specs: list[tuple[Any, ...]], cut: int) -> None:
+    """Queue offsets that repeat, jump or start past 0, keys with empty items, LMQ offsets whole and malformed,
+    values of other types and numbers out of range: the same queues, offsets, index and errors either way.
+    (Store timestamps stay numbers: index_put's own test covers the index with other values.)"""
+    compiled, python = both(_dispatched, specs, cut)
+    assert compiled == python
+
+
+@needs_c
+def test_the_compiled_dispatch_takes_plain_records() -> None:
+    """dispatch_run dispatches every plain record (with tags, keys and ids) and hands back one with LMQ offsets."""
+    assert C is not None
+    with tempfile.TemporaryDirectory() as d:
+        store = MessageStore(StoreConfig(root=Path(d)))
+        msgs = [StoredMessage(topic="T", queue_id=i % 2, body=b"", queue_offset=i // 2, physical_offset=i * 10,
+                              size=10, store_timestamp=5, properties={"UNIQ_KEY": f"ID{i}", "KEYS": "a b", "TAGS": "t"})
+                for i in range(6)]
+        msgs.append(StoredMessage(topic="T", queue_id=0, body=b"", queue_offset=3, physical_offset=60, size=10,
+                                  properties={MULTI_QUEUE_OFFSET: "0", MULTI_DISPATCH: "%LMQ%$T$a"}))
+        runs: dict[Any, Any] = {}
+        keys: list[Any] = []
+        assert C.dispatch_run(msgs, 0, runs, store._run, message_store._tag_hash, keys) == 6
+        assert [(k, r.first, r.end, len(r.packed)) for k, r in runs.items()] == [(("T", 0), 0, 3, 60),
+                                                                                 (("T", 1), 0, 3, 60)]
+        assert keys[:4] == [("*#ID0", 0, 5), ("T#a", 0, 5), ("T#b", 0, 5), ("T#ID0", 0, 5)]
+        _close(store)
 
 
 # ------------------------------------------------------------------ the whole send path of a broker

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rocketscope.names import HA_EVENTS_TOPIC
 
+from ..speedups import compiled as _C
 from . import multi_dispatch, record
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
@@ -638,39 +639,16 @@ class MessageStore:
         """
         runs: dict[tuple[str, int], _Run] = {}
         keys: list[tuple[str, int, int]] = []  # (topic#key, phy, store time) of the whole batch: one index call
-        add_key = keys.append
-        pack = ENTRY.pack
-        for msg in msgs:
-            topic = msg.topic
-            key = (topic, msg.queue_id)
-            run = runs.get(key)
-            if run is None:
-                run = runs[key] = self._run(key)
-            props = msg.properties
-            qoff = msg.queue_offset
-            expected = run.end
-            if qoff >= expected:  # a new entry (ConsumeQueue.append's test)
-                phy = msg.physical_offset
-                if run.first < 0:
-                    run.first = qoff  # the queue fills a gap up to its first entry (append_packed)
-                elif qoff > expected:
-                    run.packed += GAP * (qoff - expected)
-                run.packed += pack(phy, msg.size, _tag_hash(props.get("TAGS", "")))
-                run.end = qoff + 1
-                # the same keys in the same order as IndexService.put("*", [id]) then put(topic, keys + [id])
-                kstr = props.get("KEYS")
-                msg_id = props.get("UNIQ_KEY", "")
-                ts = msg.store_timestamp
-                if msg_id:
-                    add_key((f"{ALL_TOPICS_KEY}#{msg_id}", phy, ts))
-                if kstr:
-                    for k in kstr.split(" "):
-                        if k:
-                            add_key((f"{topic}#{k}", phy, ts))
-                if msg_id:
-                    add_key((f"{topic}#{msg_id}", phy, ts))
-            if multi_dispatch.MULTI_QUEUE_OFFSET in props:
-                self._dispatch_lmq(msg, runs)
+        if _C is None or type(msgs) is not list:
+            for msg in msgs:
+                self._dispatch_one(msg, runs, keys)
+        else:  # the compiled loop (broker/fastpath.c dispatch_run); a record it does not take: _dispatch_one
+            i, n, new_run = 0, len(msgs), self._run
+            while i < n:
+                i = _C.dispatch_run(msgs, i, runs, new_run, _tag_hash, keys)
+                if i < n:
+                    self._dispatch_one(msgs[i], runs, keys)
+                    i += 1
         queue_next = self.queue_next
         try:
             for key, run in runs.items():
@@ -689,6 +667,43 @@ class MessageStore:
                 except Exception:  # a listener must never stop the store
                     log.exception("dispatch listener failed for %s", msg.msg_id)
         self.dispatched = last.physical_offset + last.size
+
+    def _dispatch_one(self, msg: StoredMessage, runs: dict[tuple[str, int], _Run],
+                      keys: list[tuple[str, int, int]]) -> None:
+        """One record of ``_dispatch_each``: its entry added to its queue's run when its queue offset is new (the
+        test of ``ConsumeQueue.append``: an entry below the queue's end, a replay, is left as is and indexes
+        nothing; a gap is filled), its index keys to ``keys``, its LMQ entries.  The reference for the compiled
+        loop (broker/fastpath.c ``dispatch_run``; tests/test_fastpath_equivalence.py runs both)."""
+        topic = msg.topic
+        key = (topic, msg.queue_id)
+        run = runs.get(key)
+        if run is None:
+            run = runs[key] = self._run(key)
+        props = msg.properties
+        qoff = msg.queue_offset
+        expected = run.end
+        if qoff >= expected:
+            phy = msg.physical_offset
+            if run.first < 0:
+                run.first = qoff  # the queue fills a gap up to its first entry (append_packed)
+            elif qoff > expected:
+                run.packed += GAP * (qoff - expected)
+            run.packed += ENTRY.pack(phy, msg.size, _tag_hash(props.get("TAGS", "")))
+            run.end = qoff + 1
+            # the same keys in the same order as IndexService.put("*", [id]) then put(topic, keys + [id])
+            kstr = props.get("KEYS")
+            msg_id = props.get("UNIQ_KEY", "")
+            ts = msg.store_timestamp
+            if msg_id:
+                keys.append((f"{ALL_TOPICS_KEY}#{msg_id}", phy, ts))
+            if kstr:
+                for k in kstr.split(" "):
+                    if k:
+                        keys.append((f"{topic}#{k}", phy, ts))
+            if msg_id:
+                keys.append((f"{topic}#{msg_id}", phy, ts))
+        if multi_dispatch.MULTI_QUEUE_OFFSET in props:
+            self._dispatch_lmq(msg, runs)
 
     def _run(self, key: tuple[str, int]) -> _Run:
         """A batch's run of entries for the queue of ``key`` (opened when seen for the first time)."""
