@@ -462,7 +462,7 @@ dispatch_props = st.dictionaries(st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "X
 
 
 @needs_c
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["T", "Tópico", "%RETRY%G"]), st.integers(0, 2) | big,
                           st.integers(0, 6) | st.sampled_from([-1, 40, 1 << 63]), st.integers(0, 5000) | big,
                           st.integers(1_700_000_000_000, 1_700_000_100_000) | st.just(0), dispatch_props),
