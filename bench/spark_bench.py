@@ -599,6 +599,9 @@ def main() -> None:
                         help="e.g. 1,2: the four jobs on a standalone cluster of that many workers (1 core each) "
                              "started with spark-class on this machine, instead of local[2]")
     parser.add_argument("--executor-memory", default="2g", help="per executor, with --cluster-workers")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="results file (default bench/results/spark.json): A/B rounds each get their own "
+                             "instead of overwriting the reference figures")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -622,14 +625,14 @@ def main() -> None:
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                            "platform": platform.platform()},
                                "master": "local[2]", "sizes": {}}
-    if RESULTS.exists():
-        previous = json.loads(RESULTS.read_text())
+    if args.out.exists():
+        previous = json.loads(args.out.read_text())
         results["sizes"].update(previous.get("sizes", {}))
         if "cluster" in previous:
             results["cluster"] = previous["cluster"]
     if args.summary_only:
         results["summary"] = summarize(results)
-        RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
         print_table(results)
         return
     if args.cluster_workers:
@@ -647,9 +650,9 @@ def main() -> None:
         entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         results["sizes"][str(size)] = entry
         results["summary"] = summarize(results)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-        log(f"{size:,} messages done; results in {RESULTS}")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        log(f"{size:,} messages done; results in {args.out}")
     print_table(results)
 
 
