@@ -72,9 +72,14 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (repeat), e.g. spark.sql.codegen.cache.maxEntries=0")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--storage-level", default=None,
+                        help="where the model keeps its shared tables (a pyspark StorageLevel name, e.g. "
+                             "MEMORY_ONLY); default: the model's own choice")
     args = parser.parse_args()
     if args.code:
         use_code(args.code)
+    from pyspark import StorageLevel
+
     from rocketscope.spark.jobs import JOBS
     from rocketscope.spark.model import Model
     from rocketscope.spark.output import write_table
@@ -116,7 +121,8 @@ def main() -> None:
 
         pass_wall, pass_cpu = time.monotonic(), cpu()
         rows = spark.read.schema(ROW_SCHEMA).parquet(str(args.data / "trace"), str(args.data / "ha"))
-        model = Model(spark, rows)
+        model = Model(spark, rows) if not args.storage_level else Model(
+            spark, rows, storage_level=getattr(StorageLevel, args.storage_level))
         step("records", lambda: model.records.count())
         step("events", lambda: model.events.count())
         step("leaderships", lambda: model.leaderships.count())

@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 from rocketscope.ha_events import COMMIT_ADVANCED, EVENT_TYPES, REPLICA_ACK
 from rocketscope.names import HA_EVENTS_TOPIC
 from rocketscope.spark.jobs import JOBS
-from rocketscope.spark.model import Model
+from rocketscope.spark.model import MSG_KEY, Model
 from rocketscope.spark.run import resolve_jobs
 from rocketscope.spark.schema import ROW_SCHEMA
 
@@ -99,7 +99,7 @@ def slot_column(ms: Column, slot_ms: int) -> Column:
     return (F.floor(F.pmod(ms, F.lit(DAY_MS)) / slot_ms) * (slot_ms // 60_000)).cast("int")
 
 
-def _without_earlier_messages(spark: SparkSession, df: DataFrame, table: Path, from_ms: int,
+def _without_earlier_messages(spark: SparkSession, df: DataFrame, model: Model, table: Path, from_ms: int,
                               slot_ms: int) -> DataFrame:
     """``df`` without the rows known only from Sub records whose msgId already has a row before the window.
 
@@ -116,7 +116,10 @@ def _without_earlier_messages(spark: SparkSession, df: DataFrame, table: Path, f
     earlier = spark.read.parquet(str(table)).where(
         (F.col("date") < F.lit(from_date).cast("date"))
         | ((F.col("date") == F.lit(from_date).cast("date")) & (F.col("slot") < first_slot)))
-    orphans = df.where(F.col("born_ts").isNull()).select("msg_id")
+    # The producer-less msgIds straight from the shared tables (consumed, no Pub: a left anti join of two
+    # tables partitioned alike, no shuffle), not from ``df`` itself: ``df`` under a broadcast is planned
+    # and run a second time, the consumers' aggregate and the full outer join of message_timeline again.
+    orphans = model.consumers.join(model.messages, on=[MSG_KEY, "msg_id"], how="left_anti").select("msg_id")
     seen = earlier.select("msg_id").join(F.broadcast(orphans), "msg_id", "left_semi")
     return df.join(F.broadcast(seen), "msg_id", "left_anti")
 
@@ -183,7 +186,7 @@ def run_incremental(spark: SparkSession, inputs: Iterable[str | Path], output: s
             if from_ms is not None:
                 df = df.where(key >= from_ms)
                 if name == "message_timeline":
-                    df = _without_earlier_messages(spark, df, out / name, from_ms, slot_ms)
+                    df = _without_earlier_messages(spark, df, model, out / name, from_ms, slot_ms)
             (df.withColumn("slot", slot_column(key, slot_ms)).write.mode("overwrite")
              .option("partitionOverwriteMode", "dynamic").partitionBy("date", "slot").parquet(str(out / name)))
             result["seconds"][name] = round(time.monotonic() - t, 2)

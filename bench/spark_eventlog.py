@@ -1,0 +1,90 @@
+"""Where a Spark run's time goes, stage by stage, from Spark's event log (no UI needed).
+
+``bench/spark_profile.py`` gives CPU per step and per JVM thread; this reads the event log
+of the same run (``--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=DIR``) and
+sums, per Spark job (one ``count`` or one table write): its stages and tasks, the tasks'
+executor run and CPU time, deserialisation, GC, shuffle bytes, input bytes, and the
+time the job spent outside its tasks (planning, Janino, scheduling): wall minus the busiest
+core's share of task time.  That split is what says whether a step's cost is the data
+(task time grows with rows) or the fixed cost of a run (stages, planning, compilation).
+
+    .venv/bin/python bench/spark_eventlog.py /tmp/ev/local-1700000000000 [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def summarize(path: Path, cores: int = 2) -> list[dict[str, Any]]:
+    """One entry per Spark job of the log, in order, with its stages' and tasks' totals."""
+    jobs: dict[int, dict[str, Any]] = {}
+    stage_job: dict[int, int] = {}
+    stage_info: dict[int, dict[str, Any]] = defaultdict(lambda: defaultdict(float))
+    for line in path.read_text().splitlines():
+        ev = json.loads(line)
+        kind = ev.get("Event")
+        if kind == "SparkListenerJobStart":
+            desc = (ev.get("Properties") or {}).get("spark.job.description") or ""
+            call = (ev.get("Properties") or {}).get("callSite.short") or ""
+            jobs[ev["Job ID"]] = {"job": ev["Job ID"], "start": ev["Submission Time"], "what": desc or call,
+                                  "stages": [s["Stage ID"] for s in ev["Stage Infos"]]}
+            for s in ev["Stage Infos"]:
+                stage_job[s["Stage ID"]] = ev["Job ID"]
+        elif kind == "SparkListenerJobEnd":
+            jobs[ev["Job ID"]]["end"] = ev["Completion Time"]
+        elif kind == "SparkListenerStageCompleted":
+            info = ev["Stage Info"]
+            st = stage_info[info["Stage ID"]]
+            st["ran"] = 1
+            st["tasks"] = info["Number of Tasks"]
+        elif kind == "SparkListenerTaskEnd":
+            st = stage_info[ev["Stage ID"]]
+            m = ev.get("Task Metrics") or {}
+            st["run_ms"] += m.get("Executor Run Time", 0)
+            st["cpu_ms"] += m.get("Executor CPU Time", 0) / 1e6
+            st["deser_ms"] += m.get("Executor Deserialize Time", 0)
+            st["gc_ms"] += m.get("JVM GC Time", 0)
+            sw = m.get("Shuffle Write Metrics") or {}
+            sr = m.get("Shuffle Read Metrics") or {}
+            st["shuffle_write_mb"] += sw.get("Shuffle Bytes Written", 0) / 1e6
+            st["shuffle_read_mb"] += (sr.get("Remote Bytes Read", 0) + sr.get("Local Bytes Read", 0)) / 1e6
+            st["input_mb"] += (m.get("Input Metrics") or {}).get("Bytes Read", 0) / 1e6
+            st["output_mb"] += (m.get("Output Metrics") or {}).get("Bytes Written", 0) / 1e6
+            st["spill_mb"] += m.get("Disk Bytes Spilled", 0) / 1e6
+    out = []
+    for job in sorted(jobs.values(), key=lambda j: j["job"]):
+        ran = [stage_info[s] for s in job["stages"] if stage_info[s].get("ran")]
+        total = {k: round(sum(s.get(k, 0.0) for s in ran), 1) for k in
+                 ("run_ms", "cpu_ms", "deser_ms", "gc_ms", "shuffle_write_mb", "shuffle_read_mb", "input_mb",
+                  "output_mb", "spill_mb")}
+        wall = job.get("end", job["start"]) - job["start"]
+        out.append({"job": job["job"], "what": job["what"][:60], "stages_ran": len(ran),
+                    "stages_skipped": len(job["stages"]) - len(ran),
+                    "tasks": int(sum(s.get("tasks", 0) for s in ran)), "wall_ms": wall,
+                    "outside_tasks_ms": round(max(0.0, wall - total["run_ms"] / cores)), **total})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log", type=Path)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    rows = summarize(args.log, args.cores)
+    cols = ["job", "stages_ran", "stages_skipped", "tasks", "wall_ms", "run_ms", "cpu_ms", "outside_tasks_ms",
+            "gc_ms", "shuffle_write_mb", "input_mb", "output_mb", "spill_mb", "what"]
+    print("\t".join(cols))
+    for r in rows:
+        print("\t".join(str(r[c]) for c in cols))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
