@@ -44,6 +44,17 @@ session 11).  Identical plans generate identical code: with room for all of them
 the compiled classes.  A class is a few kilobytes of bytecode (mean 2.4 KB measured)."""
 
 
+INPUT_SPLITS_PER_CORE = 4
+"""At least this many input splits per core in local mode (``spark.sql.files.minPartitionNum``).
+
+Spark packs input files into splits of ``min(maxPartitionBytes, total bytes / minPartitionNum)``
+with ``minPartitionNum`` defaulting to the cores: the 1M-message data set (ten 14 MB trace
+files of one row group each) became 3 splits of ~50 MB, so its decode stage -- the largest
+of a run -- ran 3 tasks on 2 cores and one core idled for the last third (Spark's event log,
+bench/spark_eventlog.py; docs/ANALYTICS.md, "Session 18").  Four per core gives one file per
+task there; large inputs are unchanged (``total / 8`` is above the 128 MB cap at 10M)."""
+
+
 def local_cores(master: str) -> int:
     """Cores of a ``local[N]`` / ``local[*]`` / ``local`` master."""
     inside = master[len("local["):-1] if master.startswith("local[") else "1"
@@ -64,7 +75,8 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
     generated code, no adaptive execution and one shuffle partition (:data:`QUICK_START_CONF`):
     seconds less start-up and planning for small inputs (tests, the demo, a day of a small
     cluster), but much slower on millions of records, so it is off by default.  In local mode the shuffle partitions
-    default to twice the cores: Spark's 200 cost seconds of task overhead per stage here.
+    default to twice the cores: Spark's 200 cost seconds of task overhead per stage here, and
+    the input is read in at least :data:`INPUT_SPLITS_PER_CORE` splits per core.
     A local driver JVM gets :data:`LOCAL_JIT_JAVA_OPTIONS` (fewer C2 compilations of
     generated code that runs briefly).
 
@@ -105,6 +117,8 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
         shuffle_partitions = 2 * local_cores(master)
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if master and master.startswith("local"):
+        builder = builder.config("spark.sql.files.minPartitionNum", str(INPUT_SPLITS_PER_CORE * local_cores(master)))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
