@@ -8,16 +8,24 @@ time the job spent outside its tasks (planning, Janino, scheduling): wall minus 
 core's share of task time.  That split is what says whether a step's cost is the data
 (task time grows with rows) or the fixed cost of a run (stages, planning, compilation).
 
-    .venv/bin/python bench/spark_eventlog.py /tmp/ev/local-1700000000000 [--json out.json]
+    .venv/bin/python bench/spark_eventlog.py /tmp/ev/eventlog_v2_local-*/events_1_local-*.zstd [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+
+def read_log(path: Path) -> str:
+    """The log's text: Spark 4 compresses event logs with zstd by default (``events_1_<app>.zstd``)."""
+    if path.suffix == ".zstd":
+        return subprocess.run(["zstd", "-dc", str(path)], check=True, capture_output=True, text=True).stdout
+    return path.read_text()
 
 
 def summarize(path: Path, cores: int = 2) -> list[dict[str, Any]]:
@@ -25,7 +33,7 @@ def summarize(path: Path, cores: int = 2) -> list[dict[str, Any]]:
     jobs: dict[int, dict[str, Any]] = {}
     stage_job: dict[int, int] = {}
     stage_info: dict[int, dict[str, Any]] = defaultdict(lambda: defaultdict(float))
-    for line in path.read_text().splitlines():
+    for line in read_log(path).splitlines():
         ev = json.loads(line)
         kind = ev.get("Event")
         if kind == "SparkListenerJobStart":
