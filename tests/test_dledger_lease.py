@@ -18,7 +18,7 @@ from typing import Any
 
 from sim.scenario import Simulation
 
-from rocketscope.broker.dledger.transport import to_pb
+from rocketscope.broker.dledger.peer_wire import to_pb
 from rocketscope.broker.protocol import dledger_pb2
 
 

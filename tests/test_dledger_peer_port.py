@@ -23,7 +23,7 @@ import pytest
 from rocketscope.broker.dledger import peer_wire as wire
 from rocketscope.broker.dledger.peer_link import PeerLink
 from rocketscope.broker.dledger.peer_port import PeerPort
-from rocketscope.broker.dledger.transport import from_pb, to_pb
+from rocketscope.broker.dledger.peer_wire import from_pb, to_pb
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import Entry, EntryKind, Message, MsgType
 from rocketscope.broker.security.certs import generate_dev_certs

@@ -41,7 +41,7 @@ from rocketscope.telemetry import Telemetry
 from rocketscope.tls import TlsClientConfig
 
 from ..dledger.peer_link import PeerLink
-from ..dledger.transport import from_pb
+from ..dledger.peer_wire import from_pb
 from .raft_log import ControllerLog
 from .state import NO_MASTER, Code, ControllerState, Decision, LiveInfo, LiveTable, decode_event, encode_event
 

@@ -46,7 +46,7 @@ from rocketscope.tls import TlsClientConfig
 
 from .log_store import DLedgerLog
 from .peer_link import PeerLink
-from .transport import from_pb
+from .peer_wire import from_pb
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ The log lines "dledger: link to X (addr) down: reason" and "... up" are read by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import ssl
@@ -35,7 +36,6 @@ from rocketscope.tls import TlsClientConfig
 from ..peer_frames.dial import LinkRefused, dial, reason
 from . import peer_wire as wire
 from .socket_writer import SocketWriter
-from .transport import LinkTask, to_pb
 
 log = logging.getLogger(__name__)
 QUEUE_LIMIT = 4096
@@ -51,7 +51,7 @@ _DRAIN_ABOVE = 1 << 20  # wait for the socket once this much is buffered in the 
 __all__ = ["LinkRefused", "PeerLink"]
 
 
-class PeerLink(LinkTask):
+class PeerLink:
     """The outbound connection to one peer.
 
     ``send`` only queues and, while connected, schedules one ``_flush`` on the loop (``call_soon``): every
@@ -132,7 +132,7 @@ class PeerLink(LinkTask):
                 carries = True
                 for e in m.entries:
                     size += len(e.data)
-            messages.append(to_pb(m))
+            messages.append(wire.to_pb(m))
         return wire.frame(batch.SerializeToString()), carries
 
     async def _drain(self, writer: asyncio.StreamWriter) -> None:
@@ -144,6 +144,17 @@ class PeerLink(LinkTask):
             self._draining = None
         if self._writer is writer:
             self._flush()
+
+    def start(self) -> None:
+        """Run the link (connect, send, reconnect with back-off) as a task of the running loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"{self.name}-link-{self.peer_id}")
+
+    async def stop(self) -> None:
+        """Cancel the link's task and wait for it, so its socket is closed when this returns."""
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
     async def _run(self) -> None:
         failures = 0
