@@ -432,3 +432,19 @@ def test_a_stranger_learns_no_group_name_before_the_secret() -> None:
             await port.stop()
 
     run(body)
+
+
+def test_add_pb_builds_in_place_exactly_what_to_pb_builds() -> None:
+    """The links build their frames with ``add_pb`` (no copy through ``to_pb``); the bytes must be the same."""
+    rng = random.Random(7)
+    for _ in range(300):
+        entries = [Entry(rng.randrange(1, 1 << 40), rng.randrange(0, 1 << 20), rng.choice(list(EntryKind)),
+                         rng.randbytes(rng.randrange(0, 64))) for _ in range(rng.randrange(0, 4))]
+        m = Message(rng.choice(list(MsgType)), "n0", "n1", rng.randrange(0, 99),
+                    log_term=rng.choice([0, rng.randrange(1, 99)]), index=rng.choice([0, rng.randrange(1, 1 << 40)]),
+                    entries=entries, commit=rng.choice([0, rng.randrange(1, 1 << 40)]), reject=rng.random() < 0.3,
+                    reject_hint=rng.choice([0, rng.randrange(1, 999)]), force=rng.random() < 0.2)
+        built = dledger_pb2.RaftBatch()
+        wire.add_pb(built.messages, m)
+        assert built.SerializeToString() == dledger_pb2.RaftBatch(messages=[to_pb(m)]).SerializeToString()
+        assert from_pb(built.messages[0]) == m

@@ -486,15 +486,19 @@ class DLedgerNode(DrivenMember):
         (``CommitLog.iter_messages``: three reads and a decode per record), 46 % of a follower's
         busy samples in session 19's profile (docs/BENCHMARKS.md).  The pending dispatch needs its
         records in log order with nothing missing between them, so an entry is added only right after
-        the last record handed over; entries below it are already there (a leader's own proposals,
-        ``submit``); a gap (a segment roll's filler, a skipped entry) empties the pending dispatch
-        first, which is always safe (``MessageStore.drop_pending``: whatever is below the first pending
-        record is read back from the log when confirmed).  A record that does not decode stops the
-        hand-over for this batch; the log read-back then meets it as before.
+        the last record handed over, or at the next segment when its first record did not fit the
+        last one (the filler between is stepped over, as for a leader's own records).  Entries below
+        it are already there (a leader's own proposals, ``submit``).  Any other gap empties the
+        pending dispatch first, which is always safe (``MessageStore.drop_pending``: whatever is below
+        the first pending record is read back from the log when confirmed).  A record that does not
+        decode stops the hand-over for this batch; the log read-back then meets it as before.  The
+        CRC is not checked here: it guards the disk, and these bytes are the ones just written (a
+        read of the log still checks it).
         """
         lg = self.log
         assert lg is not None
         store = self.store
+        planned = store.commit_log.planned_offset
         for e in entries:
             data = e.data
             if not data:
@@ -503,13 +507,13 @@ class DLedgerNode(DrivenMember):
             end = self._pending_end
             if end is not None and start < end:
                 continue  # this member's own proposal: ``submit`` handed it over
-            if end is not None and start != end:
-                self._drop_pending()
+            if end is not None and start != end and planned(end, record.peek_header(data)[0]) != start:
+                self._drop_pending()  # not merely the filler of a segment roll, which the dispatch steps over
             msgs: list[StoredMessage] = []
             pos, n = 0, len(data)
             try:
                 while pos < n:
-                    m = record.decode(data, pos)
+                    m = record.decode(data, pos, verify=False)  # bytes from memory, not from the disk
                     msgs.append(m)
                     pos += m.size
             except RecordError as exc:

@@ -132,7 +132,7 @@ class PeerLink:
                 carries = True
                 for e in m.entries:
                     size += len(e.data)
-            messages.append(wire.to_pb(m))
+            wire.add_pb(messages, m)
         return wire.frame(batch.SerializeToString()), carries
 
     async def _drain(self, writer: asyncio.StreamWriter) -> None:
