@@ -576,3 +576,32 @@ def test_five_nodes_survive_two_failures() -> None:
     idx = leader.propose(b"five")
     c.deliver()
     assert leader.commit_index == idx
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_a_lazy_commit_broadcast_sends_no_empty_appends_under_load_and_catches_up_at_the_next_tick(
+        eager: bool) -> None:
+    """With ``eager_commit_broadcast`` off (DLedger), a commit travels with the next append that carries
+    entries instead of an empty append (and its answer) to every follower; followers still apply every
+    entry, and the last commit reaches them at the leader's next tick.  Counted from the messages sent."""
+    c = Cluster(3, eager_commit_broadcast=eager)
+    leader = c.elect("n0")
+    c.sent.clear()
+    for i in range(20):  # one proposal per round trip: steady load, one entry per Ready
+        leader.propose(f"m{i}".encode())
+        c.deliver()
+    empty = [m for m in c.sent if m.type is MsgType.APP and not m.entries]
+    full = [m for m in c.sent if m.type is MsgType.APP and m.entries]
+    assert len(full) == 40  # one append with the entry per follower per proposal, either way
+    want = [f"m{i}".encode() for i in range(20)]
+    if eager:
+        assert len(empty) == 40  # and one empty append per follower per commit
+        assert all([e.data for e in c.applied[f] if e.kind is EntryKind.NORMAL] == want for f in ("n1", "n2"))
+        return
+    assert not empty
+    for f in ("n1", "n2"):  # every commit but the last arrived with the next entry
+        assert [e.data for e in c.applied[f] if e.kind is EntryKind.NORMAL] == want[:-1]
+    c.tick(1, only=("n0",))
+    assert [m for m in c.sent if m.type is MsgType.APP and not m.entries]  # the tick sent the last commit
+    for f in ("n1", "n2"):
+        assert [e.data for e in c.applied[f] if e.kind is EntryKind.NORMAL] == want

@@ -95,6 +95,18 @@ def test_every_pipeline_seed_keeps_raft_safe_and_live_full() -> None:
     _check_seeds(_seed_range("0-1500"), "pipeline")
 
 
+def test_every_lazy_commit_seed_keeps_raft_safe_and_live() -> None:
+    """Seeds 0-300 of the mixed schedule with ``eager_commit_broadcast`` off, as DLedger runs it: followers
+    learn the commit only with the next entries or at the leader's next tick (liveness: every node applies)."""
+    _check_seeds(_seed_range("0-300"), "lazy_commit")
+
+
+@pytest.mark.long
+def test_every_lazy_commit_seed_keeps_raft_safe_and_live_full() -> None:
+    """Long: 1,500 seeds of the lazy_commit profile."""
+    _check_seeds(_seed_range("0-1500"), "lazy_commit")
+
+
 def test_a_seed_replays_exactly() -> None:
     first: list[str] = []
     second: list[str] = []

@@ -175,7 +175,9 @@ class DLedgerConfig:
                               f"({', '.join(peers)})")
         raft = RaftConfig(node_id=self_id, peers=tuple(peers), heartbeat_ticks=s.dLegerHeartbeatTicks,
                           election_ticks_min=s.dLegerElectionTicksMin, election_ticks_max=s.dLegerElectionTicksMax,
-                          preferred_leader=s.preferredLeaderId or None)
+                          preferred_leader=s.preferredLeaderId or None,
+                          # the commit rides on the next entries: half the messages per entry (docs/RAFT.md)
+                          eager_commit_broadcast=False)
         return cls(group=s.dLegerGroup or s.brokerName, peers=peers, raft=raft, tick_s=s.dLegerTickMillis / 1000,
                    max_wait_ack_s=s.maxWaitAckTimeMs / 1000)
 

@@ -59,6 +59,12 @@ class RaftConfig:
     preferred_max_lag: int = 1000
     # A transfer that has not completed after this many ticks is abandoned (0: election_ticks_min).
     transfer_timeout_ticks: int = 0
+    # When a leader's commit index moves, tell followers at once with empty appends (etcd's way), or
+    # only with the next append that carries entries, and at the next tick if none left by then.
+    # Lazy halves the messages per entry under steady load (an empty append and its answer per
+    # follower per commit); a follower then learns the commit one entry or one tick later, which
+    # Raft allows (the commit index is never needed for safety, only to apply).  DLedger: lazy.
+    eager_commit_broadcast: bool = True
     testing_faults: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

@@ -122,6 +122,7 @@ class RaftNode:
         self._acks: dict[str, int] = {}
         self._commit_reported = hard_state.commit
         self._bcast = _BCAST_NONE
+        self._commit_unsent = False  # lazy commit broadcast: the commit moved, no append carried it yet
         self._prev_hs = hard_state
         self._prev_ss = SoftState(None, _FOLLOWER)
         self._outstanding = False
@@ -353,6 +354,7 @@ class RaftNode:
         self._votes = {}
         self._acks = {}
         self._bcast = _BCAST_NONE
+        self._commit_unsent = False
         self._prs = {}
 
     def _set_role(self, role: Role, reason: str) -> None:
@@ -534,7 +536,7 @@ class RaftNode:
             else:
                 pr.become_replicate()
             if self._maybe_commit():
-                self._bcast = _BCAST_COMMIT
+                self._commit_moved()
             while self._send_append(m.frm, False):
                 pass
             if m.frm == self.lead_transferee and pr.match == self.log.last_index():
@@ -570,6 +572,9 @@ class RaftNode:
             if self._preferred_elapsed >= cfg.preferred_check_ticks:
                 self._preferred_elapsed = 0
                 self._maybe_transfer_to_preferred()
+        if self._commit_unsent:  # lazy commit broadcast: what no append carried since, goes now
+            self._commit_unsent = False
+            self._bcast = _BCAST_COMMIT
         if self._heartbeat_elapsed >= cfg.heartbeat_ticks:
             self._heartbeat_elapsed = 0
             committed = self.log.committed
@@ -602,7 +607,15 @@ class RaftNode:
         if durable > mine.match:
             mine.match = durable
             if self._maybe_commit():
-                self._bcast = _BCAST_COMMIT
+                self._commit_moved()
+
+    def _commit_moved(self) -> None:
+        """The commit index moved: broadcast it now (empty appends where nothing new is due), or, with
+        ``eager_commit_broadcast`` off, leave it to the next appends and to the next tick."""
+        if self.config.eager_commit_broadcast:
+            self._bcast = _BCAST_COMMIT
+        else:
+            self._commit_unsent = True
 
     def _maybe_commit(self) -> bool:
         matches = sorted((pr.match for pr in self._prs.values()), reverse=True)

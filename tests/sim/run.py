@@ -7,6 +7,7 @@
     .venv/bin/python tests/sim/run.py --seeds 0-500 --bug commit_old_term   # prove it finds a bug
     .venv/bin/python tests/sim/run.py --seeds 0-500 --profile dledger     # DLedger's log files, simulated disk
     .venv/bin/python tests/sim/run.py --seeds 0-1500 --profile pipeline  # leaders crash between send and fsync
+    .venv/bin/python tests/sim/run.py --seeds 0-1500 --profile lazy_commit  # commit index sent lazily (DLedger's)
 
 A range ``A-B`` runs seeds A <= seed < B.  Exit status 1 when any seed fails; each
 failure prints its replay command.
@@ -45,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="enable a deliberate core bug (test-only switch) to check the simulator finds it")
     parser.add_argument("--profile", default="mixed", choices=PROFILES,
                         help="fault profile: mixed (default), chaos (every seed crashes and partitions hard), "
-                             "dledger (mixed, on DLedger's real log files on a simulated disk) or pipeline "
-                             "(mixed, plus leaders crashing after their appends left and before their fsync)")
+                             "dledger (mixed, on DLedger's real log files on a simulated disk), pipeline "
+                             "(mixed, plus leaders crashing after their appends left and before their fsync) or "
+                             "lazy_commit (mixed, with DLedger's lazy commit broadcast)")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failing seed")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly

@@ -36,7 +36,7 @@ FAULT_TICKS = 140
 # (tests/sim/dledger.py) on a simulated disk; pipeline: mixed, plus leaders that crash after their appends left
 # and before their own fsync completed (the window broker/raft/ready.py's early_messages opens), with slow
 # leader disks so that the followers' acknowledgements arrive first
-PROFILES = ("mixed", "chaos", "dledger", "pipeline")
+PROFILES = ("mixed", "chaos", "dledger", "pipeline", "lazy_commit")
 LIVENESS_TICKS = 150  # after the heal: a leader and a committed proposal on every node within this (+ backlog)
 
 
@@ -135,6 +135,8 @@ class Simulation:
                 max_append_entries=max_entries, max_append_bytes=max_bytes, max_inflight=max_inflight,
                 pre_vote=pre_vote, check_quorum=check_quorum, preferred_leader=preferred,
                 preferred_check_ticks=10, testing_faults=bugs,
+                # lazy_commit: the mixed schedule with DLedger's lazy commit broadcast (broker/raft/config.py)
+                eager_commit_broadcast=profile != "lazy_commit",
             )
             if profile == "dledger":
                 from .dledger import DLedgerSimNode  # imports the broker's store: only for this family
