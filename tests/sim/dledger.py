@@ -27,7 +27,7 @@ from rocketscope.broker.dledger.node import DLedgerConfig, DLedgerNode, NoEvents
 from rocketscope.broker.raft import RaftConfig, RaftNode, Ready
 from rocketscope.broker.raft.driver import RaftDriver, ReadyObserver, Transport
 from rocketscope.broker.store.message_store import MessageStore, PutStatus, StoreConfig
-from rocketscope.broker.store.record import StoredMessage
+from rocketscope.broker.store.record import StoredMessage, decode
 
 from .checker import InvariantViolation
 from .disk import SimDisk
@@ -193,6 +193,40 @@ class DLedgerSimNode(DeferredSync):
         self.synced_terms = [lg.term(i) if i >= lg.first_index() else 0 for i in range(1, last + 1)]
         # the bytes of the newest few entries (the ones a crash could tear)
         self.synced_data = {i: lg.entry(i).data for i in range(max(lg.first_index(), last - 3), last + 1)}
+
+    def check_queues(self) -> None:
+        """The consume queue holds exactly the committed records of the log, in order, with offsets 0..n-1.
+
+        A follower hands the records of the entries it appends to the store's pending dispatch
+        (``DLedgerNode._pend_appended``, session 19) instead of reading them back when committed; a
+        record of a replaced tail, a record handed over twice or one missed would show here.
+        """
+        member, store = self.member, self.store
+        if member is None or store is None or member.log is None or not self.up:
+            return
+        lg = member.log
+        want: list[bytes] = []
+        for i in range(lg.first_index(), member.commit_index + 1):
+            data = lg.entry(i).data
+            pos = 0
+            while pos < len(data):
+                m = decode(data, pos)
+                want.append(m.body)
+                pos += m.size
+        got: list[bytes] = []
+        offsets: list[int] = []
+        while True:
+            res = store.get("SimTopic", 0, len(got), 1000)
+            if not res.messages:
+                break
+            got += [m.body for m in res.messages]
+            offsets += [m.queue_offset for m in res.messages]
+
+        if got != want or offsets != list(range(len(got))):
+            same = (k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
+            first = next(same, min(len(got), len(want)))
+            raise InvariantViolation(f"consume queue of {self.id}: {len(got)} records, the committed log holds "
+                                     f"{len(want)}; first difference at queue offset {first}")
 
     # ------------------------------------------------------------------ clients
     def propose(self, data: bytes, answer: Callable[[int, bool], None]) -> tuple[int, bytes]:

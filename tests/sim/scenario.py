@@ -468,6 +468,8 @@ class Simulation:
                                    f"{self.liveness_ticks} ticks after the heal")
                         for node in self.nodes.values():
                             self.checker.check_complete(node, f"final state of {node.id}", upto=index)
+                            if hasattr(node, "check_queues"):  # the dledger family: its consume queue too
+                                node.check_queues()
                         return
                     continue
                 if self.now - attempt_at < 30:
