@@ -21,7 +21,7 @@ from sim.dledger import SEGMENT, store_config
 from sim.scenario import SimulationFailure, run_seed
 
 from rocketscope.broker.dledger.log_store import DLedgerLog
-from rocketscope.broker.dledger.node import plan_entries
+from rocketscope.broker.dledger.node import DLedgerNode, plan_entries
 from rocketscope.broker.raft import Entry, EntryKind, HardState
 from rocketscope.broker.raft.hard_state_file import HardStateFile
 from rocketscope.broker.store.message_store import MessageStore
@@ -149,3 +149,16 @@ def test_a_truncation_is_durable_after_the_next_sync_even_when_nothing_is_writte
         disk.crash("lose")  # each file as of its last fsync
     path = tmp_path / "log" / f"{0:020d}"
     assert path.read_bytes() == b"a" * 40
+
+
+def test_a_new_leader_forgets_the_queue_offsets_of_its_truncated_proposals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the consume-queue check (seeds 207 and 601 of 0-1000, session 19): a leader's uncommitted
+    records of a queue that had no consume queue yet were truncated by the next leader; when it led again,
+    ``MessageStore.rebuild_queue_offsets`` left that queue's planned offsets as they were, and its next
+    committed records took queue offsets 5.. instead of 0.. (a gap consumers would see)."""
+    run_seed(601, profile="dledger")
+    run_seed(207, profile="dledger")
+    monkeypatch.setattr(DLedgerNode, "_rebuild_queue_offsets", lambda self: self.store.rebuild_queue_offsets())
+    with pytest.raises(SimulationFailure) as exc:
+        run_seed(601, profile="dledger")
+    assert "consume queue" in exc.value.what and "queue offsets [5" in exc.value.what

@@ -215,18 +215,21 @@ class DLedgerSimNode(DeferredSync):
                 pos += m.size
         got: list[bytes] = []
         offsets: list[int] = []
+        at = 0
         while True:
-            res = store.get("SimTopic", 0, len(got), 1000)
+            res = store.get("SimTopic", 0, at, 1000)
             if not res.messages:
                 break
             got += [m.body for m in res.messages]
             offsets += [m.queue_offset for m in res.messages]
+            at = res.next_offset
 
         if got != want or offsets != list(range(len(got))):
             same = (k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
             first = next(same, min(len(got), len(want)))
             raise InvariantViolation(f"consume queue of {self.id}: {len(got)} records, the committed log holds "
-                                     f"{len(want)}; first difference at queue offset {first}")
+                                     f"{len(want)}; first difference at record {first}; queue offsets "
+                                     f"{offsets[:3]}..{offsets[-3:]} (want 0..{len(want) - 1})")
 
     # ------------------------------------------------------------------ clients
     def propose(self, data: bytes, answer: Callable[[int, bool], None]) -> tuple[int, bytes]:
