@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/fastpath
 DEBS   := prometheus chromium
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-full test-unit lint typecheck setup debs toolchain bench clean proto peers go-clients otelcol prometheus3
+.PHONY: demo test test-full test-unit lint typecheck setup debs toolchain bench clean proto peers go-clients otelcol prometheus3 spark-jvm
 
 # order-only: the toolchain is checked before every install, without forcing one
 $(STAMP): | toolchain
@@ -19,7 +19,23 @@ $(STAMP): | toolchain
 	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-setup: $(STAMP) debs otelcol
+setup: $(STAMP) debs otelcol spark-jvm
+
+# The JVM trace decoder of the analytics (spark/jvm, docs/ANALYTICS.md "Decoding"): compiled against the
+# venv's pyspark jars into $(JVM_JAR), again only when its source or the venv changes (a second `make` checks
+# two timestamps). Without javac (peers/setup.sh installs openjdk-17-jdk-headless) the analytics fall back to
+# the Spark SQL decoder and say so in one INFO line.
+JVM_SRC := $(shell find spark/jvm/src -name '*.java' 2>/dev/null)
+JVM_JAR := build/spark-jvm/rocketscope-spark.jar
+spark-jvm: $(JVM_JAR)
+
+$(JVM_JAR): $(JVM_SRC) $(STAMP)
+	@if command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1; then \
+	  jars="$$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"; \
+	  rm -rf build/spark-jvm/classes && mkdir -p build/spark-jvm/classes && \
+	  javac -nowarn --release 17 -d build/spark-jvm/classes -cp "$$jars/*" $(JVM_SRC) && \
+	  jar cf $@ -C build/spark-jvm/classes . && echo "built $@"; \
+	else echo "javac is not installed: no $@; the analytics decode trace bodies with Spark SQL"; fi
 
 # A C compiler and Python's headers: `pip install -e .` compiles the send path's C module (broker/fastpath.c,
 # docs/ARCHITECTURE.md) and fails without them. Installed when we are root and they are missing; otherwise named.

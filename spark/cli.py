@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from rocketscope.names import HA_EVENTS_TOPIC, TRACE_TOPIC
-from rocketscope.spark.decode import DECODERS
+from rocketscope.spark.decode import DECODERS, DEFAULT_DECODER
 from rocketscope.spark.incremental import DEFAULT_LATENESS_MS
 from rocketscope.spark.jobs import JOBS
 
@@ -51,8 +51,9 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--quick-start", is_flag=True,
                      help="For small inputs: serial GC, C1-only JIT, interpreted expressions, no adaptive "
                           "execution, one shuffle partition; much slower on large inputs."),
-        click.option("--decoder", type=click.Choice(DECODERS), default="sql", show_default=True,
-                     help="Trace decoding: Spark SQL expressions in the JVM, or the Python codec (mapInArrow)."),
+        click.option("--decoder", type=click.Choice(DECODERS), default=DEFAULT_DECODER, show_default=True,
+                     help="Trace decoding: compiled Java (jvm; SQL when its jar is not built), Spark SQL "
+                          "expressions, or the Python codec (mapInArrow)."),
         click.option("--incremental", is_flag=True,
                      help="Process only the --input files added since the last run and merge into --output "
                           "(state in <output>/_incremental; docs/ANALYTICS.md)."),
@@ -75,7 +76,8 @@ def _check_source(inputs: tuple[str, ...], namesrv: str | None) -> None:
 
 def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], namesrv: str | None, topics: str,
          output: str, master: str, asof_method: str, driver_memory: str | None, quick_start: bool,
-         decoder: str = "sql", incremental: bool = False, lateness_seconds: float = DEFAULT_LATENESS_MS / 1000,
+         decoder: str = DEFAULT_DECODER, incremental: bool = False,
+         lateness_seconds: float = DEFAULT_LATENESS_MS / 1000,
          watch_seconds: float | None = None) -> None:
     from rocketscope.spark.run import read_rows, run_jobs
     from rocketscope.spark.session import get_session
@@ -168,7 +170,7 @@ def all_jobs(ctx: click.Context, **kwargs: Any) -> None:
 @click.pass_context
 def stream(ctx: click.Context, inputs: tuple[str, ...], namesrv: str | None, topics: str, output: str, master: str,
            asof_method: str, driver_memory: str | None, quick_start: bool, checkpoint: str | None,
-           jobs: tuple[str, ...], trigger_seconds: float | None, available_now: bool, decoder: str = "sql",
+           jobs: tuple[str, ...], trigger_seconds: float | None, available_now: bool, decoder: str = DEFAULT_DECODER,
            incremental: bool = False, lateness_seconds: float = 0.0, watch_seconds: float | None = None) -> None:
     """Keep the tables current as new row files or new messages arrive (Ctrl-C stops)."""
     if incremental or watch_seconds is not None:

@@ -1,23 +1,33 @@
 """Decoding of input rows: trace bodies into flat records, HA event bodies into columns.
 
-Trace bodies are RocketMQ's text format.  The jobs decode them with Spark SQL expressions
-in the JVM (:mod:`rocketscope.spark.sqldecode`); the Python codec through ``mapInArrow``
-(``decode_trace_python``: one Arrow batch in, one out, plain lists in between) is kept as
-the reference the tests compare it with, and as ``--decoder python``.  HA events are JSON,
+Trace bodies are RocketMQ's text format.  The jobs decode them in compiled JVM code
+(``--decoder jvm``, the default: spark/jvm/src/io/rocketscope/spark/TraceDecoder.java, a
+``mapPartitions`` over the bodies' bytes, built by ``make`` into the jar that
+rocketscope.spark.session puts on the class path).  Without the jar they fall back to Spark
+SQL expressions (``--decoder sql``, :mod:`rocketscope.spark.sqldecode`), saying so in one
+INFO line.  The Python codec through ``mapInArrow`` (``decode_trace_python``: one Arrow batch
+in, one out, plain lists in between) is kept as the reference the tests compare both with,
+and as ``--decoder python``.  HA events are JSON,
 which Spark's own ``from_json`` parses in the JVM with no Python round trip.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from rocketscope.ha_events import EVENT_TYPES
 from rocketscope.names import HA_EVENTS_TOPIC
 from rocketscope.spark.schema import EVENT_JSON_SCHEMA, RECORD_SCHEMA
+
+log = logging.getLogger(__name__)
+
+JVM_DECODER_CLASS = "io.rocketscope.spark.TraceDecoder"
 
 _RECORD_ARROW = pa.schema(
     [
@@ -164,15 +174,54 @@ def decode_trace_python(rows: DataFrame) -> DataFrame:
     return trace_rows(rows).select("body", "tags").mapInArrow(_decode_arrow, RECORD_SCHEMA)
 
 
-DECODERS = ("sql", "python")
+def jvm_decoder_loaded(spark: SparkSession) -> bool:
+    """Whether the session's JVM can load the decoder class (its jar was on the class path at start-up)."""
+    from py4j.java_gateway import JavaClass
+
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    target = jvm
+    for part in JVM_DECODER_CLASS.split("."):
+        target = getattr(target, part)
+    return isinstance(target, JavaClass)
 
 
-def decode_trace(rows: DataFrame, decoder: str = "sql") -> DataFrame:
+_fallback_logged: set[int] = set()
+
+
+def decode_trace_jvm(rows: DataFrame) -> DataFrame:
+    """Flat trace records (``RECORD_SCHEMA``) decoded by TraceDecoder.java; SQL when its jar is not loaded.
+
+    Same rows as the other two decoders over the same input, in no particular order.
+    """
+    spark = rows.sparkSession
+    if not jvm_decoder_loaded(spark):
+        if id(spark) not in _fallback_logged:
+            _fallback_logged.add(id(spark))
+            log.info("the JVM trace decoder's jar is not on the class path (run make): decoding with Spark SQL")
+        from rocketscope.spark.sqldecode import decode_trace_sql
+
+        return decode_trace_sql(rows)
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    decoder = jvm
+    for part in JVM_DECODER_CLASS.split("."):
+        decoder = getattr(decoder, part)
+    jdf = decoder.decode(trace_rows(rows).select("body", "tags")._jdf, RECORD_SCHEMA.json())
+    return DataFrame(jdf, spark)
+
+
+DECODERS = ("jvm", "sql", "python")
+DEFAULT_DECODER = "jvm"
+
+
+def decode_trace(rows: DataFrame, decoder: str = DEFAULT_DECODER) -> DataFrame:
     """Flat trace records (``RECORD_SCHEMA``) of the trace rows in ``rows``.
 
-    ``sql`` (default): Spark SQL expressions in the JVM (spark/sqldecode.py); ``python``:
-    the Python codec through ``mapInArrow``.  Both give the same rows.
+    ``jvm`` (default): compiled Java over the bodies' bytes (spark/jvm), SQL when its jar is
+    missing; ``sql``: Spark SQL expressions (spark/sqldecode.py); ``python``: the Python codec
+    through ``mapInArrow``.  All give the same rows.
     """
+    if decoder == "jvm":
+        return decode_trace_jvm(rows)
     if decoder == "sql":
         from rocketscope.spark.sqldecode import decode_trace_sql
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from rocketscope.spark.decode import DEFAULT_DECODER
 from rocketscope.spark.jobs import JOBS
 from rocketscope.spark.model import Model
 from rocketscope.spark.output import write_table
@@ -36,7 +37,8 @@ def resolve_jobs(names: Iterable[str]) -> list[str]:
 
 
 def run_jobs(spark: SparkSession, rows: DataFrame, output: str | Path, jobs: Iterable[str],
-             *, asof_method: str = "interval", decoder: str = "sql", progress: bool = True) -> dict[str, float]:
+             *, asof_method: str = "interval", decoder: str = DEFAULT_DECODER,
+             progress: bool = True) -> dict[str, float]:
     """Build and write each job; returns seconds per job.  Shared tables are computed once."""
     model = Model(spark, rows, asof_method=asof_method, decoder=decoder)
     timings: dict[str, float] = {}

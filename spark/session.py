@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -53,6 +54,28 @@ files of one row group each) became 3 splits of ~50 MB, so its decode stage -- t
 of a run -- ran 3 tasks on 2 cores and one core idled for the last third (Spark's event log,
 bench/spark_eventlog.py; docs/ANALYTICS.md, "Session 18").  Four per core gives one file per
 task there; large inputs are unchanged (``total / 8`` is above the 128 MB cap at 10M)."""
+
+
+DECODER_JAR_ENV = "ROCKETSCOPE_SPARK_JAR"
+"""Overrides where :func:`decoder_jar` looks (a jar built elsewhere, e.g. for an installed package)."""
+
+
+def decoder_jar() -> Path | None:
+    """The JVM trace decoder's jar (spark/jvm, built by ``make``), or None when it was not built.
+
+    Sessions put it on the driver's and the executors' class path (``spark.jars``), so the
+    default ``jvm`` decoder (rocketscope.spark.decode) can run; without it they decode with SQL.
+    """
+    configured = os.environ.get(DECODER_JAR_ENV)
+    path = Path(configured) if configured else Path(__file__).resolve().parents[1] / "build" / "spark-jvm" / \
+        "rocketscope-spark.jar"
+    return path if path.is_file() else None
+
+
+def jar_conf() -> dict[str, str]:
+    """``spark.jars`` with the decoder's jar when it is built, else nothing (for sessions not made here)."""
+    jar = decoder_jar()
+    return {"spark.jars": str(jar)} if jar else {}
 
 
 def local_cores(master: str) -> int:
@@ -113,6 +136,8 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
         builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JIT_JAVA_OPTIONS)
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
+    for key, value in jar_conf().items():
+        builder = builder.config(key, value)
     if not shuffle_partitions and master and master.startswith("local"):
         shuffle_partitions = 2 * local_cores(master)
     if shuffle_partitions:

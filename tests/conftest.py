@@ -36,7 +36,7 @@ def spark() -> Iterator[object]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("rocketscope-tests")
         .config("spark.ui.enabled", "false")
@@ -44,8 +44,12 @@ def spark() -> Iterator[object]:
         .config("spark.driver.memory", "512m")
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    from rocketscope.spark.session import jar_conf
+
+    for key, value in jar_conf().items():  # the JVM trace decoder (spark/jvm), when `make` built it
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     try:
         yield session
     finally:
