@@ -271,7 +271,8 @@ def duckdb_pipeline(data: Path, work: Path, threads: int, memory: str) -> dict[s
     return result
 
 
-def warm_pipeline(spark: Any, rows: Any, out: Path, cpu: CpuClock, n: int) -> dict[str, Any]:
+def warm_pipeline(spark: Any, rows: Any, out: Path, cpu: CpuClock, n: int,
+                  decoder: str = "jvm") -> dict[str, Any]:
     """Decode and the four jobs once more in the same session (fresh model): wall and JVM CPU seconds.
 
     The cold figures (``decode_s``, ``jobs_s``, ``all_jobs_s``, ``all_jobs_cpu_s``) are the first run in
@@ -283,7 +284,7 @@ def warm_pipeline(spark: Any, rows: Any, out: Path, cpu: CpuClock, n: int) -> di
     from rocketscope.spark.output import write_table
 
     shutil.rmtree(out, ignore_errors=True)
-    model = Model(spark, rows)
+    model = Model(spark, rows, decoder=decoder)
     entry: dict[str, Any] = {"run": n + 1, "jobs_s": {}}
     cpu.start()
     try:
@@ -303,7 +304,7 @@ def warm_pipeline(spark: Any, rows: Any, out: Path, cpu: CpuClock, n: int) -> di
 
 def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master: str = "local[2]",
                jobs_only: bool = False, python_decode: bool = False, incremental: bool = True,
-               duckdb_memory: str | None = None, warm_runs: int = 1) -> dict[str, Any]:
+               duckdb_memory: str | None = None, warm_runs: int = 1, decoder: str = "jvm") -> dict[str, Any]:
     import duckdb
     from pyspark.sql import functions as F
 
@@ -326,7 +327,7 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
     # smaller Arrow batches into the Python decoder (--python-decode): it ran out of Java heap at 10M with 3 GB
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
     spark.sparkContext.setLogLevel("ERROR")
-    result: dict[str, Any] = {"jobs_s": {}, "master": master, "decoder": "sql"}
+    result: dict[str, Any] = {"jobs_s": {}, "master": master, "decoder": decoder}
     cpu = CpuClock(spark)
     try:
         rows = read_rows(spark, [data / "trace", data / "ha"])
@@ -336,7 +337,7 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
                                                  lambda: decode_trace(rows, "python").count())
             result["decode_sql_only_s"], _ = timed("decode trace records (Spark SQL)",
                                                    lambda: decode_trace(rows, "sql").count())
-        model = Model(spark, rows)
+        model = Model(spark, rows, decoder=decoder)
         out = work / "tables"
         shutil.rmtree(out, ignore_errors=True)
         cpu.start()
@@ -368,7 +369,7 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
         # session (analyze --watch) runs it; the JIT-compiled code and the generated classes are reused.
         model.unpersist()
         for n in range(1, warm_runs + 1):
-            warm = warm_pipeline(spark, rows, work / f"tables-warm-{n}", cpu, n)
+            warm = warm_pipeline(spark, rows, work / f"tables-warm-{n}", cpu, n, decoder)
             warm["rows_as_cold"] = warm["rows"] == table_rows(out, JOBS)
             result.setdefault("warm", []).append(warm)
         if incremental:
@@ -564,7 +565,7 @@ def run_cluster(args: argparse.Namespace, results: dict[str, Any]) -> None:
                     "--conf spark.executor.cores=1 pyspark-shell"))
                 cmd = [sys.executable, __file__, "--one", str(size), "--seed", str(args.seed), "--rate",
                        str(args.rate), "--cache", str(args.cache), "--driver-memory", args.driver_memory,
-                       "--master", cluster.url, "--jobs-only"]
+                       "--master", cluster.url, "--jobs-only", "--decoder", args.decoder]
                 done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True, env=env)
             entry = json.loads(done.stdout.strip().splitlines()[-1])
             entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -602,6 +603,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help="results file (default bench/results/spark.json): A/B rounds each get their own "
                              "instead of overwriting the reference figures")
+    parser.add_argument("--decoder", default="jvm", choices=("jvm", "sql", "python"),
+                        help="trace decoder of the model (rocketscope.spark.decode; jvm falls back to sql "
+                             "when its jar is not built)")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -616,7 +620,7 @@ def main() -> None:
         entry.update(bench_size(data, args.cache / f"work-{args.one}", args.driver_memory, args.one,
                                 master=args.master, jobs_only=args.jobs_only, python_decode=args.python_decode,
                                 incremental=not args.no_incremental, duckdb_memory=args.duckdb_memory,
-                                warm_runs=args.warm_runs))
+                                warm_runs=args.warm_runs, decoder=args.decoder))
         entry["wall_s"] = round(time.monotonic() - started, 1)
         entry["load_avg_1m"] = {"start": load_before, "end": round(os.getloadavg()[0], 1)}
         print(json.dumps(entry))
@@ -642,7 +646,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--one", str(size), "--seed", str(args.seed), "--rate", str(args.rate),
                "--cache", str(args.cache), "--driver-memory", args.driver_memory]
         cmd += ["--duckdb-memory", args.duckdb_memory] if args.duckdb_memory else []
-        cmd += ["--warm-runs", str(args.warm_runs)]
+        cmd += ["--warm-runs", str(args.warm_runs), "--decoder", args.decoder]
         cmd += [flag for flag, on in (("--jobs-only", args.jobs_only), ("--python-decode", args.python_decode),
                                       ("--no-incremental", args.no_incremental)) if on]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)

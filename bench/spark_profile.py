@@ -72,6 +72,9 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (repeat), e.g. spark.sql.codegen.cache.maxEntries=0")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--decoder", default=None,
+                        help="trace decoder (jvm, sql, python; default: the model's); a comma-separated list "
+                             "alternates them pass by pass in the same JVM (A/B: --decoder sql,jvm --passes 5)")
     parser.add_argument("--storage-level", default=None,
                         help="where the model keeps its shared tables (a pyspark StorageLevel name, e.g. "
                              "MEMORY_ONLY); default: the model's own choice")
@@ -87,6 +90,7 @@ def main() -> None:
     from rocketscope.spark.session import get_session
 
     conf = dict(c.split("=", 1) for c in args.conf)
+    decoders = [d for d in (args.decoder or "").split(",") if d]
     spark = get_session("local[2]", app_name="rocketscope-profile", driver_memory=args.driver_memory,
                         shuffle_partitions=args.partitions, conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
@@ -121,8 +125,13 @@ def main() -> None:
 
         pass_wall, pass_cpu = time.monotonic(), cpu()
         rows = spark.read.schema(ROW_SCHEMA).parquet(str(args.data / "trace"), str(args.data / "ha"))
-        model = Model(spark, rows) if not args.storage_level else Model(
-            spark, rows, storage_level=getattr(StorageLevel, args.storage_level))
+        options: dict[str, Any] = {}
+        if args.storage_level:
+            options["storage_level"] = getattr(StorageLevel, args.storage_level)
+        if decoders:
+            options["decoder"] = decoders[(n - 1) % len(decoders)]
+            print(f"pass {n}: decoder {options['decoder']}", flush=True)
+        model = Model(spark, rows, **options)
         step("records", lambda: model.records.count())
         step("events", lambda: model.events.count())
         step("leaderships", lambda: model.leaderships.count())
@@ -136,7 +145,8 @@ def main() -> None:
         total = cpu() - pass_cpu
         print(f"pass {n}: {total:.1f} s CPU of the driver JVM, {time.monotonic() - pass_wall:.1f} s wall; "
               f"load average {os.getloadavg()}", flush=True)
-        return {"pass": n, "steps": steps, "jvm_cpu_s": round(total, 1),
+        return {"pass": n, "decoder": options.get("decoder", "model default"), "steps": steps,
+                "jvm_cpu_s": round(total, 1),
                 "wall_s": round(time.monotonic() - pass_wall, 1), "load_end": os.getloadavg()}
 
     for n in range(1, args.passes + 1):
