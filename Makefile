@@ -23,13 +23,19 @@ setup: $(STAMP) debs otelcol spark-jvm
 
 # The JVM trace decoder of the analytics (spark/jvm, docs/ANALYTICS.md "Decoding"): compiled against the
 # venv's pyspark jars into $(JVM_JAR), again only when its source or the venv changes (a second `make` checks
-# two timestamps). Without javac (peers/setup.sh installs openjdk-17-jdk-headless) the analytics fall back to
+# two timestamps). A JDK is installed when we are root and javac is missing (setup runs before peers/setup.sh,
+# which needs one too); without javac the analytics fall back to
 # the Spark SQL decoder and say so in one INFO line.
 JVM_SRC := $(shell find spark/jvm/src -name '*.java' 2>/dev/null)
 JVM_JAR := build/spark-jvm/rocketscope-spark.jar
 spark-jvm: $(JVM_JAR)
 
 $(JVM_JAR): $(JVM_SRC) $(STAMP)
+	@if ! command -v javac >/dev/null 2>&1 && [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing a JDK for the Spark JVM decoder (openjdk-17-jdk-headless)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    openjdk-17-jdk-headless >/dev/null; \
+	fi
 	@if command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1; then \
 	  jars="$$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"; \
 	  rm -rf build/spark-jvm/classes && mkdir -p build/spark-jvm/classes && \
