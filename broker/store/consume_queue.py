@@ -103,21 +103,27 @@ class ConsumeQueue:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered entries, rolling segments where they fill up."""
+        """Write the buffered entries, rolling segments where they fill up.
+
+        A write that fails (a disk error) leaves what it did not write in the buffer, so ``max_offset`` still
+        counts those entries and the next flush retries them: the store's dispatch decides from it which
+        records of a failed batch are in their queue (``MessageStore._keys_in_queues``)."""
         buf = self._buf
         if not buf:
             return
-        self._buf = bytearray()
-        view = memoryview(buf)
-        while view:
-            room = self.log.remaining()
-            room -= room % ENTRY_SIZE
-            if room <= 0:
-                self.log.roll()
-                continue
-            chunk = view[:room]
-            self.log.append(chunk)
-            view = view[len(chunk):]
+        written = 0
+        try:
+            while written < len(buf):
+                room = self.log.remaining()
+                room -= room % ENTRY_SIZE
+                if room <= 0:
+                    self.log.roll()
+                    continue
+                with memoryview(buf)[written:written + room] as chunk:
+                    self.log.append(chunk)
+                    written += len(chunk)
+        finally:
+            self._buf = buf[written:] if written < len(buf) else bytearray()
 
     def get(self, queue_offset: int, max_count: int) -> list[CqEntry]:
         self.flush()

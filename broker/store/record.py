@@ -143,6 +143,13 @@ def _prefix(born_host: str, store_host: str, topic: str) -> bytes:
     return got
 
 
+def prefix_cache() -> dict[tuple[str, str, str], bytes]:
+    """The cache behind ``_prefix``, keyed (born_host, store_host, topic): a batch's loop that inlines
+    ``prepare`` (broker/store/message_store.py ``append_batch``) reads it and calls ``prepare`` on a miss,
+    which fills it."""
+    return _PREFIX_CACHE
+
+
 def prepare(msg: StoredMessage) -> bytes:
     """Validate ``msg`` and return its offset-independent bytes before the body; sets ``msg.size``.
 
