@@ -259,11 +259,13 @@ def main() -> None:
                  f"p99 {r['p99_ms']:.2f} ms)")
         cases["store_sync_flush"] = r = best_store(True, args.writers)
         progress(f"MessageStore.put SYNC_FLUSH  {r['mb_per_s']:7.1f} MB/s ({r['records_per_s']:.0f} records/s, "
-                 f"loop CPU {r['loop_cpu_us_per_record']:.1f} us/record, {r['fsyncs']} fsyncs, {r['bytes_per_fsync']} B/fsync, p99 {r['p99_ms']:.2f} ms)")
+                 f"loop CPU {r['loop_cpu_us_per_record']:.1f} us/record, "
+                 f"{r['fsyncs']} fsyncs, {r['bytes_per_fsync']} B/fsync, p99 {r['p99_ms']:.2f} ms)")
         k = max(1, args.put_batch)
         cases["store_sync_flush_batch"] = rb = best_store(True, max(1, args.writers // k), k)
         progress(f"MessageStore.put([{k}]) SYNC  {rb['mb_per_s']:7.1f} MB/s ({rb['records_per_s']:.0f} records/s, "
-                 f"loop CPU {rb['loop_cpu_us_per_record']:.1f} us/record, {rb['fsyncs']} fsyncs, {rb['bytes_per_fsync']} B/fsync, p99 {rb['p99_ms']:.2f} ms)")
+                 f"loop CPU {rb['loop_cpu_us_per_record']:.1f} us/record, "
+                 f"{rb['fsyncs']} fsyncs, {rb['bytes_per_fsync']} B/fsync, p99 {rb['p99_ms']:.2f} ms)")
         prof = cProfile.Profile()  # separate, smaller runs: the profiler's overhead must not bias the figures
         bench_store(base, False, min(target, 8 * MB), args.seconds, args.writers, prof)
         prof_sync = cProfile.Profile()
