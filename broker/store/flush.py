@@ -70,6 +70,27 @@ class FlushService:
         finally:
             timer.cancel()
 
+    def when_synced(self, offset: int, timeout_s: float, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(True)`` once every byte below ``offset`` is on disk, ``callback(False)`` after
+        ``timeout_s``: ``wait_synced`` without a task to await it.  A SYNC_FLUSH group commit waits this way
+        (broker/store/message_store.py ``_append_group``): a task per group cost its creation and two steps of
+        the event loop, for a wait that only hands the outcome on (issue 20)."""
+        if self._synced() >= offset:
+            callback(True)
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        heapq.heappush(self._waiters, (offset, next(self._seq), fut))
+        if self._inflight is None:
+            self._kick(loop)
+        timer = loop.call_later(timeout_s, _expire, fut)
+
+        def done(f: asyncio.Future[bool]) -> None:
+            timer.cancel()
+            callback(not f.cancelled() and f.result())
+
+        fut.add_done_callback(done)
+
     def _kick(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[int]:
         """Start a sync in a worker thread unless one is running; return the running one."""
         if self._inflight is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import shutil
 import time
@@ -151,6 +152,17 @@ class StoreHooks:
     on_retention_deleted: Callable[[int], None] | None = None
 
 
+_Group = tuple[list[PutResult], "asyncio.Future[tuple[list[PutResult], bool]]"]
+
+
+def _resolve_groups(groups: list[_Group], synced: bool) -> None:
+    """Hand each put of a SYNC_FLUSH group commit its results and whether their fsync came in time (called by
+    ``FlushService.when_synced``)."""
+    for part, fut in groups:
+        if not fut.done():
+            fut.set_result((part, synced))
+
+
 class MessageStore:
     def __init__(self, config: StoreConfig, hooks: StoreHooks | None = None) -> None:
         hooks = hooks or StoreHooks()
@@ -180,7 +192,6 @@ class MessageStore:
         # SYNC_FLUSH group commit of concurrent puts (see ``put``)
         self._put_queue: list[tuple[list[StoredMessage], asyncio.Future[tuple[list[PutResult], bool]]]] = []
         self._put_scheduled = False
-        self._group_tasks: set[asyncio.Task[None]] = set()
 
     # --------------------------------------------------------------- lifecycle
     def recover(self) -> None:
@@ -497,15 +508,18 @@ class MessageStore:
             if not isinstance(exc, Exception):
                 raise
             return
-        groups: list[tuple[list[PutResult], asyncio.Future[tuple[list[PutResult], bool]]]] = []
-        end = i = 0
-        for msgs, fut in queue:
-            part = results[i:i + len(msgs)]
-            i += len(msgs)
-            groups.append((part, fut))
-            for r in part:
-                if r.message is not None:
-                    end = r.message.physical_offset + r.message.size
+        if len(queue) == 1:
+            groups: list[_Group] = [(results, queue[0][1])]
+        else:
+            groups, i = [], 0
+            for msgs, fut in queue:
+                groups.append((results[i:i + len(msgs)], fut))
+                i += len(msgs)
+        end = 0
+        for r in reversed(results):  # appended in order: the last stored record ends the group
+            if r.message is not None:
+                end = r.message.physical_offset + r.message.size
+                break
         if not end:
             for part, fut in groups:
                 if not fut.done():
@@ -513,22 +527,7 @@ class MessageStore:
             return
         if self.commit_log.log.synced_offset < end:
             self.flush.start_sync()  # before the rest of a split group is appended (see above)
-        task = asyncio.get_running_loop().create_task(self._group_synced(end, groups))
-        self._group_tasks.add(task)
-        task.add_done_callback(self._group_tasks.discard)
-
-    async def _group_synced(self, end: int,
-                            groups: list[tuple[list[PutResult], asyncio.Future[tuple[list[PutResult], bool]]]]) -> None:
-        try:
-            ok = await self.flush.wait_synced(end, self.config.sync_flush_timeout_s)
-        except BaseException as exc:
-            for _, fut in groups:
-                if not fut.done():
-                    fut.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-            raise
-        for part, fut in groups:
-            if not fut.done():
-                fut.set_result((part, ok))
+        self.flush.when_synced(end, self.config.sync_flush_timeout_s, functools.partial(_resolve_groups, groups))
 
     def append_replicated(self, offset: int, data: bytes) -> int:
         """Append bytes copied from the master (same offsets) and dispatch the records they complete.
