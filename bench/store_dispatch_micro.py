@@ -1,17 +1,25 @@
 """The store's CPU per record on a batch, in-process, with no fsync at all (issue 20, session 18).
 
     .venv/bin/python bench/store_dispatch_micro.py [--records 200000] [--batch 16] [--rounds 3] [--profile]
+    .venv/bin/python bench/store_dispatch_micro.py --put-floor [--writers 64]
 
 Why: storage_bench's SYNC_FLUSH batch case mixes the store's CPU with the disk.  This takes the disk
 out: ``MessageStore.append_batch`` + ``dispatch_confirmed`` (what ``_append_group`` runs per group commit)
 on ASYNC_FLUSH with no flush service running, ``--batch`` records per call, the records built before the
 timed part (as storage_bench does).  The rate is records per CPU second of this process (``process_time``),
 the best of ``--rounds``; ``--profile`` prints a cProfile of one more round (self time, top 15).
+
+``--put-floor`` (session 19) measures what is left of a SYNC_FLUSH single put when the store does nothing:
+``--writers`` asyncio writers as storage_bench's (its timing and latency bookkeeping included), each put a
+future queued for a group that one ``call_soon`` callback resolves, as ``MessageStore.put`` and
+``_append_group`` do; no append, no dispatch, no fsync.  Its CPU per put is the floor of storage_bench's
+``loop_cpu_us_per_record`` for single puts in this design (docs/BENCHMARKS.md, "SYNC_FLUSH store per record").
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import json
 import pstats
@@ -53,13 +61,60 @@ def one_round(n: int, batch: int, profile: cProfile.Profile | None = None) -> fl
         shutil.rmtree(root, ignore_errors=True)
 
 
+def put_floor(n: int, writers: int) -> float:
+    """CPU µs per put of ``n`` puts by ``writers`` writers through the put path's asyncio steps alone."""
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        queue: list[asyncio.Future[bool]] = []
+        scheduled = [False]
+
+        def group() -> None:  # _append_group's hand-offs: take the queue, resolve each put's future
+            scheduled[0] = False
+            taken = queue[:]
+            queue.clear()
+            for fut in taken:
+                fut.set_result(True)
+
+        async def put() -> bool:  # MessageStore.put's SYNC_FLUSH shape: a future, queued, one callback a group
+            fut: asyncio.Future[bool] = loop.create_future()
+            queue.append(fut)
+            if not scheduled[0]:
+                scheduled[0] = True
+                loop.call_soon(group)
+            return await fut
+
+        done = [0]
+        lat: list[float] = []
+
+        async def writer() -> None:  # storage_bench's writer, its bookkeeping included
+            while done[0] < n:
+                done[0] += 1
+                s = time.perf_counter()
+                await put()
+                lat.append(time.perf_counter() - s)
+
+        t0 = time.thread_time()
+        await asyncio.gather(*(writer() for _ in range(writers)))
+        return (time.thread_time() - t0) / len(lat) * 1e6
+
+    return asyncio.run(run())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--put-floor", action="store_true", help="the asyncio floor of a single put (see above)")
+    ap.add_argument("--writers", type=int, default=64, help="writers of --put-floor")
     args = ap.parse_args()
+    if args.put_floor:
+        floors = [put_floor(args.records, args.writers) for _ in range(args.rounds)]
+        print(json.dumps({"put_floor_loop_cpu_us_per_put": [round(f, 2) for f in floors],
+                          "best": round(min(floors), 2), "writers": args.writers, "puts": args.records}))
+        return
     rates = [one_round(args.records, args.batch) for _ in range(args.rounds)]
     out = {"implementation": speedups.IMPLEMENTATION, "batch": args.batch, "records": args.records,
            "records_per_cpu_s": [round(r) for r in rates], "best": round(max(rates)),
