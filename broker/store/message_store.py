@@ -188,6 +188,9 @@ class MessageStore:
                                   config.flush_interval_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
+        # the loop the store was started on, for the put path: Python 3.11's asyncio.get_running_loop() makes a
+        # getpid() system call each time, ~9 % of the event loop's CPU on SYNC_FLUSH single puts (py-spy, issue 20)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.put_lock = asyncio.Lock()
         # SYNC_FLUSH group commit of concurrent puts (see ``put``)
         self._put_queue: list[tuple[list[StoredMessage], asyncio.Future[tuple[list[PutResult], bool]]]] = []
@@ -242,9 +245,11 @@ class MessageStore:
         self._tasks.append(loop.create_task(self._checkpoint_loop(), name="store-checkpoint"))
         self._tasks.append(loop.create_task(self._retention_loop(), name="store-retention"))
         self._running = True
+        self._loop = loop
 
     async def shutdown(self) -> None:
         self._running = False
+        self._loop = None
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -440,7 +445,7 @@ class MessageStore:
         if self.replicated_writer is not None:
             return await self.replicated_writer(list(messages))
         if self.config.sync_flush:  # queued for _append_group (inline: this runs for every send)
-            loop = asyncio.get_running_loop()
+            loop = self._loop or asyncio.get_running_loop()  # a store not started (tests): the caller's loop
             fut: asyncio.Future[tuple[list[PutResult], bool]] = loop.create_future()
             self._put_queue.append((list(messages), fut))
             if not self._put_scheduled:
