@@ -21,7 +21,7 @@ from sim.dledger import SEGMENT, store_config
 from sim.scenario import SimulationFailure, run_seed
 
 from rocketscope.broker.dledger.log_store import DLedgerLog
-from rocketscope.broker.dledger.node import DLedgerNode, plan_entries
+from rocketscope.broker.dledger.node import plan_entries
 from rocketscope.broker.raft import Entry, EntryKind, HardState
 from rocketscope.broker.raft.hard_state_file import HardStateFile
 from rocketscope.broker.store.message_store import MessageStore
@@ -155,10 +155,19 @@ def test_a_new_leader_forgets_the_queue_offsets_of_its_truncated_proposals(monke
     """Found by the consume-queue check (seeds 207 and 601 of 0-1000, session 19): a leader's uncommitted
     records of a queue that had no consume queue yet were truncated by the next leader; when it led again,
     ``MessageStore.rebuild_queue_offsets`` left that queue's planned offsets as they were, and its next
-    committed records took queue offsets 5.. instead of 0.. (a gap consumers would see)."""
+    committed records took queue offsets 5.. instead of 0.. (a gap consumers would see); it now forgets
+    every planned offset first."""
     run_seed(601, profile="dledger")
     run_seed(207, profile="dledger")
-    monkeypatch.setattr(DLedgerNode, "_rebuild_queue_offsets", lambda self: self.store.rebuild_queue_offsets())
+    rebuild = MessageStore.rebuild_queue_offsets
+
+    def keeping_what_it_planned(store: MessageStore) -> None:  # the old behaviour: planned offsets survive
+        planned = dict(store.queue_next)
+        rebuild(store)
+        for key, offset in planned.items():
+            store.queue_next.setdefault(key, offset)
+
+    monkeypatch.setattr(MessageStore, "rebuild_queue_offsets", keeping_what_it_planned)
     with pytest.raises(SimulationFailure) as exc:
         run_seed(601, profile="dledger")
     assert "consume queue" in exc.value.what and "queue offsets [5" in exc.value.what

@@ -541,7 +541,7 @@ class DLedgerNode(DrivenMember):
         if role == Role.LEADER and not was_leader:
             store = self.store
             self._cursor = store.commit_log.max_offset
-            self._rebuild_queue_offsets()
+            store.rebuild_queue_offsets()
             log.info("dledger %s/%s: leader of term %d", self.group, self.self_id, self.term)
             self.on_role_change()
         elif was_leader and role != Role.LEADER:
@@ -551,19 +551,6 @@ class DLedgerNode(DrivenMember):
             self.on_role_change()
         elif role != Role.LEADER:
             self.on_role_change()
-
-    def _rebuild_queue_offsets(self) -> None:
-        """A new leader's queue offsets: from its consume queues and the log past what it dispatched.
-
-        Every planned offset is forgotten first: ``MessageStore.rebuild_queue_offsets`` resets only
-        queues that have a consume queue, so a queue whose every record so far was this member's own
-        uncommitted proposal (truncated since, when another leader took over) kept its planned
-        offsets, and its next committed record started past a gap (queue offsets 5.. instead of 0..:
-        the dledger simulator's consume-queue check, seeds 207 and 601 of 0-1000, session 19).
-        """
-        store = self.store
-        store.queue_next.clear()
-        store.rebuild_queue_offsets()
 
     def _emit(self, e: RaftEvent) -> None:
         lg = self.log
