@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from rocketscope.names import DLQ_PREFIX
@@ -291,80 +291,91 @@ class Model:
         return self._keep("replication", joined)
 
     # ------------------------------------------------------------- consumption
-    @property
-    def attempts(self) -> DataFrame:
-        """One row per delivery attempt: the SubBefore and the SubAfter of one (msgId, request id).
+    def _deliveries(self) -> DataFrame:
+        """The Sub records and the successful Pubs on a ``%DLQ%`` topic, in one aggregate of one scan.
 
-        One aggregate of the Sub records by (msg_key, msg_id, request_id), inside the records'
-        message partitions, keeping the first SubBefore and the first SubAfter of each key (the
-        Python reference keeps the first of each too).  It was a de-duplication of each kind and a
-        full outer join of the two: two scans of the cached records (each reads every column of
-        every cached block, DISK_ONLY) and a join, where this reads them once.
+        Keyed by (msg_key, msg_id, dlq_topic, request_id): a delivery is the first SubBefore and the
+        first SubAfter of one (msgId, request id) (the Python reference keeps the first of each too),
+        with ``dlq_topic`` null; a DLQ Pub row is one (msgId, ``%DLQ%`` topic) with its earliest
+        timestamp as ``dlq_pub_t``.  Inside the records' message partitions: no shuffle.
+
+        It was a de-duplication of each Sub kind, a full outer join of the two and a third filter of
+        the records for the DLQ Pubs: three scans of the cached records (DISK_ONLY: a scan reads
+        every column of every cached block) and a join, and a shuffle of the attempts afterwards,
+        since a full outer join's output is not known to be partitioned by message.
         """
-        is_before = F.col("rec_type") == "SubBefore"
-        subs = self.records.where(F.col("rec_type").isin("SubBefore", "SubAfter"))
-        pair = subs.groupBy(MSG_KEY, "msg_id", "request_id").agg(
-            F.first(F.when(is_before, F.struct(
+        rec = F.col("rec_type")
+        is_pub = rec == "Pub"
+        rows = self.records.where(
+            rec.isin("SubBefore", "SubAfter")
+            | (is_pub & F.col("topic").startswith(DLQ_PREFIX) & F.coalesce(F.col("success"), F.lit(True)))
+        )
+        return rows.groupBy(
+            MSG_KEY, "msg_id",
+            F.when(is_pub, F.col("topic")).alias("dlq_topic"),
+            F.when(~is_pub, F.col("request_id")).alias("request_id"),
+        ).agg(
+            F.first(F.when(rec == "SubBefore", F.struct(
                 F.col("grp").alias("grp"), F.col("ts").alias("ts"), "retry_times", "origin_topic",
             )), ignorenulls=True).alias("b"),
-            F.first(F.when(~is_before, F.struct(
+            F.first(F.when(rec == "SubAfter", F.struct(
                 F.col("grp").alias("grp"), F.col("ts").alias("ts"), "cost_time", "success", "origin_topic",
             )), ignorenulls=True).alias("a"),
+            F.min(F.when(is_pub, F.col("ts"))).alias("dlq_pub_t"),
         )
-        return pair.select(
-            MSG_KEY,
-            "msg_id",
-            "request_id",
+
+    @staticmethod
+    def _attempt_columns() -> list[Column]:
+        """An attempt's columns from a row of :meth:`_deliveries` (null for a DLQ Pub row)."""
+        return [
             F.coalesce("b.grp", "a.grp").alias("grp"),
             F.col("b.ts").alias("begin_ts"),
             F.coalesce("a.ts", F.col("b.ts") + F.col("a.cost_time")).alias("end_ts"),
             F.col("a.success").alias("success"),
             F.col("b.retry_times").alias("retry_times"),
             F.coalesce("b.origin_topic", "a.origin_topic").alias("origin_topic"),
+        ]
+
+    @property
+    def attempts(self) -> DataFrame:
+        """One row per delivery attempt: the SubBefore and the SubAfter of one (msgId, request id)."""
+        return self._deliveries().where(F.col("dlq_topic").isNull()).select(
+            MSG_KEY, "msg_id", "request_id", *self._attempt_columns()
         ).where(F.col("grp").isNotNull())
 
     @property
     def consumers(self) -> DataFrame:
-        """One row per (msg_id, consumer group): deliveries, first delivery and ack, retries, DLQ."""
+        """One row per (msg_id, consumer group): deliveries, first delivery and ack, retries, DLQ.
+
+        One pass over the rows of :meth:`_deliveries` for all groupings: every attempt counts for its
+        own group, an attempt read from %DLQ%<G> once more for G (the DLQ move it shows), and a Pub on
+        %DLQ%<G> -- the broker's record of the move itself (trace/broker_side.py on_dead_lettered), also
+        for a group whose retryMaxTimes is below MAX_RECONSUME_TIMES and whose dead letters nobody
+        reads -- for G, with no delivery of its own (via_dlq).
+        """
         if "consumers" in self._cache:
             return self._cache["consumers"]
-        # One pass over the attempts for both groupings: every attempt counts for its own group, and an
-        # attempt read from %DLQ%<G> once more for G (the DLQ move it shows).  The attempts (a full outer
-        # join of all Sub records) were computed twice before, once per grouping, then full-outer-joined.
-        a = self.attempts
+        rows = self._deliveries().select(MSG_KEY, "msg_id", "request_id", "dlq_topic", "dlq_pub_t",
+                                         *self._attempt_columns())
         dlq_grp = F.when(F.col("origin_topic").startswith(DLQ_PREFIX),
                          F.substring(F.col("origin_topic"), len(DLQ_PREFIX) + 1, 1 << 16))
-        roles = F.array_compact(F.array(
+        is_pub = F.col("dlq_topic").isNotNull()
+        roles = F.when(is_pub, F.array(F.struct(
+            F.substring(F.col("dlq_topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("g"), F.lit(True).alias("via_dlq"),
+        ))).otherwise(F.array_compact(F.array(
             F.struct(F.col("grp").alias("g"), F.lit(False).alias("via_dlq")),
             F.when(dlq_grp.isNotNull(), F.struct(dlq_grp.alias("g"), F.lit(True).alias("via_dlq"))),
-        ))
-        tagged = a.select("*", F.explode(roles).alias("role")).select(
+        )))
+        tagged = rows.where(is_pub | F.col("grp").isNotNull()).select("*", F.explode(roles).alias("role")).select(
             MSG_KEY, "msg_id", "request_id", "begin_ts", "end_ts", "success", "retry_times",
-            F.col("role.g").alias("role_grp"), F.col("role.via_dlq").alias("via_dlq"),
-            F.lit(None).cast("long").alias("dlq_pub_t"))
-        # the broker's record of the move itself: a Pub on %DLQ%<group> (trace/broker_side.py
-        # on_dead_lettered), also for a group whose retryMaxTimes is below MAX_RECONSUME_TIMES
-        # and whose dead letters nobody reads.  Its rows join the attempts' rows in the one aggregate
-        # below (no delivery of their own: via_dlq), instead of a full outer join with the aggregate,
-        # whose output Spark cannot know to be partitioned by message.
-        dlq_pubs = self.records.where(
-            (F.col("rec_type") == "Pub") & F.col("topic").startswith(DLQ_PREFIX)
-            & F.coalesce(F.col("success"), F.lit(True))
-        ).select(
-            MSG_KEY, "msg_id", F.lit(None).cast("string").alias("request_id"),
-            F.lit(None).cast("long").alias("begin_ts"), F.lit(None).cast("long").alias("end_ts"),
-            F.lit(None).cast("boolean").alias("success"),
-            F.lit(None).cast("int").alias("retry_times"),
-            F.substring(F.col("topic"), len(DLQ_PREFIX) + 1, 1 << 16).alias("role_grp"), F.lit(True).alias("via_dlq"),
-            F.col("ts").alias("dlq_pub_t"),
-        )
+            F.col("role.g").alias("role_grp"), F.col("role.via_dlq").alias("via_dlq"), "dlq_pub_t")
         own = ~F.col("via_dlq")
         failed_final = own & (F.col("success") == F.lit(False)) & (F.col("retry_times") >= MAX_RECONSUME_TIMES)
-        # The attempts (an aggregate inside the records' partitions) and the DLQ Pubs are both already
+        # The rows of _deliveries (an aggregate inside the records' partitions) are already
         # partitioned by message, so Spark plans no shuffle for this explicit partitioning
         # (tests/test_spark_jobs.py counts them); it stays as the guarantee that the aggregate by
         # (message, group) and its output (the cached table message_timeline reads) are partitioned by message.
-        stats = self.by_message(tagged.unionByName(dlq_pubs)).groupBy(
+        stats = self.by_message(tagged).groupBy(
             MSG_KEY, "msg_id", F.col("role_grp").alias("grp")
         ).agg(
             # attempts are unique per (msgId, request id) after the join: a plain count, no distinct aggregate
