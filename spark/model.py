@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 
 from rocketscope.names import DLQ_PREFIX
 from rocketscope.spark.asof import asof_join
-from rocketscope.spark.decode import decode_events, decode_trace
+from rocketscope.spark.decode import DEFAULT_DECODER, decode_events, decode_trace
 from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 
 NEG_INF = -(2**62)
@@ -87,7 +87,7 @@ class Model:
     spark: SparkSession
     rows: DataFrame
     asof_method: str = "interval"
-    decoder: str = "sql"
+    decoder: str = DEFAULT_DECODER  # the JVM decoder when `make` built its jar, else SQL (spark/decode.py)
     bucket: int | None = None
     persist: bool = True
     # Where the shared tables are kept.  On disk by default: the operating system's page
