@@ -54,17 +54,21 @@ class FlushService:
         if self._inflight is None:
             self._kick(asyncio.get_running_loop())
 
-    async def wait_synced(self, offset: int, timeout_s: float) -> bool:
-        """True once every byte below ``offset`` is on disk; False after ``timeout_s``."""
-        if self._synced() >= offset:
-            return True
+    def _waiter(self, offset: int, timeout_s: float) -> tuple[asyncio.Future[bool], asyncio.TimerHandle]:
+        """A future resolved when ``offset`` is synced, and its expiry timer: one future and one timer per
+        waiter (cheaper than ``wait_for(shield(...))``, the same outcome); starts a sync if none is running."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         heapq.heappush(self._waiters, (offset, next(self._seq), fut))
         if self._inflight is None:
             self._kick(loop)
-        # one future and one timer per waiter (cheaper than wait_for(shield(...)), the same outcome)
-        timer = loop.call_later(timeout_s, _expire, fut)
+        return fut, loop.call_later(timeout_s, _expire, fut)
+
+    async def wait_synced(self, offset: int, timeout_s: float) -> bool:
+        """True once every byte below ``offset`` is on disk; False after ``timeout_s``."""
+        if self._synced() >= offset:
+            return True
+        fut, timer = self._waiter(offset, timeout_s)
         try:
             return await fut
         finally:
@@ -78,12 +82,7 @@ class FlushService:
         if self._synced() >= offset:
             callback(True)
             return
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        heapq.heappush(self._waiters, (offset, next(self._seq), fut))
-        if self._inflight is None:
-            self._kick(loop)
-        timer = loop.call_later(timeout_s, _expire, fut)
+        fut, timer = self._waiter(offset, timeout_s)
 
         def done(f: asyncio.Future[bool]) -> None:
             timer.cancel()
