@@ -293,11 +293,6 @@ class MessageStore:
         nexts: dict[tuple[str, int], int] = {}
         seen = ChainMap(nexts, queue_next) if config.multi_dispatch else None  # LMQ offsets read through it
         prepare = record.prepare
-        # record.prepare's compiled path inlined (issue 20: its call and lookups were a fifth of this loop):
-        # the cached prefix and the compiled head; a message either does not take goes through prepare
-        head_of = _C.record_head if _C is not None else None
-        prefixes = record.prefix_cache()
-        fixed = record.FIXED_SIZE
         put_ok = PutStatus.PUT_OK
         now = 0
         for msg in messages:
@@ -314,21 +309,12 @@ class MessageStore:
             msg.queue_offset = qoff
             if not msg.store_timestamp:
                 msg.store_timestamp = now or (now := int(time.time() * 1000))
-            host = msg.store_host
-            if not host:
-                host = msg.store_host = store_host
+            if not msg.store_host:
+                msg.store_host = store_host
             lmq = multi_dispatch.assign(topic, msg.properties, seen) if seen is not None else []
-            head = None
-            if head_of is not None:
-                prefix = prefixes.get((msg.born_host, host, topic))
-                if prefix is not None:
-                    head = head_of(prefix, msg.properties, body_len)
-                    if head is not None:
-                        msg.size = size = fixed + len(head) + body_len
             try:
-                if head is None:
-                    head = prepare(msg)
-                    size = msg.size
+                head = prepare(msg)
+                size = msg.size
                 if size > max_record:
                     raise RecordError(f"record of {size} bytes is larger than a commit-log segment")
             except RecordError as exc:

@@ -143,25 +143,21 @@ def _prefix(born_host: str, store_host: str, topic: str) -> bytes:
     return got
 
 
-def prefix_cache() -> dict[tuple[str, str, str], bytes]:
-    """The cache behind ``_prefix``, keyed (born_host, store_host, topic): a batch's loop that inlines
-    ``prepare`` (broker/store/message_store.py ``append_batch``) reads it and calls ``prepare`` on a miss,
-    which fills it."""
-    return _PREFIX_CACHE
-
-
 def prepare(msg: StoredMessage) -> bytes:
     """Validate ``msg`` and return its offset-independent bytes before the body; sets ``msg.size``.
 
     The record is ``FIXED`` + this + the body; ``encode_into`` lays it out once the offsets
     are known.  Raises RecordError for a message that cannot be stored.
     """
+    body_len = len(msg.body)
     try:
-        prefix = _prefix(msg.born_host, msg.store_host, msg.topic)
+        # the cache looked up here first: this runs for every stored message, and a hit is the rule (issue 20)
+        prefix = _PREFIX_CACHE.get((msg.born_host, msg.store_host, msg.topic)) or \
+            _prefix(msg.born_host, msg.store_host, msg.topic)
         if _C is not None:  # the compiled head (broker/fastpath.c), None when it does not take these properties
-            head = _C.record_head(prefix, msg.properties, len(msg.body))
+            head = _C.record_head(prefix, msg.properties, body_len)
             if head is not None:
-                msg.size = FIXED_SIZE + len(head) + len(msg.body)
+                msg.size = FIXED_SIZE + len(head) + body_len
                 return head
         props = encode_properties(msg.properties)
         if len(props) > MAX_PROPERTIES_BYTES:
