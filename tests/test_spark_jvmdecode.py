@@ -15,12 +15,10 @@ import random
 from pathlib import Path
 
 import pytest
-from test_spark_sqldecode import HAND, PUB12, SA5, SB7, R, S, _actual, _encoded_bodies, _expected, _rows
+from test_spark_sqldecode import HAND, PUB12, SA5, SB7, R, S, _actual, _encoded_bodies, _expected, _rows, _synthetic
 
 from rocketscope.spark import decode as decode_module
 from rocketscope.spark.decode import decode_trace, jvm_decoder_loaded
-from rocketscope.spark.generate import GenConfig, generate
-from rocketscope.spark.reference import read_rows
 from rocketscope.spark.schema import ROW_SCHEMA
 from rocketscope.spark.session import decoder_jar
 
@@ -84,13 +82,8 @@ def test_generated_corpus_decodes_as_the_python_codec(spark) -> None:  # type: i
 
 
 def test_synthetic_data_set_decodes_the_same_as_sql_and_the_codec(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    generate(tmp_path, GenConfig(messages=400, seed=6, chunk=400), progress=False)
-    raw = read_rows([tmp_path / "trace"])
-    expected = _expected([tuple(r[f.name] for f in ROW_SCHEMA.fields) for r in raw])
-    df = spark.read.schema(ROW_SCHEMA).parquet(str(tmp_path / "trace"))
-    jvm = sorted((tuple(r) for r in decode_trace(df, "jvm").collect()), key=repr)
-    sql = sorted((tuple(r) for r in decode_trace(df, "sql").collect()), key=repr)
-    assert len(expected) > 400 and jvm == expected == sql
+    expected, decoded = _synthetic(spark, tmp_path, 6, ("jvm", "sql"))
+    assert len(expected) > 400 and decoded["jvm"] == expected == decoded["sql"]
 
 
 def test_the_jvm_decoder_plan_has_no_python_node_and_reads_parquet(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -176,13 +176,18 @@ def test_generated_corpus_of_every_record_type_decodes_as_the_python_codec(spark
 
 def test_synthetic_data_set_decodes_the_same_both_ways(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The generator's data (drops, duplicates, CLOUD SubAfters) through both Spark decoders and the codec."""
-    generate(tmp_path, GenConfig(messages=400, seed=5, chunk=400), progress=False)
+    expected, decoded = _synthetic(spark, tmp_path, 5, ("sql", "python"))
+    assert decoded["sql"] == expected == decoded["python"]
+
+
+def _synthetic(spark, tmp_path: Path, seed: int,  # type: ignore[no-untyped-def]
+               decoders: tuple[str, ...]) -> tuple[list[tuple[object, ...]], dict[str, list[tuple[object, ...]]]]:
+    """The generator's data (400 messages of ``seed``): the codec's rows and each decoder's, sorted alike."""
+    generate(tmp_path, GenConfig(messages=400, seed=seed, chunk=400), progress=False)
     raw = read_rows([tmp_path / "trace"])
     expected = _expected([tuple(r[f.name] for f in ROW_SCHEMA.fields) for r in raw])
     df = spark.read.schema(ROW_SCHEMA).parquet(str(tmp_path / "trace"))
-    sql = sorted((tuple(r) for r in decode_trace(df, "sql").collect()), key=repr)
-    python = sorted((tuple(r) for r in decode_trace(df, "python").collect()), key=repr)
-    assert sql == expected == python
+    return expected, {d: sorted((tuple(r) for r in decode_trace(df, d).collect()), key=repr) for d in decoders}
 
 
 def test_the_sql_decoder_has_no_python_worker_in_its_plan(spark) -> None:  # type: ignore[no-untyped-def]
