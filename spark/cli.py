@@ -88,6 +88,7 @@ def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], namesrv: 
     if watch_seconds is not None and (not incremental or watch_seconds <= 0):
         raise click.UsageError("--watch SECONDS needs --incremental and SECONDS > 0")
     spark = get_session(_master(ctx, master), driver_memory=driver_memory, quick_start=quick_start)
+    used_decoder = _announce_decoder(spark, decoder)
     try:
         if watch_seconds is not None:
             _watch(spark, inputs, output, jobs, watch_seconds, asof_method, int(lateness_seconds * 1000))
@@ -108,7 +109,18 @@ def _run(ctx: click.Context, jobs: list[str], inputs: tuple[str, ...], namesrv: 
         timings = run_jobs(spark, rows, output, jobs, asof_method=asof_method, decoder=decoder)
     finally:
         spark.stop()
-    click.echo(json.dumps({"output": str(Path(output)), "seconds": timings}))
+    click.echo(json.dumps({"output": str(Path(output)), "seconds": timings, "decoder": used_decoder}))
+
+
+def _announce_decoder(spark: Any, decoder: str) -> str:
+    """The trace decoder this run really uses; one stderr line, beside the jobs' progress lines, when the
+    JVM decoder was asked for but its jar is not on the driver's class path (the rows are the same, only slower)."""
+    from rocketscope.spark.decode import JAR_HINT, effective_decoder
+
+    used = effective_decoder(spark, decoder)
+    if used != decoder:
+        click.echo(f"analyze: the JVM trace decoder is not loaded ({JAR_HINT}): decoding with Spark SQL", err=True)
+    return used
 
 
 def _watch(spark: Any, inputs: tuple[str, ...], output: str, jobs: list[str], seconds: float, asof_method: str,

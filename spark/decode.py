@@ -28,6 +28,8 @@ from rocketscope.spark.schema import EVENT_JSON_SCHEMA, RECORD_SCHEMA
 log = logging.getLogger(__name__)
 
 JVM_DECODER_CLASS = "io.rocketscope.spark.TraceDecoder"
+DECODERS = ("jvm", "sql", "python")
+DEFAULT_DECODER = "jvm"
 
 _RECORD_ARROW = pa.schema(
     [
@@ -185,6 +187,19 @@ def jvm_decoder_loaded(spark: SparkSession) -> bool:
     return isinstance(target, JavaClass)
 
 
+JAR_HINT = ("run make to build build/spark-jvm/rocketscope-spark.jar; under spark-submit pass it with --jars, "
+            "since a driver JVM that is already running does not load spark.jars set by the session")
+"""What a user does about a missing decoder: ``spark.jars`` set by :func:`rocketscope.spark.session.get_session`
+reaches the driver's class path only when that session starts the JVM (local mode, a standalone master from
+Python); spark-submit starts it first, so there the jar goes on its command line."""
+
+
+def effective_decoder(spark: SparkSession, decoder: str = DEFAULT_DECODER) -> str:
+    """The decoder :func:`decode_trace` really uses for ``decoder`` in this session: ``sql`` for ``jvm``
+    when the jar is not on the driver's class path, else ``decoder`` itself."""
+    return "sql" if decoder == "jvm" and not jvm_decoder_loaded(spark) else decoder
+
+
 _fallback_logged: set[int] = set()
 
 
@@ -197,7 +212,7 @@ def decode_trace_jvm(rows: DataFrame) -> DataFrame:
     if not jvm_decoder_loaded(spark):
         if id(spark) not in _fallback_logged:
             _fallback_logged.add(id(spark))
-            log.info("the JVM trace decoder's jar is not on the class path (run make): decoding with Spark SQL")
+            log.info("the JVM trace decoder's jar is not on the class path (%s): decoding with Spark SQL", JAR_HINT)
         from rocketscope.spark.sqldecode import decode_trace_sql
 
         return decode_trace_sql(rows)
@@ -207,10 +222,6 @@ def decode_trace_jvm(rows: DataFrame) -> DataFrame:
         decoder = getattr(decoder, part)
     jdf = decoder.decode(trace_rows(rows).select("body", "tags")._jdf, RECORD_SCHEMA.json())
     return DataFrame(jdf, spark)
-
-
-DECODERS = ("jvm", "sql", "python")
-DEFAULT_DECODER = "jvm"
 
 
 def decode_trace(rows: DataFrame, decoder: str = DEFAULT_DECODER) -> DataFrame:

@@ -178,13 +178,15 @@ def test_spark_submit_against_standalone_cluster(standalone, tmp_path: Path) -> 
         "--conf", f"spark.driver.extraJavaOptions={JAVA_OPTS}",
         "--conf", f"spark.executor.extraJavaOptions={JAVA_OPTS}",
         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
-        "--conf", "spark.sql.session.timeZone=UTC",
+        "--conf", "spark.sql.session.timeZone=UTC", *_jars(),
         str(REPO / "spark" / "submit_main.py"), "replication-latency",
         "--input", str(data / "trace"), "--input", str(data / "ha"), "--output", str(out),
     ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "replication_latency" in json.loads(result.stdout.strip().splitlines()[-1])["seconds"]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "replication_latency" in summary["seconds"]
+    assert summary["decoder"] == "jvm", result.stderr[-4000:]  # the jar reached the driver through --jars
     # It really ran on the cluster: the master lists the application as completed (it learns that
     # the driver went away asynchronously, so wait for it rather than read the status once).
     _wait("the master to list the application as completed",
@@ -200,6 +202,16 @@ def test_spark_submit_against_standalone_cluster(standalone, tmp_path: Path) -> 
     assert sum(table.column("samples").to_pylist()) == sum(v["samples"] for v in ref.values())
 
 
+def _jars() -> list[str]:
+    """``--jars`` with the JVM trace decoder (built by make): spark-submit starts the driver JVM before the
+    session exists, so the session's own spark.jars would reach the executors but not the driver."""
+    from rocketscope.spark.session import decoder_jar
+
+    jar = decoder_jar()
+    assert jar is not None, "build/spark-jvm/rocketscope-spark.jar is missing: run make"
+    return ["--jars", str(jar)]
+
+
 def _submit_cmd(master: str, *args: str) -> list[str]:
     return [
         str(_spark_home() / "bin" / "spark-submit"), "--master", master,
@@ -207,7 +219,7 @@ def _submit_cmd(master: str, *args: str) -> list[str]:
         "--conf", f"spark.driver.extraJavaOptions={JAVA_OPTS}",
         "--conf", f"spark.executor.extraJavaOptions={JAVA_OPTS}",
         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
-        "--conf", "spark.sql.session.timeZone=UTC",
+        "--conf", "spark.sql.session.timeZone=UTC", *_jars(),
         str(REPO / "spark" / "submit_main.py"), *args,
     ]
 

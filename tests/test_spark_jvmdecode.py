@@ -104,3 +104,19 @@ def test_without_the_class_it_falls_back_to_sql_with_one_info_line(spark, monkey
     assert all("MapPartitions" not in p for p in plans)
     lines = [r for r in caplog.records if "decoding with Spark SQL" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
+
+
+def test_the_cli_says_which_decoder_ran_and_what_to_do_when_the_jar_is_missing(spark, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                                 capsys) -> None:
+    """``rocketscope analyze`` reports the decoder it really used: ``jvm`` in a session that loaded the
+    jar; ``sql`` plus one stderr line naming the two remedies (make, spark-submit --jars) when the class
+    cannot be loaded, which is what a spark-submit without --jars sees (tests/test_spark_cluster.py runs
+    spark-submit with it)."""
+    from rocketscope.spark.cli import _announce_decoder
+
+    assert _announce_decoder(spark, "jvm") == "jvm" and capsys.readouterr().err == ""
+    assert _announce_decoder(spark, "python") == "python"
+    monkeypatch.setattr(decode_module, "JVM_DECODER_CLASS", "io.rocketscope.spark.NoSuchDecoder")
+    assert _announce_decoder(spark, "jvm") == "sql"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--jars" in err and "make" in err and "Spark SQL" in err
