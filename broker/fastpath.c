@@ -890,6 +890,211 @@ static PyObject *dispatch_run(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyLong_FromSsize_t(i);
 }
 
+/* ================================================================== commit-log fsync thread
+ * The SYNC_FLUSH group commit's fdatasync, in a thread that never takes the GIL (issue 20, session 20).  Run
+ * through a Python worker thread (loop.run_in_executor) a round cost the event loop ~8 GIL hand-offs (futex
+ * calls), a work item, two chained futures and a self-pipe write and read: the worker thread needs the GIL to
+ * return from fdatasync, to resolve its future and to wake the loop, and takes it from a busy event loop.  Here
+ * the loop hands the round's file descriptors over under a mutex (syncer_submit), the thread runs fdatasync on
+ * each and adds 1 to an eventfd the loop watches (loop.add_reader): the loop learns of the end of a round from
+ * its own epoll, and the thread never waits for the loop.  broker/store/flush.py (_CompiledRunner) drives it; its
+ * _ExecutorRunner, the same rounds through a Python worker thread, is the reference (ROCKETSCOPE_PURE_PYTHON=1 and
+ * platforms without eventfd).  One round runs at a time: FlushService submits the next one after the last ended.
+ */
+#ifdef __linux__
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int efd;       /* eventfd: +1 at the end of each round */
+    int *fds;      /* the round submitted and not yet taken by the thread */
+    Py_ssize_t nfds, cap;
+    int pending;   /* a round is waiting for the thread */
+    int stop;      /* the thread ends once no round is pending */
+    int err;       /* errno of the last round's first failed fdatasync, 0 when all succeeded */
+    int running;   /* the thread exists (syncer_close joins it once) */
+} syncer_t;
+
+static void *syncer_main(void *arg) {
+    syncer_t *s = (syncer_t *)arg;
+    int *fds = NULL;
+    Py_ssize_t cap = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->pending && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->pending) break;
+        Py_ssize_t n = s->nfds;
+        int err = 0;
+        if (n > cap) {
+            int *grown = realloc(fds, (size_t)n * sizeof(int));
+            if (grown == NULL) err = ENOMEM;
+            else { fds = grown; cap = n; }
+        }
+        if (!err) memcpy(fds, s->fds, (size_t)n * sizeof(int));
+        s->pending = 0;
+        pthread_mutex_unlock(&s->mu);
+        for (Py_ssize_t i = 0; !err && i < n; i++) {
+            if (fdatasync(fds[i]) != 0) err = errno ? errno : EIO;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->err = err;
+        uint64_t one = 1;
+        while (write(s->efd, &one, sizeof one) < 0 && errno == EINTR) {
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(fds);
+    return NULL;
+}
+
+static void syncer_stop(syncer_t *s) {
+    if (!s->running) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(s->thread, NULL);
+    Py_END_ALLOW_THREADS
+    s->running = 0;
+}
+
+static void syncer_free(PyObject *capsule) {
+    syncer_t *s = (syncer_t *)PyCapsule_GetPointer(capsule, "rocketscope.syncer");
+    if (s == NULL) return;
+    syncer_stop(s);
+    if (s->efd >= 0) close(s->efd);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->fds);
+    PyMem_RawFree(s);
+}
+
+static syncer_t *syncer_get(PyObject *capsule) {
+    return (syncer_t *)PyCapsule_GetPointer(capsule, "rocketscope.syncer");
+}
+
+static PyObject *syncer_new(PyObject *self, PyObject *unused) {
+    syncer_t *s = PyMem_RawCalloc(1, sizeof(syncer_t));
+    if (s == NULL) return PyErr_NoMemory();
+    s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->efd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        PyMem_RawFree(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    sigset_t all, old;  /* signals stay with Python's threads: the fsync thread blocks every one */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&s->thread, NULL, syncer_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        close(s->efd);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        PyMem_RawFree(s);
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    s->running = 1;
+    PyObject *capsule = PyCapsule_New(s, "rocketscope.syncer", syncer_free);
+    if (capsule == NULL) {  /* what the capsule's destructor would have done */
+        syncer_stop(s);
+        close(s->efd);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        PyMem_RawFree(s);
+    }
+    return capsule;
+}
+
+/* syncer_fd(syncer) -> the eventfd that becomes readable when a round ends */
+static PyObject *syncer_fd(PyObject *self, PyObject *capsule) {
+    syncer_t *s = syncer_get(capsule);
+    return s ? PyLong_FromLong(s->efd) : NULL;
+}
+
+/* syncer_submit(syncer, fds): fdatasync each of ``fds`` (a list of ints) in the thread, in order */
+static PyObject *syncer_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "syncer_submit(syncer, fds: list[int])");
+        return NULL;
+    }
+    syncer_t *s = syncer_get(args[0]);
+    if (s == NULL) return NULL;
+    if (!s->running) {
+        PyErr_SetString(PyExc_RuntimeError, "the fsync thread is closed");
+        return NULL;
+    }
+    PyObject *list = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    int *fds = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(int));
+    if (fds == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long fd = PyLong_AsLong(PyList_GET_ITEM(list, i));
+        if (fd == -1 && PyErr_Occurred()) {
+            PyMem_RawFree(fds);
+            return NULL;
+        }
+        fds[i] = (int)fd;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (n > s->cap) {
+        int *grown = realloc(s->fds, (size_t)n * sizeof(int));
+        if (grown == NULL) {
+            pthread_mutex_unlock(&s->mu);
+            PyMem_RawFree(fds);
+            return PyErr_NoMemory();
+        }
+        s->fds = grown;
+        s->cap = n;
+    }
+    if (n) memcpy(s->fds, fds, (size_t)n * sizeof(int));
+    s->nfds = n;
+    s->pending = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    PyMem_RawFree(fds);
+    Py_RETURN_NONE;
+}
+
+/* syncer_result(syncer) -> errno of the last round ended (0: every fdatasync succeeded) */
+static PyObject *syncer_result(PyObject *self, PyObject *capsule) {
+    syncer_t *s = syncer_get(capsule);
+    if (s == NULL) return NULL;
+    pthread_mutex_lock(&s->mu);
+    int err = s->err;
+    pthread_mutex_unlock(&s->mu);
+    return PyLong_FromLong(err);
+}
+
+/* syncer_close(syncer): end the thread once a round under way has ended (idempotent; the eventfd stays open
+ * until the syncer is freed, so a loop still watching it never sees a reused descriptor) */
+static PyObject *syncer_close(PyObject *self, PyObject *capsule) {
+    syncer_t *s = syncer_get(capsule);
+    if (s == NULL) return NULL;
+    syncer_stop(s);
+    Py_RETURN_NONE;
+}
+#define SYNCER_METHODS                                                                                          \
+    {"syncer_new", syncer_new, METH_NOARGS, "Start a commit-log fsync thread; its handle."},                     \
+    {"syncer_fd", syncer_fd, METH_O, "The eventfd that becomes readable when a round of the fsync thread ends."}, \
+    {"syncer_submit", (PyCFunction)(void (*)(void))syncer_submit, METH_FASTCALL,                                \
+     "Hand the fsync thread a round: fdatasync each of a list of file descriptors."},                           \
+    {"syncer_result", syncer_result, METH_O, "errno of the fsync thread's last round (0: success)."},             \
+    {"syncer_close", syncer_close, METH_O, "End the fsync thread (after the round under way)."},
+#else
+#define SYNCER_METHODS
+#endif
+
 /* ================================================================== module */
 static PyMethodDef methods[] = {
     {"decode_json_frame", decode_json_frame, METH_O, "A JSON-header frame -> RemotingCommand's fields, or None."},
@@ -906,6 +1111,7 @@ static PyMethodDef methods[] = {
      "IndexFile.put_entries' loop: entries and slot heads written into the index file's map."},
     {"dispatch_run", (PyCFunction)(void (*)(void))dispatch_run, METH_FASTCALL,
      "MessageStore._dispatch_one for records from i on: consume-queue runs and index keys, until one it does not take."},
+    SYNCER_METHODS
     {NULL, NULL, 0, NULL},
 };
 

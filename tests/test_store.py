@@ -401,14 +401,17 @@ def test_sync_flush_timeout_reported(tmp_path: Path) -> None:
         store = MessageStore(small_config(tmp_path, sync_flush=True, sync_flush_timeout_s=0.2))
         await store.start()
 
-        def broken_sync() -> int:
-            raise OSError("disk gone")
-        store.flush._sync = broken_sync
+        seglog = store.commit_log.log
+        def broken_plan() -> tuple[int, list[int]]:  # a descriptor whose fdatasync fails (EBADF), in either thread
+            return seglog.max_offset, [-1]
+        store.flush._plan = broken_plan  # type: ignore[method-assign]
         (res,) = await store.put([make_msg(1)])
         assert res.status is PutStatus.FLUSH_DISK_TIMEOUT
+        assert seglog.synced_offset < seglog.max_offset  # a failed round marks nothing synced
         assert store.get("T", 0, 0, 10).messages  # stored, as RocketMQ says for this status
-        store.flush._sync = store.commit_log.log.sync
+        store.flush._plan = seglog.sync_plan  # type: ignore[method-assign]
         await store.shutdown()
+        assert seglog.synced_offset == seglog.max_offset or not seglog.segments
     run(go())
 
 

@@ -184,7 +184,8 @@ class MessageStore:
         self.replicated_writer = hooks.replicated_writer
         self._retention_floor = hooks.retention_floor
         self._on_retention_deleted = hooks.on_retention_deleted
-        self.flush = FlushService(self.commit_log.log.sync, lambda: self.commit_log.log.synced_offset,
+        seglog = self.commit_log.log
+        self.flush = FlushService(seglog.sync_plan, seglog.mark_synced, lambda: seglog.synced_offset,
                                   config.flush_interval_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False

@@ -49,6 +49,7 @@ class SegmentedLog:
         # segments shortened since the last sync: their new length is not durable until fdatasync'ed, and
         # until then a power cut may bring back the bytes cut off (which a later write may not cover)
         self._shrunk: list[Segment] = []
+        self._cut: int | None = None  # the lowest truncation since the last sync_plan (see mark_synced)
         self._log_level = logging.DEBUG if quiet else logging.INFO
         self.directory.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -146,6 +147,7 @@ class SegmentedLog:
             os.close(seg.fd)
             seg.path.unlink(missing_ok=True)
             log.info("removed segment %s while truncating to %d", seg.path, offset)
+        self._cut = offset if self._cut is None else min(self._cut, offset)
         if not self.segments:
             return
         seg = self.segments[-1]
@@ -163,13 +165,32 @@ class SegmentedLog:
         Safe to call from a worker thread while the event loop appends: the returned
         offset is the end of the log as it was when the sync started.
         """
-        target = self.max_offset
-        shrunk, self._shrunk = self._shrunk, []
-        for seg in list(self.segments):
-            if (seg.end > self._synced and seg.start < target) or any(s is seg for s in shrunk):
-                os.fdatasync(seg.fd)
-        self._synced = max(self._synced, target)
+        target, fds = self.sync_plan()
+        for fd in fds:
+            os.fdatasync(fd)
+        self.mark_synced(target)
         return target
+
+    def sync_plan(self) -> tuple[int, list[int]]:
+        """A sync in two halves, for a flusher that runs the fdatasyncs in another thread (broker/store/flush.py):
+        the offset the sync will cover (the end of the log now) and the descriptors to fdatasync for it, in
+        order; then ``mark_synced(offset)`` once they all succeeded (nothing after a failure: the next plan
+        covers the same segments again)."""
+        self._cut = None
+        target = self.max_offset
+        shrunk, synced = self._shrunk, self._synced
+        return target, [seg.fd for seg in self.segments
+                        if (seg.end > synced and seg.start < target) or any(s is seg for s in shrunk)]
+
+    def mark_synced(self, offset: int) -> None:
+        """Every byte below ``offset`` (a ``sync_plan``'s) is on disk.  A truncation since the plan caps that at
+        the cut (the bytes written past it since are not synced) and leaves its segment for the next sync."""
+        cut = self._cut
+        if cut is None:
+            self._shrunk = []
+        else:
+            offset = min(offset, cut)
+        self._synced = max(self._synced, min(offset, self.max_offset))
 
     def delete_segment(self, seg: Segment) -> None:
         self.segments.remove(seg)
