@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketscope.broker.store import record
+from rocketscope.broker.store.checkpoint import Checkpoint
 from rocketscope.broker.store.message_store import MessageStore, PutStatus, StoreConfig, StoreHooks
 from rocketscope.broker.store.record import RecordError, StoredMessage
 from rocketscope.broker.store.retention import RetentionPolicy
@@ -412,6 +414,33 @@ def test_sync_flush_timeout_reported(tmp_path: Path) -> None:
         store.flush._plan = seglog.sync_plan  # type: ignore[method-assign]
         await store.shutdown()
         assert seglog.synced_offset == seglog.max_offset or not seglog.segments
+    run(go())
+
+
+def test_shutdown_waits_for_a_checkpoint_under_way(tmp_path: Path) -> None:
+    """Shutdown's checkpoint runs after the checkpoint task's, never beside it: both write checkpoint.tmp and
+    rename it, and the second rename failed (FileNotFoundError) when they overlapped (seen in session 20)."""
+    async def go() -> None:
+        store = MessageStore(small_config(tmp_path, checkpoint_interval_s=0.01))
+        await store.start()
+        await fill(store, 5)
+        in_thread, release = threading.Event(), threading.Event()
+        calls: list[str] = []
+        save = store._save_checkpoint
+
+        def slow_save(done: int | None = None) -> None:
+            if threading.current_thread() is not threading.main_thread():
+                in_thread.set()
+                release.wait(5)
+            calls.append("thread" if done is not None else "shutdown")
+            save(done)
+        store._save_checkpoint = slow_save  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, in_thread.wait, 5)
+        loop.call_later(0.1, release.set)
+        await store.shutdown()  # cancels the checkpoint task while its thread still writes
+        assert calls == ["thread", "shutdown"]
+        assert Checkpoint.load(tmp_path / "checkpoint").dispatched == store.dispatched
     run(go())
 
 

@@ -193,6 +193,9 @@ class MessageStore:
         # getpid() system call each time, ~9 % of the event loop's CPU on SYNC_FLUSH single puts (py-spy, issue 20)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.put_lock = asyncio.Lock()
+        # the checkpoint task's write in its worker thread: cancelling the task does not stop the thread, and
+        # shutdown's own checkpoint must not run beside it (both write checkpoint.tmp, then rename it)
+        self._checkpointing: asyncio.Future[None] | None = None
         # SYNC_FLUSH group commit of concurrent puts (see ``put``)
         self._put_queue: list[tuple[list[StoredMessage], asyncio.Future[tuple[list[PutResult], bool]]]] = []
         self._put_scheduled = False
@@ -258,6 +261,8 @@ class MessageStore:
                 await t
             except asyncio.CancelledError:
                 pass
+        if self._checkpointing is not None:
+            await asyncio.wait([self._checkpointing])
         await self.flush.stop()
         self._save_checkpoint()
         for cq in self.cqs.values():
@@ -895,7 +900,9 @@ class MessageStore:
                     continue  # nothing dispatched or synced since: an idle broker skips the fsyncs (issue 20)
                 for cq in self.cqs.values():
                     cq.flush()
-                await asyncio.to_thread(self._save_checkpoint, done[0])
+                self._checkpointing = asyncio.ensure_future(asyncio.to_thread(self._save_checkpoint, done[0]))
+                await asyncio.shield(self._checkpointing)
+                self._checkpointing = None
                 saved = done
             except OSError as exc:
                 log.error("checkpoint failed: %s", exc)
