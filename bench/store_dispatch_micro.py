@@ -2,12 +2,19 @@
 
     .venv/bin/python bench/store_dispatch_micro.py [--records 200000] [--batch 16] [--rounds 3] [--profile]
     .venv/bin/python bench/store_dispatch_micro.py --put-floor [--writers 64]
+    .venv/bin/python bench/store_dispatch_micro.py --flush-rounds [--records 3000] [--round-kb 40]
 
 Why: storage_bench's SYNC_FLUSH batch case mixes the store's CPU with the disk.  This takes the disk
 out: ``MessageStore.append_batch`` + ``dispatch_confirmed`` (what ``_append_group`` runs per group commit)
 on ASYNC_FLUSH with no flush service running, ``--batch`` records per call, the records built before the
 timed part (as storage_bench does).  The rate is records per CPU second of this process (``process_time``),
 the best of ``--rounds``; ``--profile`` prints a cProfile of one more round (self time, top 15).
+
+``--flush-rounds`` (session 20) measures what a SYNC_FLUSH fsync round costs the event loop's thread when the
+store does nothing else: a writer appends ``--round-kb`` to a commit log, waits for the round covering it
+(``FlushService.when_synced``), and again, ``--records`` rounds in all; CPU of the loop's thread per round
+(``thread_time``, the append's pwrite included) and of the process, for each thread that can run the fdatasync
+(broker/fastpath.c's "compiled" one and the "executor" reference), alternated.
 
 ``--put-floor`` (session 19) measures what is left of a SYNC_FLUSH single put when the store does nothing:
 ``--writers`` asyncio writers as storage_bench's (its timing and latency bookkeeping included), each put a
@@ -101,6 +108,39 @@ def put_floor(n: int, writers: int) -> float:
     return asyncio.run(run())
 
 
+def flush_rounds(n: int, kb: int, runner: str) -> dict[str, float]:
+    """Loop-thread and process CPU µs per fsync round of ``n`` rounds of ``kb`` KiB each (see --flush-rounds)."""
+    from rocketscope.broker.store.flush import FlushService
+    from rocketscope.broker.store.segments import SegmentedLog
+
+    root = Path(tempfile.mkdtemp(prefix="rs-flush-", dir=str(Path.cwd())))
+    data = b"x" * (kb * 1024)
+
+    async def run() -> dict[str, float]:
+        seglog = SegmentedLog(root, 1 << 30, quiet=True)
+        flush = FlushService(seglog.sync_plan, seglog.mark_synced, lambda: seglog.synced_offset, 3600, runner)
+        loop = asyncio.get_running_loop()
+        try:
+            c0, p0, t0 = time.thread_time(), time.process_time(), time.perf_counter()
+            for _ in range(n):
+                seglog.append(data)
+                fut: asyncio.Future[bool] = loop.create_future()
+                flush.when_synced(seglog.max_offset, 5.0, fut.set_result)
+                assert await fut
+            c, p, t = time.thread_time() - c0, time.process_time() - p0, time.perf_counter() - t0
+            kind = flush.runner
+        finally:
+            await flush.stop()
+            seglog.close()
+        return {"runner": kind, "loop_cpu_us_per_round": round(c / n * 1e6, 1),
+                "process_cpu_us_per_round": round(p / n * 1e6, 1), "wall_us_per_round": round(t / n * 1e6, 1)}
+
+    try:
+        return asyncio.run(run())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=200_000)
@@ -109,7 +149,14 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--put-floor", action="store_true", help="the asyncio floor of a single put (see above)")
     ap.add_argument("--writers", type=int, default=64, help="writers of --put-floor")
+    ap.add_argument("--flush-rounds", action="store_true", help="the event loop's CPU per fsync round (see above)")
+    ap.add_argument("--round-kb", type=int, default=40, help="KiB appended per round of --flush-rounds")
     args = ap.parse_args()
+    if args.flush_rounds:
+        rows = [flush_rounds(args.records, args.round_kb, kind)
+                for _ in range(args.rounds) for kind in ("executor", "compiled")]
+        print(json.dumps({"rounds": args.records, "round_kb": args.round_kb, "runs": rows}, indent=1))
+        return
     if args.put_floor:
         floors = [put_floor(args.records, args.writers) for _ in range(args.rounds)]
         print(json.dumps({"put_floor_loop_cpu_us_per_put": [round(f, 2) for f in floors],

@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 
 from rocketscope.broker.store import record
 from rocketscope.broker.store.checkpoint import Checkpoint
+from rocketscope.broker.store.flush import FlushService, compiled_available
 from rocketscope.broker.store.message_store import MessageStore, PutStatus, StoreConfig, StoreHooks
 from rocketscope.broker.store.record import RecordError, StoredMessage
 from rocketscope.broker.store.retention import RetentionPolicy
+from rocketscope.broker.store.segments import SegmentedLog
 
 
 def make_msg(i: int, topic: str = "T", queue_id: int = 0, body: bytes | None = None, keys: str = "") -> StoredMessage:
@@ -386,21 +388,38 @@ def test_consume_queue_entries_buffered_are_served_and_survive_restart(tmp_path:
 
 
 # ------------------------------------------------------------------ flush
-def test_sync_flush_acknowledges_after_fsync(tmp_path: Path) -> None:
+RUNNERS = ["executor"] + (["compiled"] if compiled_available() else [])
+
+
+def with_runner(store: MessageStore, runner: str) -> MessageStore:
+    """The store with its fsync rounds in ``runner``'s thread: the compiled one (broker/fastpath.c) or the
+    reference worker thread; both must give the same acknowledgements."""
+    seglog = store.commit_log.log
+    store.flush = FlushService(seglog.sync_plan, seglog.mark_synced, lambda: seglog.synced_offset,
+                               store.config.flush_interval_s, runner)
+    return store
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_sync_flush_acknowledges_after_fsync(tmp_path: Path, runner: str) -> None:
     async def go() -> None:
-        store = MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20, sync_flush=True))
+        store = with_runner(MessageStore(small_config(tmp_path, commitlog_segment_size=1 << 20, sync_flush=True)),
+                            runner)
         await store.start()
         results = await asyncio.gather(*(store.put([make_msg(i)]) for i in range(50)))
         end = max(r[0].message.physical_offset + r[0].message.size for r in results)
         assert all(r[0].status is PutStatus.PUT_OK for r in results)
         assert store.commit_log.log.synced_offset >= end
+        assert store.flush.runner == runner
+        assert 1 <= store.flush.syncs < 50  # the 50 concurrent puts shared rounds
         await store.shutdown()
     run(go())
 
 
-def test_sync_flush_timeout_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_sync_flush_timeout_reported(tmp_path: Path, runner: str) -> None:
     async def go() -> None:
-        store = MessageStore(small_config(tmp_path, sync_flush=True, sync_flush_timeout_s=0.2))
+        store = with_runner(MessageStore(small_config(tmp_path, sync_flush=True, sync_flush_timeout_s=0.2)), runner)
         await store.start()
 
         seglog = store.commit_log.log
@@ -412,6 +431,8 @@ def test_sync_flush_timeout_reported(tmp_path: Path) -> None:
         assert seglog.synced_offset < seglog.max_offset  # a failed round marks nothing synced
         assert store.get("T", 0, 0, 10).messages  # stored, as RocketMQ says for this status
         store.flush._plan = seglog.sync_plan  # type: ignore[method-assign]
+        (again,) = await store.put([make_msg(2)])  # the disk is back: the next round acknowledges both
+        assert again.status is PutStatus.PUT_OK and seglog.synced_offset == seglog.max_offset
         await store.shutdown()
         assert seglog.synced_offset == seglog.max_offset or not seglog.segments
     run(go())
@@ -561,3 +582,21 @@ def test_replica_dispatches_up_to_the_confirm_offset_and_in_log_order_once_promo
         await master.shutdown()
 
     run(scenario())
+
+
+def test_sync_marks_nothing_past_a_truncation_made_during_it(tmp_path: Path) -> None:
+    """A round planned at offset 300 and ended after the log was cut to 100 and written again to 250: the bytes
+    from 100 on were never fdatasync'ed by that round, so only [0, 100) may count as synced, and the cut segment
+    stays for the next round."""
+    seglog = SegmentedLog(tmp_path / "log", 4096, quiet=True)
+    seglog.append(b"a" * 300)
+    target, fds = seglog.sync_plan()
+    assert (target, len(fds)) == (300, 1)
+    seglog.truncate(100)
+    seglog.append(b"b" * 150)
+    for fd in fds:
+        os.fdatasync(fd)
+    seglog.mark_synced(target)
+    assert seglog.synced_offset == 100
+    assert seglog.sync() == 250 and seglog.synced_offset == 250
+    seglog.close()

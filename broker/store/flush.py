@@ -94,8 +94,13 @@ class _CompiledRunner:
         _C.syncer_close(self._handle)
 
 
-def _runner(loop: asyncio.AbstractEventLoop, done: Done) -> _ExecutorRunner | _CompiledRunner:
-    if _C is not None and hasattr(_C, "syncer_new") and hasattr(os, "eventfd"):
+def compiled_available() -> bool:
+    """Whether rounds can run in broker/fastpath.c's thread (the compiled module, Linux's eventfd)."""
+    return _C is not None and hasattr(_C, "syncer_new") and hasattr(os, "eventfd")
+
+
+def _runner(loop: asyncio.AbstractEventLoop, done: Done, kind: str) -> _ExecutorRunner | _CompiledRunner:
+    if kind != "executor" and compiled_available():
         try:
             return _CompiledRunner(loop, done)
         except NotImplementedError:  # a loop without add_reader
@@ -105,7 +110,10 @@ def _runner(loop: asyncio.AbstractEventLoop, done: Done) -> _ExecutorRunner | _C
 
 class FlushService:
     def __init__(self, plan: Plan, mark: Callable[[int], None], synced: Callable[[], int],
-                 interval_s: float) -> None:
+                 interval_s: float, runner: str = "auto") -> None:
+        """``runner``: "auto" (the compiled thread when available), or "executor" (the reference; tests and
+        bench/store_dispatch_micro.py compare the two)."""
+        self._kind = runner
         self._plan = plan
         self._mark = mark
         self._synced = synced
@@ -209,7 +217,7 @@ class FlushService:
             return
         loop = self._loop or self._bind()
         if self._runner is None:
-            self._runner = _runner(loop, self._ended)
+            self._runner = _runner(loop, self._ended, self._kind)
         target, fds = self._plan()
         self.syncs += 1
         self._round = target
