@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # the C source is in the hash: `pip install -e .` compiles it (broker/fastpath.c), so a change recompiles it
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/fastpath.c | sha1sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/fastpath.c broker/raftpath.c | sha1sum | cut -c1-12)
 DEBS   := prometheus chromium
 PYTEST_ARGS ?=
 

@@ -37,5 +37,8 @@ setup(
     # optional=False: a failed compile fails `pip install` (and so `make test`) instead of leaving the broker
     # silently on the pure-Python path; ROCKETSCOPE_PURE_PYTHON=1 selects that path at run time.
     ext_modules=[Extension("rocketscope.broker.fastpath", ["broker/fastpath.c"], optional=False,
+                           extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"]),
+                 # the Raft peer frames' RaftBatch codec (docs/RAFT.md "Peer frames"), a module of its own
+                 Extension("rocketscope.broker.raftpath", ["broker/raftpath.c"], optional=False,
                            extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"])],
 )
