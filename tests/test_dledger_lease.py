@@ -18,8 +18,7 @@ from typing import Any
 
 from sim.scenario import Simulation
 
-from rocketscope.broker.dledger.peer_wire import to_pb
-from rocketscope.broker.protocol import dledger_pb2
+from rocketscope.broker.dledger.raft_codec import Batch
 
 
 class Calm(Simulation):
@@ -42,7 +41,7 @@ class Calm(Simulation):
 
 
 def batch(node: Any, m: Any) -> None:
-    node.member.on_batch(dledger_pb2.RaftBatch(sender=m.frm, messages=[to_pb(m)]))
+    node.member.on_batch(Batch("", m.frm, "", "", [m], []))
 
 
 def three_node_seed() -> int:

@@ -24,6 +24,7 @@ from rocketscope.broker.dledger import peer_wire as wire
 from rocketscope.broker.dledger.peer_link import PeerLink
 from rocketscope.broker.dledger.peer_port import PeerPort
 from rocketscope.broker.dledger.peer_wire import from_pb, to_pb
+from rocketscope.broker.dledger.raft_codec import Batch
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import Entry, EntryKind, Message, MsgType
 from rocketscope.broker.security.certs import generate_dev_certs
@@ -45,14 +46,14 @@ class Recorder:
     """The port's ``on_batch``: every message it was handed, in order."""
 
     def __init__(self) -> None:
-        self.batches: list[dledger_pb2.RaftBatch] = []
+        self.batches: list[Batch] = []
 
-    def __call__(self, batch: dledger_pb2.RaftBatch) -> None:
+    def __call__(self, batch: Batch) -> None:
         self.batches.append(batch)
 
     @property
     def messages(self) -> list[Message]:
-        return [from_pb(m) for b in self.batches for m in b.messages]
+        return [m for b in self.batches for m in b.messages]
 
 
 async def until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

@@ -41,7 +41,7 @@ from rocketscope.telemetry import Telemetry
 from rocketscope.tls import TlsClientConfig
 
 from ..dledger.peer_link import PeerLink
-from ..dledger.peer_wire import from_pb
+from ..dledger.raft_codec import Batch
 from .raft_log import ControllerLog
 from .state import NO_MASTER, Code, ControllerState, Decision, LiveInfo, LiveTable, decode_event, encode_event
 
@@ -183,14 +183,16 @@ class ControllerNode(DrivenMember):
             self.log.close()
 
     # ------------------------------------------------------------- raft I/O
-    def on_batch(self, batch: dledger_pb2.RaftBatch) -> None:
+    def on_batch(self, batch: Batch) -> None:
         if batch.sender_grpc_addr:
             self.peer_client_addrs[batch.sender] = batch.sender_grpc_addr
         driver = self.driver
         assert driver is not None
+        for why in batch.bad:
+            log.warning("controller: a message from %s left out: %s", batch.sender, why)
         for m in batch.messages:
             try:
-                driver.step(from_pb(m))
+                driver.step(m)
             except Exception:
                 log.exception("controller: bad message from %s", batch.sender)
 

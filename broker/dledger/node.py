@@ -47,7 +47,7 @@ from rocketscope.tls import TlsClientConfig
 
 from .log_store import DLedgerLog
 from .peer_link import PeerLink
-from .peer_wire import from_pb
+from .raft_codec import Batch
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +349,7 @@ class DLedgerNode(DrivenMember):
             self.log.close()
 
     # ------------------------------------------------------------------ input
-    def on_batch(self, batch: dledger_pb2.RaftBatch) -> None:
+    def on_batch(self, batch: Batch) -> None:
         node = self.node
         if node is not None and any(m.term == node.term for m in batch.messages):
             # a peer answering in this node's term; a successor's batch (a higher term) is no evidence of a lease
@@ -358,9 +358,11 @@ class DLedgerNode(DrivenMember):
             self.peer_addrs[batch.sender] = (batch.sender_grpc_addr, batch.sender_admin_addr)
         driver = self.driver
         assert driver is not None
+        for why in batch.bad:
+            log.warning("dledger: a message from %s left out: %s", batch.sender, why)
         for m in batch.messages:
             try:
-                driver.step(from_pb(m))
+                driver.step(m)
             except Exception:
                 log.exception("dledger: bad message from %s", batch.sender)
 

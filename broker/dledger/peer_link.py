@@ -35,6 +35,7 @@ from rocketscope.tls import TlsClientConfig
 
 from ..peer_frames.dial import LinkRefused, dial, reason
 from . import peer_wire as wire
+from .raft_codec import encode_frame
 from .socket_writer import SocketWriter
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class PeerLink:
         self._scheduled = False  # a _flush is on the loop
         self._draining: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._head: bytes | None = None  # ``header()`` serialised, made once: it is the same for every frame
 
     def send(self, m: Message) -> None:
         q = self.queue
@@ -121,19 +123,19 @@ class PeerLink:
 
     def _frame(self, q: deque[Message]) -> tuple[bytes, bool]:
         """One frame of the oldest queued messages (up to BATCH_MESSAGES, or BATCH_BYTES of entries), and
-        whether any of them carries entries (the writer thread sends those; see ``SocketWriter.write``)."""
-        batch = self.header()
-        messages = batch.messages
-        size = 0
-        carries = False
-        while q and len(messages) < BATCH_MESSAGES and size < BATCH_BYTES:
-            m = q.popleft()
-            if m.entries:
-                carries = True
-                for e in m.entries:
-                    size += len(e.data)
-            wire.add_pb(messages, m)
-        return wire.frame(batch.SerializeToString()), carries
+        whether any of them carries entries (the writer thread sends those; see ``SocketWriter.write``).
+
+        The bytes come from broker/dledger/raft_codec.py (compiled: no protobuf objects per frame)."""
+        head = self._head
+        if head is None:
+            head = self._head = self.header().SerializeToString()
+        frame, count, carries = encode_frame(head, list(q) if len(q) > 1 else (q[0],), BATCH_MESSAGES, BATCH_BYTES)
+        if count == len(q):
+            q.clear()
+        else:
+            for _ in range(count):
+                q.popleft()
+        return frame, carries
 
     async def _drain(self, writer: asyncio.StreamWriter) -> None:
         try:

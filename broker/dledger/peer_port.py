@@ -5,8 +5,9 @@ DLedger's (``dLegerPeers``, broker/broker.py) and, since session 18, the control
 
 The port itself (TLS modes, ``internalPeerSecret``, hello timeout, bad input closed with one log line) is
 broker/peer_frames/port.py; the byte format is broker/dledger/peer_wire.py.  What is Raft's here: each
-frame is a ``RaftBatch`` of this group, handed to ``on_batch`` synchronously (grpc.aio's
-``PeerServicer.Send`` cost the followers most of their CPU per message, issue 20).
+frame is a ``RaftBatch`` of this group, decoded by broker/dledger/raft_codec.py into a ``Batch`` of Raft
+messages and handed to ``on_batch`` synchronously (grpc.aio's ``PeerServicer.Send`` cost the followers most
+of their CPU per message, issue 20).
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from google.protobuf.message import DecodeError
-
-from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.tls import TlsServerConfig
 
 from ..peer_frames import wire
 from ..peer_frames.port import HELLO_TIMEOUT_S, Conn, FramedPort
 from . import peer_wire
+from .raft_codec import Batch, BatchError, decode_batch
 
 log = logging.getLogger(__name__)
 PORT_NAME = "Raft"
@@ -37,8 +36,8 @@ class _RaftSession:
     def frame(self, payload: bytes) -> None:
         conn = self.conn
         try:
-            batch = dledger_pb2.RaftBatch.FromString(payload)
-        except DecodeError as exc:
+            batch = decode_batch(payload)
+        except BatchError as exc:
             conn.drop(f"a frame of {len(payload)} bytes is not a RaftBatch: {exc}")
             return
         if batch.group != self.port.group:
@@ -61,7 +60,7 @@ class PeerPort(FramedPort):
 
     group: str
 
-    def __init__(self, group: str, on_batch: Callable[[dledger_pb2.RaftBatch], None], *, secret: str = "",
+    def __init__(self, group: str, on_batch: Callable[[Batch], None], *, secret: str = "",
                  tls: TlsServerConfig | None = None, max_frame: int = wire.MAX_FRAME,
                  hello_timeout_s: float = HELLO_TIMEOUT_S, key: str = "dLegerPeers") -> None:
         """``key``: the config key that names this port's address (in the error when it cannot bind)."""

@@ -1,0 +1,9 @@
+"""Types of the compiled RaftBatch codec (broker/raftpath.c); the reference is broker/dledger/raft_codec.py."""
+
+from collections.abc import Sequence
+from typing import Any
+
+def bind(message: type, entry: type, types: tuple[object, ...], kinds: tuple[object, ...]) -> None: ...
+def encode_frame(head: bytes, messages: Sequence[Any], max_messages: int,
+                 max_bytes: int) -> tuple[bytes, int, bool]: ...
+def decode_batch(payload: bytes) -> tuple[str, str, str, str, list[Any], list[str]]: ...
