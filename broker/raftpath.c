@@ -557,7 +557,135 @@ static PyObject *bind(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ a follower's records */
+/* The follower hands the records of the entries it appends to the store's pending dispatch
+ * (broker/dledger/node.py ``_pend_appended``), decoded from the entries' bytes; session 20's profile found
+ * that Python decode (broker/store/record.py ``decode`` and ``decode_properties``) the largest item left
+ * on a follower.  This is the same decode for the common case: returns None for anything else (a bad magic
+ * or size, text that is not UTF-8, a property item without its separator), and the caller then runs
+ * record.decode, which raises the RecordError naming the field. */
+static PyObject *StoredMessage_cls;
+
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+static inline uint64_t be64(const unsigned char *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+#define REC_FIXED 68
+#define REC_MAGIC 0xDAA320A7u
+
+/* decode_properties for valid UTF-8: items split on \x02 (empty ones skipped), name and value on the first
+ * \x01; 1 = not the common case (an item without \x01), -1 = error */
+static int props_into(PyObject *d, PyObject *text) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), pos = 0;
+    while (pos < n) {
+        Py_ssize_t end = PyUnicode_FindChar(text, 0x02, pos, n, 1);
+        if (end == -2) return -1;
+        if (end < 0) end = n;
+        if (end > pos) {
+            Py_ssize_t sep = PyUnicode_FindChar(text, 0x01, pos, end, 1);
+            if (sep == -2) return -1;
+            if (sep < 0) return 1;
+            PyObject *k = PyUnicode_Substring(text, pos, sep);
+            PyObject *v = k ? PyUnicode_Substring(text, sep + 1, end) : NULL;
+            if (v == NULL) { Py_XDECREF(k); return -1; }
+            PyUnicode_InternInPlace(&k);
+            int rc = PyDict_SetItem(d, k, v);
+            Py_DECREF(k); Py_DECREF(v);
+            if (rc < 0) return -1;
+        }
+        pos = end + 1;
+    }
+    return 0;
+}
+
+/* one record at p[0..n): a StoredMessage, Py_None when not the common case, NULL on error */
+static PyObject *decode_record(const unsigned char *p, Py_ssize_t n, Py_ssize_t *size) {
+    if (n < REC_FIXED) return Py_NewRef(Py_None);
+    uint32_t total = be32(p);
+    if (be32(p + 4) != REC_MAGIC || total < REC_FIXED || (Py_ssize_t)total > n) return Py_NewRef(Py_None);
+    const unsigned char *cur = p + REC_FIXED, *end = p + total;
+    const unsigned char *s[5];
+    Py_ssize_t len[5];
+    for (int i = 0; i < 5; i++) {  /* born host (1-byte length), store host (1), topic (2), properties (2), body (4) */
+        int w = i < 2 ? 1 : i < 4 ? 2 : 4;
+        if (end - cur < w) return Py_NewRef(Py_None);
+        Py_ssize_t l = w == 1 ? cur[0] : w == 2 ? ((Py_ssize_t)cur[0] << 8 | cur[1]) : (Py_ssize_t)be32(cur);
+        cur += w;
+        if (end - cur < l) return Py_NewRef(Py_None);
+        s[i] = cur; len[i] = l;
+        cur += l;
+    }
+    if (cur != end) return Py_NewRef(Py_None);
+    PyObject *born = NULL, *store = NULL, *topic = NULL, *ptext = NULL, *props = NULL, *body = NULL, *out = NULL;
+    PyObject *nums[10] = {NULL};
+    born = PyUnicode_DecodeUTF8((const char *)s[0], len[0], "strict");
+    store = born ? PyUnicode_DecodeUTF8((const char *)s[1], len[1], "strict") : NULL;
+    topic = store ? PyUnicode_DecodeUTF8((const char *)s[2], len[2], "strict") : NULL;
+    ptext = topic ? PyUnicode_DecodeUTF8((const char *)s[3], len[3], "strict") : NULL;
+    if (ptext == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+        PyErr_Clear();
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    props = PyDict_New();
+    if (props == NULL) goto done;
+    int prc = len[3] ? props_into(props, ptext) : 0;
+    if (prc < 0) goto done;
+    if (prc > 0) { out = Py_NewRef(Py_None); goto done; }
+    body = PyBytes_FromStringAndSize((const char *)s[4], len[4]);
+    if (body == NULL) goto done;
+    /* queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, store_ts, reconsume, prepared, size */
+    long long v[10] = {(int32_t)be32(p + 12), (int32_t)be32(p + 16), (int64_t)be64(p + 20), (int64_t)be64(p + 28),
+                       (int32_t)be32(p + 36), (int64_t)be64(p + 40), (int64_t)be64(p + 48), (int32_t)be32(p + 56),
+                       (int64_t)be64(p + 60), (long long)total};
+    for (int i = 0; i < 10; i++) {
+        if ((nums[i] = PyLong_FromLongLong(v[i])) == NULL) goto done;
+    }
+    /* StoredMessage's fields in declaration order (broker/store/record.py) */
+    PyObject *args[15] = {topic, nums[0], body, props, nums[1], nums[4], nums[5], born, nums[6], store, nums[7],
+                          nums[8], nums[2], nums[3], nums[9]};
+    out = PyObject_Vectorcall(StoredMessage_cls, args, 15, NULL);
+    *size = total;
+done:
+    Py_XDECREF(born); Py_XDECREF(store); Py_XDECREF(topic); Py_XDECREF(ptext); Py_XDECREF(props);
+    Py_XDECREF(body);
+    for (int i = 0; i < 10; i++) Py_XDECREF(nums[i]);
+    return out;
+}
+
+/* decode_records(data) -> [StoredMessage] for the consecutive records filling ``data``, or None when any
+ * of them is not the common case (record.decode then says why) */
+static PyObject *decode_records(PyObject *self, PyObject *arg) {
+    if (StoredMessage_cls == NULL) { PyErr_SetString(PyExc_RuntimeError, "raftpath.bind_records was not called"); return NULL; }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    const unsigned char *p = buf.buf;
+    Py_ssize_t pos = 0;
+    while (out != NULL && pos < buf.len) {
+        Py_ssize_t size = 0;
+        PyObject *m = decode_record(p + pos, buf.len - pos, &size);
+        if (m == NULL) { Py_CLEAR(out); break; }
+        if (m == Py_None) { Py_DECREF(out); out = m; break; }
+        int rc = PyList_Append(out, m);
+        Py_DECREF(m);
+        if (rc < 0) { Py_CLEAR(out); break; }
+        pos += size;
+    }
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+static PyObject *bind_records(PyObject *self, PyObject *cls) {
+    Py_XSETREF(StoredMessage_cls, Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"decode_records", decode_records, METH_O, "entry bytes -> [StoredMessage], or None outside the common case"},
+    {"bind_records", bind_records, METH_O, "(StoredMessage): the class decode_records builds"},
     {"encode_frame", encode_frame, METH_VARARGS, "(head, messages, max_messages, max_bytes) -> (frame, count, carries)"},
     {"decode_batch", decode_batch, METH_O, "payload -> (group, sender, grpc_addr, admin_addr, messages, bad)"},
     {"bind", bind, METH_VARARGS, "(Message, Entry, types, kinds): the classes decode_batch builds"},

@@ -19,11 +19,12 @@ from rocketscope.broker.dledger import raft_codec as rc
 from rocketscope.broker.peer_frames.wire import frame
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import Entry, EntryKind, Message, MsgType
+from rocketscope.broker.store import record
 
 if rc.IMPLEMENTATION != "c":  # ROCKETSCOPE_PURE_PYTHON=1: the reference alone has nothing to be compared with
     pytest.skip("the compiled codec is switched off", allow_module_level=True)
 
-from rocketscope.broker import raftpath  # noqa: E402  (after the skip: absent only in a broken install)
+from rocketscope.broker import raftpath  # after the skip: absent only in a broken install
 
 I64 = st.integers(-(1 << 63), (1 << 63) - 1)
 SMALL = st.integers(0, 1 << 40)
@@ -69,8 +70,9 @@ def test_frames_are_byte_identical_and_decode_to_the_sent_messages(head: bytes, 
     assert decoded.messages == [Message(m.type, m.frm, m.to, m.term, m.log_term, m.index, list(m.entries), m.commit,
                                         m.reject, m.reject_hint, m.force) for m in msgs[:count]]
     assert decoded.bad == []
-    # the limits the link applies: at most max_messages, and one more only while the entries' data is under max_bytes
-    assert count == min(len(msgs), max_messages) or sum(len(e.data) for m in msgs[:count] for e in m.entries) >= max_bytes
+    # the link's limits: at most max_messages, and one more only while the entries' data is under max_bytes
+    data_bytes = sum(len(e.data) for m in msgs[:count] for e in m.entries)
+    assert count == min(len(msgs), max_messages) or data_bytes >= max_bytes
 
 
 def _damage(payload: bytes, how: int, at: int, byte: int) -> bytes:
@@ -111,7 +113,8 @@ CORPUS = {
 }
 ACCEPTED = {
     "nothing at all": b"",
-    "unknown fields of every wire type": b"\x30\x05\x39" + b"\x00" * 8 + b"\x42\x01x\x4d\x00\x00\x00\x00\x53\x08\x01\x54",
+    "unknown fields of every wire type":
+        b"\x30\x05\x39" + b"\x00" * 8 + b"\x42\x01x\x4d\x00\x00\x00\x00\x53\x08\x01\x54",
     "a known number with another wire type (skipped)": b"\x08\x05\x2a\x02\x08\x01",
     "a message of an unknown type (left out, named)": b"\x2a\x02\x08\x63\x2a\x02\x08\x01",
     "an entry of an unknown kind (its message left out)": b"\x2a\x06\x08\x01\x3a\x02\x18\x07",
@@ -125,7 +128,7 @@ def test_malformed_frames_are_rejected_by_both_with_a_named_reason(name: str) ->
     payload = CORPUS[name]
     with pytest.raises(rc.BatchError) as reference:
         rc.py_decode_batch(payload)
-    with pytest.raises(ValueError, match="not a RaftBatch: .+") as compiled:
+    with pytest.raises(ValueError, match=r"not a RaftBatch: .+") as compiled:
         raftpath.decode_batch(payload)
     assert str(reference.value) and str(compiled.value)
 
@@ -171,3 +174,47 @@ def test_a_frame_of_the_compiled_link_is_what_the_protobuf_runtime_reads() -> No
     assert (pb.messages[0].entries[0].index, pb.messages[0].entries[0].data) == (42, b"r" * 1000)
     assert pb.messages[1].commit == 40 and pb.messages[1].type == int(MsgType.HEARTBEAT)
     assert frame(pb.SerializeToString()) == data
+
+
+# ------------------------------------------------------------------ a follower's records (decode_records)
+PROPS = st.dictionaries(st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), max_size=8),
+                        st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), max_size=12), max_size=4)
+stored = st.builds(
+    record.StoredMessage, st.text(min_size=1, max_size=20), st.integers(0, 1 << 10), st.binary(max_size=200),
+    properties=PROPS, flag=st.integers(-(1 << 31), (1 << 31) - 1), sys_flag=st.integers(0, 1 << 20),
+    born_timestamp=st.integers(0, 1 << 50), born_host=st.text(max_size=20), store_timestamp=st.integers(0, 1 << 50),
+    store_host=st.text(max_size=20), reconsume_times=st.integers(0, 16), prepared_tx_offset=st.integers(0, 1 << 40),
+    queue_offset=st.integers(0, 1 << 40), physical_offset=st.integers(0, 1 << 40))
+
+
+def records_outcome(decode: object, data: bytes) -> object:
+    try:
+        return decode(data)  # type: ignore[operator]
+    except record.RecordError:
+        return "rejected"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(stored, min_size=1, max_size=5), st.integers(0, 2), st.integers(0, 1 << 16), st.integers(0, 255))
+def test_records_decode_as_record_decode_does(msgs: list[record.StoredMessage], how: int, at: int, byte: int) -> None:
+    """The follower's compiled record decode gives the StoredMessages record.decode gives, the records' own
+    fields included; a damaged entry gives the same messages or the same RecordError (the compiled path
+    hands anything unusual to record.decode)."""
+    data = b"".join(record.encode(m) for m in msgs)
+    decoded = raftpath.decode_records(data)
+    assert decoded == rc.py_decode_records(data)
+    assert [(m.topic, m.body, m.properties, m.born_host, m.queue_offset) for m in decoded or []] == \
+        [(m.topic, m.body, m.properties, m.born_host, m.queue_offset) for m in msgs]
+    damaged = _damage(data, how, at, byte)
+    assert records_outcome(rc.decode_records, damaged) == records_outcome(rc.py_decode_records, damaged)
+    compiled = raftpath.decode_records(damaged)
+    assert compiled is None or compiled == rc.py_decode_records(damaged)
+
+
+def test_records_outside_the_common_case_fall_back_to_the_reference_error() -> None:
+    good = record.encode(record.StoredMessage("t", 0, b"x", {"a": "1"}))
+    no_separator = good.replace(b"a\x011", b"a\x02\x02")
+    for data in (good[:-1], b"\x00" * 68, no_separator, good[:30]):
+        assert raftpath.decode_records(data) is None
+        with pytest.raises(record.RecordError):
+            rc.decode_records(data)

@@ -47,7 +47,7 @@ from rocketscope.tls import TlsClientConfig
 
 from .log_store import DLedgerLog
 from .peer_link import PeerLink
-from .raft_codec import Batch
+from .raft_codec import Batch, decode_records
 
 log = logging.getLogger(__name__)
 
@@ -513,20 +513,15 @@ class DLedgerNode(DrivenMember):
                 continue  # this member's own proposal: ``submit`` handed it over
             if end is not None and start != end and planned(end, record.peek_header(data)[0]) != start:
                 self._drop_pending()  # not merely the filler of a segment roll, which the dispatch steps over
-            msgs: list[StoredMessage] = []
-            pos, n = 0, len(data)
             try:
-                while pos < n:
-                    m = record.decode(data, pos, verify=False)  # bytes from memory, not from the disk
-                    msgs.append(m)
-                    pos += m.size
+                msgs = decode_records(data)  # bytes from memory, not from the disk; compiled (raft_codec.py)
             except RecordError as exc:
                 log.warning("dledger %s/%s: entry %d does not decode (%s); it is read back from the log",
                             self.group, self.self_id, e.index, exc)
                 self._drop_pending()
                 return
             store.add_pending(msgs)
-            self._pending_end = start + n
+            self._pending_end = start + len(data)
 
     def _drop_pending(self) -> None:
         self.store.drop_pending()

@@ -13,6 +13,10 @@ whole frame, length prefix included; ``decode_batch`` returns a ``Batch`` whose 
 driver's ``Message`` values.  A message whose type (or an entry's kind) this member does not know is
 left out and named in ``Batch.bad``, as ``from_pb``'s error used to cost only that message; a payload that
 is not a RaftBatch raises ``BatchError`` naming the field.
+
+``decode_records`` is the follower's other per-frame step: the commit-log records of an entry it appended,
+decoded for the store's pending dispatch (broker/dledger/node.py ``_pend_appended``); compiled for the
+common case, and record.decode (the reference) for anything else.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ from google.protobuf.message import DecodeError
 
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import Entry, EntryKind, Message, MsgType
+from rocketscope.broker.store import record
+from rocketscope.broker.store.record import StoredMessage
 
 from ..peer_frames.wire import frame
 from ..speedups import PURE_ENV
 from .peer_wire import add_pb
 
-__all__ = ["IMPLEMENTATION", "Batch", "BatchError", "decode_batch", "encode_frame", "py_decode_batch",
-           "py_encode_frame"]
+__all__ = ["IMPLEMENTATION", "Batch", "BatchError", "decode_batch", "decode_records", "encode_frame",
+           "py_decode_batch", "py_decode_records", "py_encode_frame"]
 
 
 class BatchError(ValueError):
@@ -51,6 +57,7 @@ class Batch(NamedTuple):
 
 EncodeFrame = Callable[[bytes, Sequence[Message], int, int], tuple[bytes, int, bool]]
 DecodeBatch = Callable[[bytes], Batch]
+DecodeRecords = Callable[[bytes], list[StoredMessage]]
 
 
 def _by_value(enum: type[MsgType] | type[EntryKind]) -> tuple[object, ...]:
@@ -106,12 +113,32 @@ def py_decode_batch(payload: bytes) -> Batch:
     return Batch(pb.group, pb.sender, pb.sender_grpc_addr, pb.sender_admin_addr, messages, bad)
 
 
-def _load() -> tuple[str, EncodeFrame, DecodeBatch]:
+def py_decode_records(data: bytes) -> list[StoredMessage]:
+    """The reference: the records filling ``data`` (a follower's appended entry), in order; RecordError
+    names what is wrong.  The CRC is not checked: these are the bytes just written (a read of the log
+    checks it)."""
+    msgs: list[StoredMessage] = []
+    pos, n = 0, len(data)
+    while pos < n:
+        m = record.decode(data, pos, verify=False)
+        msgs.append(m)
+        pos += m.size
+    return msgs
+
+
+def _load() -> tuple[str, EncodeFrame, DecodeBatch, DecodeRecords]:
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return "python", py_encode_frame, py_decode_batch
+        return "python", py_encode_frame, py_decode_batch, py_decode_records
     from .. import raftpath  # an ImportError here is a broken install: setup.py always builds it
 
     raftpath.bind(Message, Entry, _by_value(MsgType), _by_value(EntryKind))
+    raftpath.bind_records(StoredMessage)
+    compiled_records = raftpath.decode_records
+
+    def c_decode_records(data: bytes) -> list[StoredMessage]:
+        msgs = compiled_records(data)
+        return msgs if msgs is not None else py_decode_records(data)  # not the common case: the reference says why
+
     compiled_decode = raftpath.decode_batch
 
     def c_decode_batch(payload: bytes) -> Batch:
@@ -120,7 +147,7 @@ def _load() -> tuple[str, EncodeFrame, DecodeBatch]:
         except ValueError as exc:
             raise BatchError(str(exc)) from None
 
-    return "c", raftpath.encode_frame, c_decode_batch
+    return "c", raftpath.encode_frame, c_decode_batch, c_decode_records
 
 
-IMPLEMENTATION, encode_frame, decode_batch = _load()
+IMPLEMENTATION, encode_frame, decode_batch, decode_records = _load()
