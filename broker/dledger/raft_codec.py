@@ -62,8 +62,12 @@ DecodeRecords = Callable[[bytes], list[StoredMessage]]
 
 def _by_value(enum: type[MsgType] | type[EntryKind]) -> tuple[object, ...]:
     """A tuple indexed by value: the member, or None where no member has that value."""
-    top = max(int(v) for v in enum)
-    return tuple(enum._value2member_map_.get(i) for i in range(top + 1))
+    members = {int(v): v for v in enum}
+    return tuple(members.get(i) for i in range(max(members) + 1))
+
+
+_TYPES = frozenset(int(v) for v in MsgType)
+_KINDS = frozenset(int(v) for v in EntryKind)
 
 
 def py_encode_frame(head: bytes, messages: Sequence[Message], max_messages: int,
@@ -99,10 +103,10 @@ def py_decode_batch(payload: bytes) -> Batch:
     messages: list[Message] = []
     bad: list[str] = []
     for i, p in enumerate(pb.messages):
-        if p.type not in MsgType._value2member_map_:
+        if p.type not in _TYPES:
             bad.append(f"message {i}: field type has unknown value {p.type}")
             continue
-        wrong = next((j for j, e in enumerate(p.entries) if e.kind not in EntryKind._value2member_map_), None)
+        wrong = next((j for j, e in enumerate(p.entries) if e.kind not in _KINDS), None)
         if wrong is not None:
             bad.append(f"message {i} entry {wrong}: field kind has unknown value {p.entries[wrong].kind}")
             continue
