@@ -8,6 +8,7 @@
     .venv/bin/python tests/sim/run.py --seeds 0-500 --profile dledger     # DLedger's log files, simulated disk
     .venv/bin/python tests/sim/run.py --seeds 0-1500 --profile pipeline  # leaders crash between send and fsync
     .venv/bin/python tests/sim/run.py --seeds 0-1500 --profile lazy_commit  # commit index sent lazily (DLedger's)
+    .venv/bin/python tests/sim/run.py --seeds 0-500 --profile dledger_lazy  # DLedger's log files with the lazy commit
 
 A range ``A-B`` runs seeds A <= seed < B.  Exit status 1 when any seed fails; each
 failure prints its replay command.
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="fault profile: mixed (default), chaos (every seed crashes and partitions hard), "
                              "dledger (mixed, on DLedger's real log files on a simulated disk), pipeline "
                              "(mixed, plus leaders crashing after their appends left and before their fsync) or "
-                             "lazy_commit (mixed, with DLedger's lazy commit broadcast)")
+                             "lazy_commit (mixed, with DLedger's lazy commit broadcast); dledger_lazy: dledger with it")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failing seed")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly

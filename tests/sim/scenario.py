@@ -35,8 +35,9 @@ FAULT_TICKS = 140
 # mixed: a quarter of the seeds are chaos; chaos: all of them; dledger: mixed, on DLedger's real log files
 # (tests/sim/dledger.py) on a simulated disk; pipeline: mixed, plus leaders that crash after their appends left
 # and before their own fsync completed (the window broker/raft/ready.py's early_messages opens), with slow
-# leader disks so that the followers' acknowledgements arrive first
-PROFILES = ("mixed", "chaos", "dledger", "pipeline", "lazy_commit")
+# leader disks so that the followers' acknowledgements arrive first; lazy_commit: mixed with DLedger's lazy
+# commit broadcast; dledger_lazy: dledger with it
+PROFILES = ("mixed", "chaos", "dledger", "pipeline", "lazy_commit", "dledger_lazy")
 LIVENESS_TICKS = 150  # after the heal: a leader and a committed proposal on every node within this (+ backlog)
 
 
@@ -135,10 +136,13 @@ class Simulation:
                 max_append_entries=max_entries, max_append_bytes=max_bytes, max_inflight=max_inflight,
                 pre_vote=pre_vote, check_quorum=check_quorum, preferred_leader=preferred,
                 preferred_check_ticks=10, testing_faults=bugs,
-                # lazy_commit: the mixed schedule with DLedger's lazy commit broadcast (broker/raft/config.py)
-                eager_commit_broadcast=profile != "lazy_commit",
+                # lazy_commit: the mixed schedule with DLedger's lazy commit broadcast (broker/raft/config.py);
+                # dledger_lazy: the dledger family with it, as DLedger runs (DLedgerConfig.from_settings).  The
+                # dledger family itself keeps the eager broadcast: its pinned seeds (tests/test_raft_sim_dledger.py)
+                # reproduce their bugs on that schedule.
+                eager_commit_broadcast=profile not in ("lazy_commit", "dledger_lazy"),
             )
-            if profile == "dledger":
+            if profile in ("dledger", "dledger_lazy"):
                 from .dledger import DLedgerSimNode  # imports the broker's store: only for this family
 
                 if self.tmp is None:
