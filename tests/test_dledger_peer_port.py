@@ -449,3 +449,26 @@ def test_add_pb_builds_in_place_exactly_what_to_pb_builds() -> None:
         wire.add_pb(built.messages, m)
         assert built.SerializeToString() == dledger_pb2.RaftBatch(messages=[to_pb(m)]).SerializeToString()
         assert from_pb(built.messages[0]) == m
+
+
+def test_a_message_of_an_unknown_type_is_left_out_and_named_while_the_rest_arrive() -> None:
+    """A newer member's message type (or a damaged enum) costs that message only, as ``from_pb``'s error did:
+    the port keeps the connection, hands on the others and names the left-out one in ``Batch.bad``."""
+    unknown = dledger_pb2.RaftMessage(type=42, frm="n1", to="n0", term=3)
+    batch = header()
+    batch.messages.extend([to_pb(app(1)), unknown, to_pb(app(2))])
+    stream = wire.hello(GROUP, "n1", "") + wire.frame(batch.SerializeToString())
+
+    async def body() -> None:
+        rec = Recorder()
+        port = await started_port(rec)
+        try:
+            await _exchange(port.port, stream)
+            await until(lambda: len(rec.messages) == 2, "the two known messages arrive")
+            assert rec.messages == [app(1), app(2)]
+            assert rec.batches[0].bad == ["message 1: field type has unknown value 42"]
+            assert port.refused == 0
+        finally:
+            await port.stop()
+
+    run(body)

@@ -11,6 +11,8 @@ must be rejected by both (a ``BatchError`` naming what is wrong) or read identic
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -19,9 +21,10 @@ from rocketscope.broker.dledger import raft_codec as rc
 from rocketscope.broker.peer_frames.wire import frame
 from rocketscope.broker.protocol import dledger_pb2
 from rocketscope.broker.raft import Entry, EntryKind, Message, MsgType
+from rocketscope.broker.speedups import PURE_ENV
 from rocketscope.broker.store import record
 
-if rc.IMPLEMENTATION != "c":  # ROCKETSCOPE_PURE_PYTHON=1: the reference alone has nothing to be compared with
+if os.environ.get(PURE_ENV, "") not in ("", "0"):  # the reference alone has nothing to be compared with
     pytest.skip("the compiled codec is switched off", allow_module_level=True)
 
 from rocketscope.broker import raftpath  # after the skip: absent only in a broken install
@@ -29,6 +32,13 @@ from rocketscope.broker import raftpath  # after the skip: absent only in a brok
 I64 = st.integers(-(1 << 63), (1 << 63) - 1)
 SMALL = st.integers(0, 1 << 40)
 IDS = st.text(min_size=0, max_size=12)
+
+
+def test_the_members_run_the_compiled_codec_unless_told_otherwise() -> None:
+    """A broken selection would leave every member on the slow path without a word: the environment did not
+    ask for the reference, so the compiled functions must be the ones in use."""
+    assert rc.IMPLEMENTATION == "c"
+    assert rc.encode_frame is raftpath.encode_frame
 
 
 def c_decode(payload: bytes) -> rc.Batch:
