@@ -43,6 +43,7 @@ from .codec import (
     WireMessage,
     batch_entries,
     encode_message,
+    encode_response,
     json_body,
     offset_msg_id,
     parse_json_body,
@@ -326,48 +327,64 @@ class RemotingBroker:
 
     # --------------------------------------------------------------- send
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        prepared = await self._prepare_send(cmd, conn)
+        fields = _send_fields(cmd)
+        prepared = self._prepare_send(cmd, conn, fields, await self._send_topic(fields[1], fields[7]),
+                                      int(time.time() * 1000))
         cid = self.client_id(conn)
         started = time.perf_counter()
         results = await self.b.put_messages(prepared.stored, prepared.kinds, cid)
-        return self._answer_send(cmd, prepared, results, cid, int((time.perf_counter() - started) * 1000))
+        return cmd.response(*self._answer_send(prepared, results, cid, int((time.perf_counter() - started) * 1000)))
 
-    async def send_group(self, cmds: list[RemotingCommand], conn: Connection) -> list[RemotingCommand | None]:
+    async def send_group(self, cmds: list[RemotingCommand], conn: Connection
+                         ) -> list[RemotingCommand | bytes | None]:
         """The sends of one connection that arrived in one read: one ``put_messages`` for all their messages.
 
         A producer with many sends in flight has them read together; storing them with one
         commit-log write (and, with SYNC_FLUSH or replication, one wait) instead of one task
         and one put each is what issue 20's profile of the remoting path asked for.  A request
-        with a bad header gets its own answer and does not hold up the others."""
-        out: list[RemotingCommand | None] = [None] * len(cmds)
+        with a bad header gets its own answer and does not hold up the others.  Each topic of the
+        run is resolved once (``_send_topic``: nothing else runs between the run's sends, so the
+        answer is the one each send would get), the clock is read once, and a plain stored send's
+        answer is returned encoded (``_answer_send``'s frame, no command object)."""
+        out: list[RemotingCommand | bytes | None] = [None] * len(cmds)
         ready: list[tuple[int, _PreparedSend]] = []
+        topics: dict[str, Any] = {}
+        now_ms = int(time.time() * 1000)
         for i, cmd in enumerate(cmds):
             try:
-                ready.append((i, await self._prepare_send(cmd, conn)))
+                fields = _send_fields(cmd)
+                topic = fields[1]
+                cfg = topics.get(topic)
+                if cfg is None:
+                    cfg = await self._send_topic(topic, fields[7])
+                    if not topic.startswith(RETRY_PREFIX):  # a retry topic checks its group each time
+                        topics[topic] = cfg
+                ready.append((i, self._prepare_send(cmd, conn, fields, cfg, now_ms)))
             except HeaderError as exc:
                 out[i] = cmd.response(exc.code, str(exc))
         if not ready:
             return out
         cid = self.client_id(conn)
-        stored = [m for _, p in ready for m in p.stored]
-        kinds = [k for _, p in ready for k in p.kinds]
+        if len(ready) == len(cmds) and all(len(p.stored) == 1 for _, p in ready):
+            stored = [p.stored[0] for _, p in ready]
+            kinds = [p.kinds[0] for _, p in ready]
+        else:
+            stored = [m for _, p in ready for m in p.stored]
+            kinds = [k for _, p in ready for k in p.kinds]
         started = time.perf_counter()
         results = await self.b.put_messages(stored, kinds, cid)
         cost_ms = int((time.perf_counter() - started) * 1000)
         pos = 0
         for i, p in ready:
             n = len(p.stored)
-            out[i] = self._answer_send(cmds[i], p, results[pos:pos + n], cid, cost_ms)
+            code, remark, ext = self._answer_send(p, results[pos:pos + n] if n != 1 else [results[pos]], cid, cost_ms)
+            cmd = cmds[i]
+            out[i] = (code == RC.SUCCESS and encode_response(cmd, code, ext)) or cmd.response(code, remark, ext)
             pos += n
         return out
 
-    async def _prepare_send(self, cmd: RemotingCommand, conn: Connection) -> _PreparedSend:
-        """Check a send's header and body; the messages to store (HeaderError names what is wrong).
-
-        Runs for every send: the header's fields are read straight from the decoded extFields (V2's
-        short names without building a renamed copy), settings are read once per request, and each
-        message gets the properties dict decoded for it (no copy) and a UNIQ_KEY from ``new_uniq_key``."""
-        _group, topic, queue_id, sys_flag, born, flag, reconsume, batch, header_props = _send_fields(cmd)
+    async def _send_topic(self, topic: str, batch: bool) -> Any:
+        """The topic config a send writes to, or HeaderError with the code a bad or refused topic gets."""
         b = self.b
         if topic.startswith(RETRY_PREFIX):
             if batch:
@@ -375,19 +392,30 @@ class RemotingBroker:
             if topic_name_problem(topic):
                 raise HeaderError(f"topic[{topic[:200]}] is not valid", RC.INVALID_PARAMETER)
             self.check_group(topic[len(RETRY_PREFIX):])
-            cfg = b.topics.create_if_absent(topic, 1, system=True)
-        else:
-            if topic not in self._valid_topic_names:
-                problem = topic_name_problem(topic)
-                if problem:
-                    raise HeaderError(f"topic[{topic[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
-                if len(self._valid_topic_names) >= 4096:
-                    self._valid_topic_names.clear()
-                self._valid_topic_names.add(topic)
-            try:
-                cfg = await b.topic_for_send(topic)
-            except BrokerError as exc:  # a slave's NOT_WRITER is SERVICE_NOT_AVAILABLE (broker/remoting/errors.py)
-                raise HeaderError(str(exc), remoting_code(exc)) from None
+            return b.topics.create_if_absent(topic, 1, system=True)
+        if topic not in self._valid_topic_names:
+            problem = topic_name_problem(topic)
+            if problem:
+                raise HeaderError(f"topic[{topic[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
+            if len(self._valid_topic_names) >= 4096:
+                self._valid_topic_names.clear()
+            self._valid_topic_names.add(topic)
+        try:
+            return await b.topic_for_send(topic)
+        except BrokerError as exc:  # a slave's NOT_WRITER is SERVICE_NOT_AVAILABLE (broker/remoting/errors.py)
+            raise HeaderError(str(exc), remoting_code(exc)) from None
+
+    def _prepare_send(self, cmd: RemotingCommand, conn: Connection,
+                      fields: tuple[str, str, int, int, int, int, int, bool, str], cfg: Any,
+                      now_ms: int) -> _PreparedSend:
+        """Check a send's header and body against its topic's ``cfg``; the messages to store (HeaderError names
+        what is wrong).
+
+        Runs for every send: the header's fields come from ``_send_fields`` (read straight from the decoded
+        extFields, V2's short names without a renamed copy), settings are read once per request, and each
+        message gets the properties dict decoded for it (no copy) and a UNIQ_KEY from ``new_uniq_key``."""
+        _group, topic, queue_id, sys_flag, born, flag, reconsume, batch, header_props = fields
+        b = self.b
         if queue_id >= max(cfg.read_queue_nums, cfg.write_queue_nums):
             raise HeaderError(f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums:"
                               f"[{cfg.write_queue_nums}]", RC.INVALID_PARAMETER)
@@ -405,7 +433,6 @@ class RemotingBroker:
             entries = [(cmd.body, flag, string_to_properties(header_props))]
         settings = b.settings
         max_size = settings.maxMessageSize
-        now_ms = int(time.time() * 1000)
         half_flag = (sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_PREPARED
         topic_name = cfg.name
         peer = conn.peer
@@ -448,9 +475,10 @@ class RemotingBroker:
             kinds.append(SendKind(half, deliver_ms) if half or deliver_ms is not None else PLAIN)
         return _PreparedSend(cfg, queue_id, stored, kinds)
 
-    def _answer_send(self, cmd: RemotingCommand, prepared: _PreparedSend, results: list[Any], cid: str,
-                     cost_ms: int) -> RemotingCommand:
-        """SendMessageResponseHeader of a stored send (or the first failure's code)."""
+    def _answer_send(self, prepared: _PreparedSend, results: list[Any], cid: str, cost_ms: int
+                     ) -> tuple[int, str | None, dict[str, str] | None]:
+        """The answer to a send as (code, remark, extFields): SendMessageResponseHeader of a stored send (or the
+        first failure's code and reason)."""
         b = self.b
         cfg, queue_id = prepared.cfg, prepared.queue_id
         ids = []
@@ -476,14 +504,14 @@ class RemotingBroker:
             reason = next((r.reason for r in results if r.reason), results[0].status.value if results else "")
             if code == RC.SYSTEM_ERROR and any(r.status is PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH for r in results):
                 reason = f"in-sync replicas not enough: {reason}"
-            return cmd.response(code if code != RC.SUCCESS else RC.SYSTEM_ERROR, reason or "message not stored")
+            return code if code != RC.SUCCESS else RC.SYSTEM_ERROR, reason or "message not stored", None
         ext = {"msgId": ",".join(ids), "queueId": str(queue_id), "queueOffset": str(first.queue_offset),
                "MSG_REGION": b.settings.regionId, "TRACE_ON": "true" if b.settings.traceOn else "false"}
         props = first.properties
         ext["transactionId"] = props.get("TRANSACTION_ID") or props.get("UNIQ_KEY", "")
         if first.topic != cfg.name:  # wrapped by the timer or as a half message: the queue the client named
             ext["queueOffset"] = str(max(first.queue_offset, 0))
-        return cmd.response(code, None if code == RC.SUCCESS else results[0].status.value, ext)
+        return code, None if code == RC.SUCCESS else results[0].status.value, ext
 
     # --------------------------------------------------------------- pull
     def _on_dispatch(self, msg: StoredMessage) -> None:

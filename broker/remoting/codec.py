@@ -234,6 +234,17 @@ def encode(cmd: RemotingCommand) -> bytes:
     return encode_python(cmd)
 
 
+def encode_response(req: RemotingCommand, code: int, ext_fields: dict[str, str] | None) -> bytes | None:
+    """``encode(req.response(code, None, ext_fields))`` without building the answer's command (the send path's
+    answers, one per single send: issue 20), or None when only that command can be encoded (a ROCKETMQ binary
+    header, no compiled encoder, or a field the compiled encoder leaves to ``encode``)."""
+    if _C is None or req.serialize_type != JSON:
+        return None
+    got: bytes | None = _C.encode_json_frame(code, ext_fields, None, req.opaque, FLAG_RESPONSE, "JAVA",
+                                             SERVER_VERSION, b"")
+    return got
+
+
 def encode_python(cmd: RemotingCommand) -> bytes:
     """``encode`` in Python: the reference the compiled encoder is tested against."""
     header = _binary_header(cmd) if cmd.serialize_type == ROCKETMQ else _json_header(cmd)
