@@ -555,6 +555,161 @@ fail:
     return NULL;
 }
 
+/* ================================================================== SEND_MESSAGE answers of a run */
+static PyObject *r_serialize_type, *r_opaque, *r_flag, *r_status, *r_message, *r_queue_id, *r_cfg, *r_name,
+                *r_topic, *r_physical_offset, *r_queue_offset, *r_properties, *k_TRANSACTION_ID, *k_UNIQ_KEY_A;
+
+static int send_answers_init(void) {
+    r_serialize_type = PyUnicode_InternFromString("serialize_type");
+    r_opaque = PyUnicode_InternFromString("opaque");
+    r_flag = PyUnicode_InternFromString("flag");
+    r_status = PyUnicode_InternFromString("status");
+    r_message = PyUnicode_InternFromString("message");
+    r_queue_id = PyUnicode_InternFromString("queue_id");
+    r_cfg = PyUnicode_InternFromString("cfg");
+    r_name = PyUnicode_InternFromString("name");
+    r_topic = PyUnicode_InternFromString("topic");
+    r_physical_offset = PyUnicode_InternFromString("physical_offset");
+    r_queue_offset = PyUnicode_InternFromString("queue_offset");
+    r_properties = PyUnicode_InternFromString("properties");
+    k_TRANSACTION_ID = PyUnicode_InternFromString("TRANSACTION_ID");
+    k_UNIQ_KEY_A = PyUnicode_InternFromString("UNIQ_KEY");
+    return (r_serialize_type && r_opaque && r_flag && r_status && r_message && r_queue_id && r_cfg && r_name
+            && r_topic && r_physical_offset && r_queue_offset && r_properties && k_TRANSACTION_ID && k_UNIQ_KEY_A)
+           ? 0 : -1;
+}
+
+/* An exact int attribute of o -> *out (0: absent, not an exact int, or beyond a long long). */
+static int ll_attr(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) { PyErr_Clear(); return 0; }
+    int ok = 0;
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+        ok = !overflow && !(*out == -1 && PyErr_Occurred());
+        PyErr_Clear();
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+/* One answer: what encode(cmd.response(SUCCESS, None, ext)) writes for _answer_send's ext of a plain stored single
+ * send (msgId, queueId, queueOffset, MSG_REGION, TRACE_ON, transactionId, in that order); 1 done, 0 not the common
+ * case (nothing written), -1 error. */
+static int put_answer(Buf *b, PyObject *cmd, PyObject *res, PyObject *prep, PyObject *prefix, PyObject *region,
+                      PyObject *trace_on, PyObject *ok) {
+    long long stype, opaque, flag, queue_id, phy, qoff;
+    if (!ll_attr(cmd, r_serialize_type, &stype) || stype != 0 || !ll_attr(cmd, r_opaque, &opaque)
+        || !ll_attr(cmd, r_flag, &flag) || opaque < INT32_MIN_ || opaque > INT32_MAX_)
+        return 0;
+    if (flag & 2) return 1;  /* oneway: no answer */
+    PyObject *status = PyObject_GetAttr(res, r_status);
+    if (status == NULL) { PyErr_Clear(); return 0; }
+    Py_DECREF(status);  /* an identity test only: ``ok`` keeps the member alive */
+    if (status != ok) return 0;
+    PyObject *msg = PyObject_GetAttr(res, r_message);
+    if (msg == NULL) { PyErr_Clear(); return 0; }
+    int r = 0;
+    PyObject *cfg = NULL, *name = NULL, *topic = NULL, *props = NULL, *tx;
+    if (msg == Py_None || !ll_attr(prep, r_queue_id, &queue_id) || !ll_attr(msg, r_physical_offset, &phy)
+        || !ll_attr(msg, r_queue_offset, &qoff) || phy < 0)
+        goto done;
+    if ((cfg = PyObject_GetAttr(prep, r_cfg)) == NULL || (name = PyObject_GetAttr(cfg, r_name)) == NULL
+        || (topic = PyObject_GetAttr(msg, r_topic)) == NULL || (props = PyObject_GetAttr(msg, r_properties)) == NULL) {
+        PyErr_Clear();
+        goto done;
+    }
+    if (!PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(topic) || !PyDict_CheckExact(props)) goto done;
+    if (name != topic) {  /* wrapped by the timer or as a half: its answer's queueOffset is _answer_send's */
+        int eq = PyUnicode_Compare(name, topic);
+        if (eq == -1 && PyErr_Occurred()) { PyErr_Clear(); goto done; }
+        if (eq != 0) goto done;
+    }
+    /* transactionId: props.get("TRANSACTION_ID") or props.get("UNIQ_KEY", "") */
+    tx = PyDict_GetItemWithError(props, k_TRANSACTION_ID);
+    if (tx == NULL && PyErr_Occurred()) { PyErr_Clear(); goto done; }
+    if (tx != NULL && (!PyUnicode_CheckExact(tx) || PyUnicode_GET_LENGTH(tx) == 0)) {
+        if (!PyUnicode_CheckExact(tx)) goto done;  /* a non-str value's truth is Python's business */
+        tx = NULL;
+    }
+    if (tx == NULL) {
+        tx = PyDict_GetItemWithError(props, k_UNIQ_KEY_A);
+        if (tx == NULL && PyErr_Occurred()) { PyErr_Clear(); goto done; }
+        if (tx == NULL) tx = s_empty;
+    }
+    Py_ssize_t start = b->n;
+    char num[64];
+    int k, w;
+#define PA(expr) do { w = (expr); if (w == -1) { b->n = start; goto done; } if (w < -1) { r = -1; goto done; } } while (0)
+#define PL(lit_) PA(buf_put(b, lit_, (Py_ssize_t)(sizeof(lit_) - 1)) < 0 ? -2 : 0)
+    PA(buf_reserve(b, 8) < 0 ? -2 : 0);
+    b->n += 8;  /* the two length fields, filled in below */
+    PL("{\"code\":0,\"extFields\":{\"msgId\":");
+    {   /* prefix + the physical offset as 16 upper-case hex digits, one JSON string */
+        if (!PyUnicode_CheckExact(prefix) || !PyUnicode_IS_ASCII(prefix)) { b->n = start; goto done; }
+        Py_ssize_t pn = PyUnicode_GET_LENGTH(prefix);
+        const char *pu = (const char *)PyUnicode_DATA(prefix);
+        k = snprintf(num, sizeof num, "%016llX", (unsigned long long)phy);
+        PA(buf_putc(b, '"') < 0 ? -2 : 0);
+        for (Py_ssize_t i = 0; i < pn; i++) {
+            unsigned char ch = (unsigned char)pu[i];
+            if (ch < 0x20 || ch == '"' || ch == '\\') { b->n = start; goto done; }  /* hex digits only, always */
+        }
+        PA(buf_put(b, pu, pn) < 0 ? -2 : 0);
+        PA(buf_put(b, num, k) < 0 ? -2 : 0);
+        PA(buf_putc(b, '"') < 0 ? -2 : 0);
+    }
+    k = snprintf(num, sizeof num, ",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\",\"MSG_REGION\":", queue_id, qoff);
+    PA(buf_put(b, num, k) < 0 ? -2 : 0);
+    PA(put_json_str(b, region));
+    PL(",\"TRACE_ON\":");
+    PA(put_json_str(b, trace_on));
+    PL(",\"transactionId\":");
+    PA(put_json_str(b, tx));
+    k = snprintf(num, sizeof num, "},\"flag\":1,\"language\":\"JAVA\",\"opaque\":%lld,", opaque);
+    PA(buf_put(b, num, k) < 0 ? -2 : 0);
+    PL("\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479}");
+#undef PL
+#undef PA
+    {
+        Py_ssize_t hlen = b->n - start - 8;
+        wr_u32((unsigned char *)b->p + start, (uint32_t)(4 + hlen));
+        wr_u32((unsigned char *)b->p + start + 4, (uint32_t)hlen);
+    }
+    r = 1;
+done:
+    Py_DECREF(msg);
+    Py_XDECREF(cfg);
+    Py_XDECREF(name);
+    Py_XDECREF(topic);
+    Py_XDECREF(props);
+    return r;
+}
+
+/* send_answers(cmds, results, prepared, prefix, region, trace_on, ok) -> the answer frames of a run of single sends,
+ * concatenated (a oneway send has none), or None when any of them is not a plain stored send of a JSON request (then
+ * RemotingBroker.send_group answers each in Python, the reference).  cmds[i] is the request, results[i] its one
+ * PutResult, prepared[i] its _PreparedSend; ok is PutStatus.PUT_OK.  The header is codec.encode_response's for
+ * _answer_send's extFields: code 0, flag 1 (RESPONSE), language JAVA, version 479 (codec.SERVER_VERSION). */
+static PyObject *send_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2]))
+        Py_RETURN_NONE;
+    PyObject *cmds = args[0], *results = args[1], *prepared = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(cmds);
+    if (PyList_GET_SIZE(results) != n || PyList_GET_SIZE(prepared) != n) Py_RETURN_NONE;
+    Buf b; buf_init(&b);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int r = put_answer(&b, PyList_GET_ITEM(cmds, i), PyList_GET_ITEM(results, i), PyList_GET_ITEM(prepared, i),
+                           args[3], args[4], args[5], args[6]);
+        if (r < 0) { buf_free(&b); return NULL; }
+        if (r == 0) { buf_free(&b); Py_RETURN_NONE; }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(b.p, b.n);
+    buf_free(&b);
+    return out;
+}
+
 /* ================================================================== commit-log record head */
 /* record_head(prefix, properties, body_len) -> prefix + u16 len + properties + u32 body_len, as record.prepare
  * builds it, or None (a non-str name or value, text that is not UTF-8, properties over 32767 bytes). */
@@ -1103,6 +1258,8 @@ static PyMethodDef methods[] = {
     {"parse_properties", parse_properties, METH_O, "string_to_properties for a str, or None."},
     {"send_fields", (PyCFunction)(void (*)(void))send_fields, METH_FASTCALL, "_send_fields' tuple, or None."},
     {"decode_batch", decode_batch, METH_O, "A SEND_BATCH_MESSAGE body -> [(body, flag, properties)], or None."},
+    {"send_answers", (PyCFunction)(void (*)(void))send_answers, METH_FASTCALL,
+     "The answer frames of a run of plain stored single sends, concatenated, or None."},
     {"record_head", (PyCFunction)(void (*)(void))record_head, METH_FASTCALL,
      "A commit-log record's bytes between its fixed part and its body, or None."},
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL,
@@ -1128,6 +1285,7 @@ PyMODINIT_FUNC PyInit_fastpath(void) {
         send_short[i] = PyUnicode_InternFromString(shorts[i]);
         if (!send_long[i] || !send_short[i]) return NULL;
     }
+    if (send_answers_init() < 0) return NULL;
     s_code = PyUnicode_InternFromString("code");
     s_extFields = PyUnicode_InternFromString("extFields");
     s_flag = PyUnicode_InternFromString("flag");

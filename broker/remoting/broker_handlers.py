@@ -181,7 +181,7 @@ class RemoteClient:
 
 
 
-@dataclass
+@dataclass(slots=True)
 class _PreparedSend:
     """A send request checked and turned into the messages to store."""
 
@@ -336,7 +336,7 @@ class RemotingBroker:
         return cmd.response(*self._answer_send(prepared, results, cid, int((time.perf_counter() - started) * 1000)))
 
     async def send_group(self, cmds: list[RemotingCommand], conn: Connection
-                         ) -> list[RemotingCommand | bytes | None]:
+                         ) -> list[RemotingCommand | bytes | None] | bytes:
         """The sends of one connection that arrived in one read: one ``put_messages`` for all their messages.
 
         A producer with many sends in flight has them read together; storing them with one
@@ -345,7 +345,8 @@ class RemotingBroker:
         with a bad header gets its own answer and does not hold up the others.  Each topic of the
         run is resolved once (``_send_topic``: nothing else runs between the run's sends, so the
         answer is the one each send would get), the clock is read once, and a plain stored send's
-        answer is returned encoded (``_answer_send``'s frame, no command object)."""
+        answer is returned encoded (``_answer_send``'s frame, no command object); when every send of
+        the run is one (the common case) all their answers are one ``bytes`` (fastpath.send_answers)."""
         out: list[RemotingCommand | bytes | None] = [None] * len(cmds)
         ready: list[tuple[int, _PreparedSend]] = []
         topics: dict[str, Any] = {}
@@ -365,7 +366,8 @@ class RemotingBroker:
         if not ready:
             return out
         cid = self.client_id(conn)
-        if len(ready) == len(cmds) and all(len(p.stored) == 1 for _, p in ready):
+        singles = len(ready) == len(cmds) and all(len(p.stored) == 1 for _, p in ready)
+        if singles:
             stored = [p.stored[0] for _, p in ready]
             kinds = [p.kinds[0] for _, p in ready]
         else:
@@ -374,6 +376,14 @@ class RemotingBroker:
         started = time.perf_counter()
         results = await self.b.put_messages(stored, kinds, cid)
         cost_ms = int((time.perf_counter() - started) * 1000)
+        if singles and _C is not None and isinstance(self.b.trace_hooks, NoTrace):
+            # every answer a plain stored single send's: one compiled call writes them all (None: any other answer)
+            settings = self.b.settings
+            frames: bytes | None = _C.send_answers(cmds, results, [p for _, p in ready], self._msg_id_prefix,
+                                                   settings.regionId, "true" if settings.traceOn else "false",
+                                                   PutStatus.PUT_OK)
+            if frames is not None:
+                return frames
         pos = 0
         for i, p in ready:
             n = len(p.stored)

@@ -48,8 +48,10 @@ log = logging.getLogger(__name__)
 Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
 Recorder = Callable[[int, int, float], None]
 # a group handler's answers, one per request: a command, a SUCCESS answer's frame already encoded
-# (codec.encode_response: no command object per single send), or None (no answer)
-GroupHandler = Callable[[list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand | bytes | None]]]
+# (codec.encode_response: no command object per single send), or None (no answer); or all of them SUCCESS
+# answers, one bytes of their frames in request order (none for a oneway request)
+GroupAnswers = list[RemotingCommand | bytes | None] | bytes
+GroupHandler = Callable[[list[RemotingCommand], "Connection"], Awaitable[GroupAnswers]]
 # back-pressure per connection: reading stops at PAUSE_ABOVE requests in flight, resumes at RESUME_BELOW
 PAUSE_ABOVE = 1024
 RESUME_BELOW = 256
@@ -100,7 +102,7 @@ class Connection:
 
     def send_frames(self, frames: list[bytes]) -> None:
         """Queue answer frames already encoded (``codec.encode_response``), in order, after what ``send`` queued."""
-        if not frames or self.closed or self.transport.is_closing():
+        if not frames or not frames[0] or self.closed or self.transport.is_closing():
             return
         if not self._out:
             self.loop.call_soon(self.flush)
@@ -448,7 +450,7 @@ class RemotingServer:
             await self._dispatch(cmds[0], conn)
             return
         started = time.perf_counter()
-        resps: list[RemotingCommand | bytes | None]
+        resps: GroupAnswers
         try:
             resps = await self.group_handlers[code](cmds, conn)
         except asyncio.CancelledError:
@@ -459,6 +461,16 @@ class RemotingServer:
             resps = [cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}") for cmd in cmds]
         elapsed = time.perf_counter() - started
         recorder = self.recorder
+        if isinstance(resps, bytes):  # every request answered SUCCESS, the frames already in order
+            if recorder is not None:
+                try:
+                    for _cmd in cmds:
+                        recorder(code, ResponseCode.SUCCESS, elapsed)
+                except Exception:
+                    log.debug("remoting recorder failed", exc_info=True)
+            conn.send_frames([resps])
+            await conn.drain()
+            return
         frames: list[bytes] = []  # encoded answers not yet queued: written in order with the commands'
         for cmd, resp in zip(cmds, resps, strict=True):
             if recorder is not None:
