@@ -153,7 +153,7 @@ class FrameError(ValueError):
         self.opaque = opaque
 
 
-@dataclass
+@dataclass(slots=True)  # one per request and per answer: slots make it a third cheaper to build (issue 20)
 class RemotingCommand:
     code: int
     ext_fields: dict[str, str] | None = None

@@ -372,22 +372,30 @@ class RemotingServer:
         assert conn is not None
         loop = conn.loop
         max_frame = self.max_frame
+        # a request of a grouped code goes straight to its group when no gate checks it (_start does the rest)
+        group_codes = self.group_handlers if self.gate is None else {}
         view = memoryview(data)  # frames are decoded in place (one copy of each body), released before return
         try:
             while end - pos >= 4:
                 if len(inflight) >= limit:
                     return pos, grouped, True
                 (length,) = _I32.unpack_from(data, pos)
-                check_length(length, max_frame)
+                if length < 4 or length + 4 > max_frame:
+                    check_length(length, max_frame)  # raises, naming the problem
                 if end - pos - 4 < length:
                     break
-                frame = view[pos + 4:pos + 4 + length]
-                try:
+                with view[pos + 4:pos + 4 + length] as frame:  # released: the caller resizes ``data``
                     cmd = decode(frame)
-                finally:
-                    frame.release()  # the caller resizes ``data``: no view of it may outlive this call
                 pos += 4 + length
-                self._start(cmd, conn, track, grouped, loop)
+                code = cmd.code
+                if code in group_codes and not cmd.flag & FLAG_RESPONSE:
+                    run = grouped.get(code)
+                    if run is None:
+                        grouped[code] = [cmd]
+                    else:
+                        run.append(cmd)
+                else:
+                    self._start(cmd, conn, track, grouped, loop)
         finally:
             view.release()
         return pos, grouped, False
