@@ -173,7 +173,7 @@ static int lit(Cur *c, const char *word) {
 
 /* extFields: an object of string values -> a new dict in *out (a repeated key: the last one, as json.loads) */
 static int parse_ext(Cur *c, PyObject **out) {
-    PyObject *d = PyDict_New();
+    PyObject *d = _PyDict_NewPresized(16);  /* a send header's 14-15 fields without the two resizes of PyDict_New */
     if (d == NULL) return FAIL;
     c->p++;  /* '{' */
     skip_ws(c);
@@ -303,9 +303,26 @@ static PyObject *decode_json_frame(PyObject *self, PyObject *arg) {
     if (body == NULL) goto done;
     PyObject *extra = PyDict_New();
     if (extra == NULL) { Py_DECREF(body); goto done; }
-    result = Py_BuildValue("(LOOOLLOLiN)", h.code, h.ext ? h.ext : Py_None, body, h.remark ? h.remark : Py_None,
-                           h.opaque, h.flag, h.language ? h.language : s_JAVA, h.version, 0, extra);
-    Py_DECREF(body);
+    result = PyTuple_New(10);  /* built directly: Py_BuildValue parses its format on every frame */
+    PyObject *code = PyLong_FromLongLong(h.code), *opaque = PyLong_FromLongLong(h.opaque),
+             *flag = PyLong_FromLongLong(h.flag), *version = PyLong_FromLongLong(h.version),
+             *stype = PyLong_FromLong(0);
+    if (result == NULL || !code || !opaque || !flag || !version || !stype) {
+        Py_XDECREF(result); result = NULL;
+        Py_XDECREF(code); Py_XDECREF(opaque); Py_XDECREF(flag); Py_XDECREF(version); Py_XDECREF(stype);
+        Py_DECREF(body); Py_DECREF(extra);
+        goto done;
+    }
+    PyTuple_SET_ITEM(result, 0, code);
+    PyTuple_SET_ITEM(result, 1, Py_NewRef(h.ext ? h.ext : Py_None));
+    PyTuple_SET_ITEM(result, 2, body);
+    PyTuple_SET_ITEM(result, 3, Py_NewRef(h.remark ? h.remark : Py_None));
+    PyTuple_SET_ITEM(result, 4, opaque);
+    PyTuple_SET_ITEM(result, 5, flag);
+    PyTuple_SET_ITEM(result, 6, Py_NewRef(h.language ? h.language : s_JAVA));
+    PyTuple_SET_ITEM(result, 7, version);
+    PyTuple_SET_ITEM(result, 8, stype);
+    PyTuple_SET_ITEM(result, 9, extra);
     goto done;
 fallback:
     result = Py_NewRef(Py_None);
