@@ -611,6 +611,18 @@ static int ll_attr(PyObject *o, PyObject *name, long long *out) {
     return ok;
 }
 
+/* v in decimal at out (at least 21 bytes); its length.  snprintf parses its format on every call. */
+static int fmt_lld(char *out, long long v) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    int k = 0;
+    if (v < 0) out[k++] = '-';
+    while (n) out[k++] = tmp[--n];
+    return k;
+}
+
 /* One answer: what encode(cmd.response(SUCCESS, None, ext)) writes for _answer_send's ext of a plain stored single
  * send (msgId, queueId, queueOffset, MSG_REGION, TRACE_ON, transactionId, in that order); 1 done, 0 not the common
  * case (nothing written), -1 error. */
@@ -667,7 +679,8 @@ static int put_answer(Buf *b, PyObject *cmd, PyObject *res, PyObject *prep, PyOb
         if (!PyUnicode_CheckExact(prefix) || !PyUnicode_IS_ASCII(prefix)) { b->n = start; goto done; }
         Py_ssize_t pn = PyUnicode_GET_LENGTH(prefix);
         const char *pu = (const char *)PyUnicode_DATA(prefix);
-        k = snprintf(num, sizeof num, "%016llX", (unsigned long long)phy);
+        for (int i = 15; i >= 0; i--) num[15 - i] = "0123456789ABCDEF"[((unsigned long long)phy >> (4 * i)) & 15];
+        k = 16;
         PA(buf_putc(b, '"') < 0 ? -2 : 0);
         for (Py_ssize_t i = 0; i < pn; i++) {
             unsigned char ch = (unsigned char)pu[i];
@@ -677,16 +690,22 @@ static int put_answer(Buf *b, PyObject *cmd, PyObject *res, PyObject *prep, PyOb
         PA(buf_put(b, num, k) < 0 ? -2 : 0);
         PA(buf_putc(b, '"') < 0 ? -2 : 0);
     }
-    k = snprintf(num, sizeof num, ",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\",\"MSG_REGION\":", queue_id, qoff);
+    PL(",\"queueId\":\"");
+    k = fmt_lld(num, queue_id);
     PA(buf_put(b, num, k) < 0 ? -2 : 0);
+    PL("\",\"queueOffset\":\"");
+    k = fmt_lld(num, qoff);
+    PA(buf_put(b, num, k) < 0 ? -2 : 0);
+    PL("\",\"MSG_REGION\":");
     PA(put_json_str(b, region));
     PL(",\"TRACE_ON\":");
     PA(put_json_str(b, trace_on));
     PL(",\"transactionId\":");
     PA(put_json_str(b, tx));
-    k = snprintf(num, sizeof num, "},\"flag\":1,\"language\":\"JAVA\",\"opaque\":%lld,", opaque);
+    PL("},\"flag\":1,\"language\":\"JAVA\",\"opaque\":");
+    k = fmt_lld(num, opaque);
     PA(buf_put(b, num, k) < 0 ? -2 : 0);
-    PL("\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479}");
+    PL(",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479}");
 #undef PL
 #undef PA
     {
@@ -716,6 +735,7 @@ static PyObject *send_answers(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_ssize_t n = PyList_GET_SIZE(cmds);
     if (PyList_GET_SIZE(results) != n || PyList_GET_SIZE(prepared) != n) Py_RETURN_NONE;
     Buf b; buf_init(&b);
+    if (buf_reserve(&b, n * 320) < 0) return NULL;  /* an answer is ~250 bytes: one allocation for the run */
     for (Py_ssize_t i = 0; i < n; i++) {
         int r = put_answer(&b, PyList_GET_ITEM(cmds, i), PyList_GET_ITEM(results, i), PyList_GET_ITEM(prepared, i),
                            args[3], args[4], args[5], args[6]);

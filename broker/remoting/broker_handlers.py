@@ -331,7 +331,7 @@ class RemotingBroker:
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = _send_fields(cmd)
         prepared = self._prepare_send(cmd, conn, fields, await self._send_topic(fields[1], fields[7]),
-                                      int(time.time() * 1000))
+                                      int(time.time() * 1000), self.b.settings.maxMessageSize)
         cid = self.client_id(conn)
         started = time.perf_counter()
         results = await self.b.put_messages(prepared.stored, prepared.kinds, cid)
@@ -353,6 +353,7 @@ class RemotingBroker:
         ready: list[tuple[int, _PreparedSend]] = []
         topics: dict[str, Any] = {}
         now_ms = int(time.time() * 1000)
+        max_size = self.b.settings.maxMessageSize  # Settings' __getattr__ runs after a failed lookup: once per run
         for i, cmd in enumerate(cmds):
             try:
                 fields = _send_fields(cmd)
@@ -362,7 +363,7 @@ class RemotingBroker:
                     cfg = await self._send_topic(topic, fields[7])
                     if not topic.startswith(RETRY_PREFIX):  # a retry topic checks its group each time
                         topics[topic] = cfg
-                ready.append((i, self._prepare_send(cmd, conn, fields, cfg, now_ms)))
+                ready.append((i, self._prepare_send(cmd, conn, fields, cfg, now_ms, max_size)))
             except HeaderError as exc:
                 out[i] = cmd.response(exc.code, str(exc))
         if not ready:
@@ -419,7 +420,7 @@ class RemotingBroker:
 
     def _prepare_send(self, cmd: RemotingCommand, conn: Connection,
                       fields: tuple[str, str, int, int, int, int, int, bool, str], cfg: Any,
-                      now_ms: int) -> _PreparedSend:
+                      now_ms: int, max_size: int) -> _PreparedSend:
         """Check a send's header and body against its topic's ``cfg``; the messages to store (HeaderError names
         what is wrong).
 
@@ -440,7 +441,6 @@ class RemotingBroker:
             # (one set test instead of five lookups); any that does goes on to the checks below, which repeat the
             # size and UNIQ_KEY steps with the same outcome
             body, props = cmd.body, string_to_properties(header_props)
-            max_size = b.settings.maxMessageSize
             if len(body) > max_size:
                 raise HeaderError(f"message body of {len(body)} bytes exceeds maxMessageSize {max_size}",
                                   RC.MESSAGE_ILLEGAL)
@@ -461,7 +461,6 @@ class RemotingBroker:
         else:
             entries = [(cmd.body, flag, string_to_properties(header_props))]
         settings = b.settings
-        max_size = settings.maxMessageSize
         topic_name = cfg.name
         peer = conn.peer
         stored: list[StoredMessage] = []
