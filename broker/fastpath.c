@@ -191,8 +191,8 @@ static int parse_ext(Cur *c, PyObject **out) {
         if (c->p >= c->end || *c->p != '"') { Py_DECREF(k); Py_DECREF(d); return FALLBACK; }
         rc = parse_string(c, &v);
         if (rc != OK) { Py_DECREF(k); Py_DECREF(d); return rc; }
-        PyUnicode_InternInPlace(&k);
-        rc = PyDict_SetItem(d, k, v);
+        rc = PyDict_SetItem(d, k, v);  /* not interned: a lookup in the interpreter's table per key cost more than
+                                          it saved (json.loads does not intern either; one-letter keys are shared) */
         Py_DECREF(k); Py_DECREF(v);
         if (rc < 0) { Py_DECREF(d); return FAIL; }
         skip_ws(c);
