@@ -30,7 +30,6 @@ from .clients import ClientRegistry
 from .errors import BrokerError, ErrorKind
 from .filter import MessageFilter
 from .forwarding import LeaderForwarder
-from .gc_policy import settle_after_start
 from .groups import GroupManager
 from .grpc_options import server_options
 from .grpc_registration import add_messaging_service
@@ -734,7 +733,6 @@ class Broker:
 async def run_broker(settings: Settings) -> None:
     broker = Broker(settings)
     await broker.start()
-    settle_after_start("broker")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

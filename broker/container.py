@@ -21,7 +21,6 @@ from rocketscope.config import ConfigError, Key, Settings, load_settings, port, 
 
 from .broker import Broker
 from .broker_config import load_broker_config
-from .gc_policy import settle_after_start
 from .grpc_options import server_options
 from .security.config import TLS_KEYS, SecurityConfig
 from .security.listener import Listener, bind_listener
@@ -161,7 +160,6 @@ class ContainerAdminService(admin_pb2_grpc.ContainerAdminServicer):
 async def run_container(settings: Settings) -> None:
     container = BrokerContainer(settings)
     await container.start()
-    settle_after_start("container")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
