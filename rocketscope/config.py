@@ -125,12 +125,25 @@ def read_properties(path: str | Path) -> dict[str, str]:
 
 
 class Settings:
-    """Typed values for a set of keys; attribute access by RocketMQ key name."""
+    """Typed values for a set of keys; attribute access by RocketMQ key name.
+
+    Each value is also an instance attribute, so ``settings.maxMessageSize`` is a plain attribute
+    read: through ``__getattr__`` alone every read first failed the normal lookup, which builds
+    an AttributeError, ~0.5 µs a read and ~5 % of a single send (docs/BENCHMARKS.md "Single sends
+    over remoting (session 20)").  ``__getattr__`` stays for the few names that would shadow a
+    method or ``raw`` (none of RocketMQ's keys today).
+    """
 
     def __init__(self, keys: Iterable[Key], values: Mapping[str, Any], raw: Mapping[str, str]) -> None:
         self._keys = {k.name: k for k in keys}
         self._values = dict(values)
         self.raw = dict(raw)
+        for name, value in self._values.items():
+            self._mirror(name, value)
+
+    def _mirror(self, name: str, value: Any) -> None:
+        if name.isidentifier() and name not in _SETTINGS_OWN_NAMES:
+            self.__dict__[name] = value
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -147,9 +160,14 @@ class Settings:
 
     def set(self, name: str, value: Any) -> None:
         self._values[name] = value
+        self._mirror(name, value)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
+
+
+_SETTINGS_OWN_NAMES = frozenset(dir(Settings)) | {"raw", "_keys", "_values"}
+"""Names a key's value must not shadow as an instance attribute (read through ``__getattr__`` instead)."""
 
 
 def load_settings(keys: Iterable[Key], raw: Mapping[str, str], *, extra_known: Iterable[str] = (),

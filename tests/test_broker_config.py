@@ -44,3 +44,19 @@ def test_a_boolean_other_than_true_or_false_is_refused_naming_the_key(raw: str) 
         TelemetryConfig.from_properties({"metricsInDelta": raw})
     for spelled, value in (("TRUE", True), ("False", False)):
         assert load_broker_config({"autoCreateTopicEnable": spelled}).autoCreateTopicEnable is value
+
+
+def test_every_key_reads_the_same_as_an_attribute_and_through_get_also_after_set() -> None:
+    """Values are mirrored as plain attributes (a read must not go through a failed lookup first,
+    rocketscope/config.py); the mirror may never disagree with ``get``, nor shadow the methods."""
+    from rocketscope.config import Settings
+
+    settings = load_broker_config({"brokerName": "b-1", "maxMessageSize": "1024"})
+    names = list(settings.as_dict())
+    assert len(names) > 50
+    for name in names:
+        assert getattr(settings, name) == settings.get(name), name
+    settings.set("maxMessageSize", 2048)
+    assert settings.maxMessageSize == 2048 == settings.get("maxMessageSize")
+    odd = Settings([], {"get": 1, "as_dict": 2, "plain": 3}, {})
+    assert odd.get("get") == 1 and odd.as_dict() == {"get": 1, "as_dict": 2, "plain": 3} and odd.plain == 3
