@@ -35,6 +35,14 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 MIN_BUCKET = 256
+BROADCAST_ACKS = 1_000_000
+"""Up to this many distinct acks, :func:`asof_interval` broadcasts the intervals (``broadcast_limit``).
+
+A broadcast hash join leaves the message rows where they are: the replication rows stay in the
+copies' partitioning by message, so the per-copy aggregate of :attr:`Model.copies` needs no shuffle
+either (a shuffled join moved every (copy, replica) row twice: to the keys and buckets, and back by
+message).  1M messages have ~200k acks (a few MB of intervals); the limit keeps the broadcast table
+near 100 MB in the driver, and above it the join shuffles as before."""
 
 
 def choose_bucket(acks: DataFrame, keys: list[str]) -> int:
@@ -58,15 +66,20 @@ def choose_bucket(acks: DataFrame, keys: list[str]) -> int:
 
 
 def asof_interval(
-    left: DataFrame, acks: DataFrame, keys: list[str], offset_col: str, out_col: str, bucket: int | None = None
+    left: DataFrame, acks: DataFrame, keys: list[str], offset_col: str, out_col: str, bucket: int | None = None,
+    broadcast_limit: int | None = None,
 ) -> DataFrame:
     """``left`` with ``out_col``: min ack ``ts`` over acks with equal keys and ``offset > left.offset_col``.
 
-    ``acks`` has ``keys``, ``offset`` and ``ts``.
+    ``acks`` has ``keys``, ``offset`` and ``ts``.  With ``broadcast_limit``, the intervals are
+    broadcast when there are at most that many distinct acks (one small count), so ``left``'s rows
+    are not shuffled and keep their partitioning (:data:`BROADCAST_ACKS`); else, and without it, the
+    join is a shuffled hash join built on the intervals.
     """
     acks = acks.groupBy(*keys, "offset").agg(F.min("ts").alias("ts"))
     if bucket is None:
         bucket = choose_bucket(acks, keys)
+    broadcast = broadcast_limit is not None and acks.count() <= broadcast_limit
     desc = Window.partitionBy(*keys).orderBy(F.col("offset").desc())
     running = desc.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     intervals = acks.select(
@@ -89,7 +102,8 @@ def asof_interval(
             F.explode(F.sequence(F.floor(F.col("lo") / bucket), F.floor((F.col("hi") - 1) / bucket))),
         )
         .select(*[F.col(k).alias(f"__i_{k}") for k in keys], "lo", "hi", "bucket", "asof_ts")
-        .hint("shuffle_hash")  # a hash join built on the intervals: no sort of the message rows (docstring)
+        # a hash join built on the intervals: no sort of the message rows (module docstring)
+        .hint("broadcast" if broadcast else "shuffle_hash")
     )
     msgs = left.withColumn("__bucket", F.floor(F.col(offset_col) / bucket))
     cond = [F.col(k).eqNullSafe(F.col(f"__i_{k}")) for k in keys] + [
@@ -138,9 +152,9 @@ def asof_window(left: DataFrame, acks: DataFrame, keys: list[str], offset_col: s
 
 
 def asof_join(left: DataFrame, acks: DataFrame, keys: list[str], offset_col: str, out_col: str,
-              method: str = "interval", bucket: int | None = None) -> DataFrame:
+              method: str = "interval", bucket: int | None = None, broadcast_limit: int | None = None) -> DataFrame:
     if method == "interval":
-        return asof_interval(left, acks, keys, offset_col, out_col, bucket)
+        return asof_interval(left, acks, keys, offset_col, out_col, bucket, broadcast_limit)
     if method == "window":
         return asof_window(left, acks, keys, offset_col, out_col)
     raise ValueError(f"as-of join method must be 'interval' or 'window', got {method!r}")

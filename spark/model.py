@@ -39,7 +39,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from rocketscope.names import DLQ_PREFIX
-from rocketscope.spark.asof import asof_join
+from rocketscope.spark.asof import BROADCAST_ACKS, asof_join
 from rocketscope.spark.decode import DEFAULT_DECODER, decode_events, decode_trace
 from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 
@@ -131,6 +131,12 @@ class Model:
         # Joins on (msg_key, msg_id, more keys) may then reuse the tables' partitioning by
         # (msg_key, msg_id) instead of shuffling both sides again (module docstring).
         self.spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
+        # An aggregate whose input is already sorted by its grouping keys runs as a sort aggregate (one
+        # streaming pass) instead of a hash aggregate.  Spark only replaces an aggregate whose child is
+        # sorted, so this never adds a sort.  The cached tables that the msgId-keyed aggregates and joins
+        # read are kept sorted for it (:meth:`_sorted`): collect_list's ObjectHashAggregate fell back to
+        # sorting in every task anyway, and the hash joins built hundreds of MB of hash map at 1M messages.
+        self.spark.conf.set("spark.sql.execution.replaceHashWithSortAgg", "true")
 
     @property
     def partitions(self) -> int:
@@ -144,6 +150,16 @@ class Model:
         partitioned here stay co-partitioned.
         """
         return df.repartition(self.partitions, MSG_KEY, "msg_id")
+
+    @staticmethod
+    def _sorted(df: DataFrame, keys: list[str]) -> DataFrame:
+        """``df`` sorted within its partitions by ``keys`` (leading ``msg_key``: a long sort prefix).
+
+        A cached table remembers its plan's ordering, so the aggregates and joins over it by a
+        prefix of ``keys`` need no sort and no hash table of their own: sort aggregates and
+        sort-merge joins that stream (docs/ANALYTICS.md, "How the shared tables are laid out").
+        """
+        return df.sortWithinPartitions(*keys)
 
     # ------------------------------------------------------------------ inputs
     @property
@@ -232,7 +248,7 @@ class Model:
             .withColumn("truncated", F.coalesce(stored & covered, F.lit(False)))
             .drop("t_group", "truncs")
         )
-        return self._keep("pubs", out)
+        return self._keep("pubs", self._sorted(out, COPY_KEY))
 
     @property
     def copies(self) -> DataFrame:
@@ -244,7 +260,7 @@ class Model:
         """
         if "copies" in self._cache:
             return self._cache["copies"]
-        rep = self.by_message(self.replication).groupBy(*COPY_KEY).agg(
+        rep = self._sorted(self.by_message(self.replication), COPY_KEY).groupBy(*COPY_KEY).agg(
             F.max(F.when(F.col("replica") == QUORUM, F.col("ack_ts"))).alias("committed_ts"),
             F.array_sort(F.collect_list(F.when(F.col("replica") != QUORUM, F.struct(
                 F.col("replica"),
@@ -252,8 +268,9 @@ class Model:
                 (F.col("ack_ts") - F.col("born_ts")).alias("latency_ms"),
             )))).alias("replicas"),
         )
-        # a hash join built on the per-copy aggregate, in place: a sort-merge join sorted both sides again
-        copies = self.pubs.join(rep.hint("shuffle_hash"), on=COPY_KEY, how="left")
+        # Both sides sorted by the copy key (pubs cached so, rep a sort aggregate over sorted rows): a
+        # sort-merge join with no sort, whose output keeps the order :attr:`messages` aggregates by.
+        copies = self.pubs.join(rep, on=COPY_KEY, how="left")
         return self._keep("copies", copies)
 
     @property
@@ -286,7 +303,7 @@ class Model:
         candidates = self.stored_copies.join(F.broadcast(replicas), on=["broker_group", "gen"], how="inner")
         joined = asof_join(
             candidates, acks, ["broker_group", "gen", "replica"], "phys_offset", "ack_ts",
-            method=self.asof_method, bucket=self.bucket,
+            method=self.asof_method, bucket=self.bucket, broadcast_limit=BROADCAST_ACKS,
         )
         return self._keep("replication", joined)
 
@@ -401,7 +418,8 @@ class Model:
             (F.col("dlq_retry_ts").isNotNull() | dlq_topic_ts.isNotNull()).alias("dlq"),
             F.least("dlq_retry_ts", dlq_topic_ts).alias("dlq_ts"),
         )
-        return self._keep("consumers", joined)
+        # sorted for message_timeline's per-msgId aggregate and join (:meth:`_sorted`)
+        return self._keep("consumers", self._sorted(joined, [MSG_KEY, "msg_id", "grp"]))
 
     # ---------------------------------------------------------------- messages
     @property

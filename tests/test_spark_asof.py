@@ -5,6 +5,8 @@ message's offset (it does not hold the message), acks not monotonic in time (the
 is the earliest time over all larger offsets), a key with no acks at all (the dense key
 id of the window method is null there), null key parts (keys compare null-safe), a
 message below every ack and one above every ack, and a bucket narrower than an interval.
+The interval method runs both ways: the intervals shuffled against the messages, and broadcast
+(``broadcast_limit``), where the message rows must not move at all.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import random
 import pytest
 
 from rocketscope.spark.asof import asof_join, choose_bucket
+from rocketscope.spark.plans import describe, shuffles
 
 pytestmark = pytest.mark.e2e
 
@@ -52,12 +55,22 @@ def cases() -> tuple[list[tuple], list[tuple]]:
     return msgs, acks
 
 
-@pytest.mark.parametrize("method,bucket", [("interval", 256), ("interval", None), ("window", None)])
-def test_asof_join_matches_brute_force(spark, method: str, bucket: int | None) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("method,bucket,broadcast_limit", [
+    ("interval", 256, None), ("interval", None, None), ("interval", 256, 1_000), ("interval", 256, 10),
+    ("window", None, None),
+])
+def test_asof_join_matches_brute_force(spark, method: str, bucket: int | None,  # type: ignore[no-untyped-def]
+                                       broadcast_limit: int | None) -> None:
     msgs, acks = cases()
     left = spark.createDataFrame(msgs, "msg_id string, grp string, gen long, replica string, offset long")
     right = spark.createDataFrame(acks, "grp string, gen long, replica string, offset long, ts long")
-    joined = asof_join(left, right, KEYS, "offset", "ack_ts", method=method, bucket=bucket)
+    joined = asof_join(left, right, KEYS, "offset", "ack_ts", method=method, bucket=bucket,
+                       broadcast_limit=broadcast_limit)
+    if method == "interval":
+        # 45 distinct acks: within a limit of 1,000 the intervals are broadcast and the message rows stay
+        # put; above a limit of 10 (and with no limit) both sides are shuffled to the keys and buckets
+        moved = shuffles(joined)
+        assert (not moved) == (broadcast_limit == 1_000), describe(moved)
     assert joined.columns == [*left.columns, "ack_ts"]
     got = {r["msg_id"]: r["ack_ts"] for r in joined.collect()}
     expected = brute_force(msgs, acks)

@@ -199,10 +199,11 @@ def test_rerun_is_idempotent_and_keeps_other_partitions(spark, written, tmp_path
 # How the jobs are planned: what docs/ANALYTICS.md ("How the shared tables are laid out") claims.
 # The plans of the model the tests above ran are walked in the JVM (spark/plans.py), no job runs:
 # the Parquet scans read only the columns the decoders use; every record is shuffled once (by
-# message), the copies once more (the replication rows back to the message partitioning), the
-# attempts once more (a full outer join's output is not known to be partitioned); the Pub dedup,
-# the effective copy and message_timeline run in place; no sort over message rows leads with a
-# string (its 8-byte sort prefix tells the msgIds of one producer apart from nothing).
+# message), and nothing else is: the replication rows stay in the copies' partitions (broadcast
+# intervals) and the consumers' attempts in the records'; the aggregates and joins by message over
+# the cached tables stream over sorted rows (no sort, hash table or hash join of their own); no sort
+# over message rows leads with a string (its 8-byte sort prefix tells the msgIds of one producer
+# apart from nothing).
 DECODER_COLUMNS = {"topic", "tags", "body"}
 
 
@@ -219,16 +220,37 @@ def test_every_scan_reads_only_the_columns_the_decoders_use(written) -> None:  #
 
 def test_message_keyed_steps_stay_in_the_message_partitions(written) -> None:  # type: ignore[no-untyped-def]
     model: Model = written[1]
-    # records: the one shuffle of every record; copies: the replication rows back to the message
-    # partitioning.  consumers: none since session 19 (its attempts are an aggregate inside the records'
-    # partitions, which Spark knows to be partitioned by message; the full outer join they were before
-    # hid it and cost one shuffle of every attempt).  Before session 15 every cached table hid its
-    # partitioning and the run shuffled message rows 11 times.
-    expected = {"records": 1, "pubs": 0, "copies": 1, "messages": 0, "consumers": 0, "message_timeline": 0}
+    # records: the one shuffle of every record.  replication and copies: none since session 20 (the as-of
+    # join broadcasts its intervals, so the (copy, replica) rows stay in the copies' partitions; they were
+    # shuffled to the join's keys and buckets, and copies shuffled them back by message).  consumers: none
+    # since session 19 (its attempts are an aggregate inside the records' partitions, which Spark knows to
+    # be partitioned by message; the full outer join they were before hid it and cost one shuffle of every
+    # attempt).  Before session 15 every cached table hid its partitioning and the run shuffled message
+    # rows 11 times.
+    expected = {"records": 1, "pubs": 0, "replication": 0, "copies": 0, "messages": 0, "consumers": 0,
+                "message_timeline": 0}
     tables = {name: getattr(model, name) for name in expected if name != "message_timeline"}
     tables["message_timeline"] = JOBS["message_timeline"](model)
     actual = {name: len(shuffles(df)) for name, df in tables.items()}
     assert actual == expected, {name: describe(shuffles(df)) for name, df in tables.items()}
+
+
+def test_message_keyed_aggregates_and_joins_stream_over_sorted_tables(written) -> None:  # type: ignore[no-untyped-def]
+    model: Model = written[1]
+    # Session 20: pubs and consumers are cached sorted by message (and copy), so copies' join, messages'
+    # aggregate and message_timeline's aggregate and full outer join need no sort and build no hash
+    # table: sort aggregates and sort-merge joins that stream.  Before, message_timeline's collect_list
+    # was an ObjectHashAggregate that fell back to sorting in every task (1M messages) and its full outer
+    # join built a 570 MB hash map; messages sorted the copies; copies' collect_list of the replicas fell
+    # back to sorting too.  The replication rows come out of the broadcast as-of join in the cached pubs'
+    # order (by copy), so copies' per-copy aggregate sorts nothing either.
+    tables = {name: getattr(model, name) for name in ("copies", "messages")}
+    tables["message_timeline"] = JOBS["message_timeline"](model)
+    hashed_or_sorted = {"ObjectHashAggregateExec", "HashAggregateExec", "ShuffledHashJoinExec", "SortExec"}
+    for name, df in tables.items():
+        found = nodes(df, into_broadcasts=False)
+        assert not [n for n in found if n.kind in hashed_or_sorted], (name, describe(found))
+        assert any(n.kind == "SortAggregateExec" for n in found), (name, describe(found))
 
 
 def test_no_sort_over_message_rows_leads_with_a_string(written) -> None:  # type: ignore[no-untyped-def]

@@ -43,8 +43,8 @@ def build(model: Model) -> DataFrame:
         F.min("first_delivery_ts").alias("__first_delivery"),
         F.min("first_ack_ts").alias("__first_ack"),
     )
-    # a hash join built on the consumers' aggregate (no sort of either side; both are in place)
-    out = msgs.join(cons.hint("shuffle_hash"), on=[MSG_KEY, "msg_id"], how="full_outer")
+    # a sort-merge join with no sort: both sides are in place and ordered by message
+    out = msgs.join(cons, on=[MSG_KEY, "msg_id"], how="full_outer")
     return out.select(
         utc_date(F.coalesce("born_ts", "__first_delivery", "__first_ack")).alias("date"),
         "msg_id",
