@@ -47,6 +47,8 @@ NEG_INF = -(2**62)
 POS_INF = 2**62
 MSG_KEY = "msg_key"
 """``xxhash64(msg_id)``: the leading key of every msgId join, grouping and window (module docstring)."""
+OBJECT_HASH_KEYS = 4096
+"""Keys per task an object hash aggregate (percentile_approx, collect_list) keeps hashing before it sorts."""
 COPY_KEY = [MSG_KEY, "msg_id", "born_ts", "store_host", "phys_offset"]
 """What tells one copy (send attempt) of a msgId from another."""
 
@@ -137,6 +139,14 @@ class Model:
         # read are kept sorted for it (:meth:`_sorted`): collect_list's ObjectHashAggregate fell back to
         # sorting in every task anyway, and the hash joins built hundreds of MB of hash map at 1M messages.
         self.spark.conf.set("spark.sql.execution.replaceHashWithSortAgg", "true")
+        # The hash aggregates left holding objects are per (minute, topic, group, replica) or per
+        # failover: hundreds of keys per task (replication_latency: 308 at 1M), each a percentile
+        # digest.  Above Spark's 128 keys a task gives up hashing and sorts all its rows: once the
+        # replication rows stayed in message order (every task sees every key), replication_latency's
+        # 2.66M rows were sorted in all 8 tasks (task CPU 2.1 -> 4.8 s at 1M; 2.8 s with this).  The
+        # per-message collect_list aggregates that made a higher threshold a loss in session 19 are sort
+        # aggregates now (above), so no hash map here grows with messages.
+        self.spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(OBJECT_HASH_KEYS))
 
     @property
     def partitions(self) -> int:
