@@ -21,8 +21,14 @@ from types import ModuleType
 PURE_ENV = "ROCKETSCOPE_PURE_PYTHON"
 
 
+def pure_python_requested() -> bool:
+    """Whether ``ROCKETSCOPE_PURE_PYTHON`` asks for the Python implementations: the one switch for every
+    compiled module (this one's fastpath and broker/dledger/raft_codec.py's raftpath)."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def _load() -> ModuleType | None:
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if pure_python_requested():
         return None
     from . import fastpath  # an ImportError here is a broken install: setup.py always builds it
 

@@ -21,7 +21,6 @@ common case, and record.decode (the reference) for anything else.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -33,7 +32,7 @@ from rocketscope.broker.store import record
 from rocketscope.broker.store.record import StoredMessage
 
 from ..peer_frames.wire import frame
-from ..speedups import PURE_ENV
+from ..speedups import pure_python_requested
 from .peer_wire import add_pb
 
 __all__ = ["IMPLEMENTATION", "Batch", "BatchError", "decode_batch", "decode_records", "encode_frame",
@@ -131,7 +130,7 @@ def py_decode_records(data: bytes) -> list[StoredMessage]:
 
 
 def _load() -> tuple[str, EncodeFrame, DecodeBatch, DecodeRecords]:
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if pure_python_requested():
         return "python", py_encode_frame, py_decode_batch, py_decode_records
     from .. import raftpath  # an ImportError here is a broken install: setup.py always builds it
 
