@@ -353,7 +353,7 @@ class RemotingBroker:
         ready: list[tuple[int, _PreparedSend]] = []
         topics: dict[str, Any] = {}
         now_ms = int(time.time() * 1000)
-        max_size = self.b.settings.maxMessageSize  # Settings' __getattr__ runs after a failed lookup: once per run
+        max_size = self.b.settings.maxMessageSize  # read once per run, not per send
         for i, cmd in enumerate(cmds):
             try:
                 fields = _send_fields(cmd)
