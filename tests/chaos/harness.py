@@ -79,6 +79,8 @@ class ChaosCluster:
     links: dict[tuple[int, int], LinkProxy] = field(default_factory=dict)
     controllers: list[Proc] = field(default_factory=list)
     paused: set[int] = field(default_factory=set)
+    # DLedger: (leader, term, lastIndex) the leader reported at the previous ``settled`` poll
+    _leader_seen: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------ build
     @classmethod
@@ -226,18 +228,41 @@ class ChaosCluster:
         if any(s is None for s in sts):
             return False
         if self.mode == "dledger":
-            return (sum(s["role"] == "LEADER" for s in sts) == 1  # type: ignore[index]
-                    and all(s["role"] in ("LEADER", "FOLLOWER") for s in sts)  # type: ignore[index]
-                    and len({s["lastIndex"] for s in sts}) == 1)  # type: ignore[index]
+            return self._dledger_caught_up(sts)  # type: ignore[arg-type]
         if self.mode == "controller":
             masters = [s for s in sts if s["role"] == "MASTER"]  # type: ignore[index]
             return len(masters) == 1 and len(masters[0]["syncStateSet"]) == len(self.nodes)
         return bool(sts[1]["connected"]) and sts[0]["slaves"] and all(  # type: ignore[index]
             s["connected"] for s in sts[0]["slaves"])  # type: ignore[index]
 
+    def _dledger_caught_up(self, sts: list[dict[str, Any]]) -> bool:
+        """One leader, the rest followers of its term, and every member holding what the leader held one poll ago.
+
+        The workload keeps writing while the harness waits, so equal ``lastIndex`` values across three
+        status calls made one after another are a race, not a property: session 20's CI waited 90 s for
+        it on a healthy group. Instead the leader's own view is used: its ``peers[*].match`` (the index
+        each member acknowledged, consistent with the leader's log) must reach the ``lastIndex`` the same
+        leader reported at the previous poll (``interval`` earlier), in the same term.
+        """
+        leaders = [i for i, s in enumerate(sts) if s["role"] == "LEADER"]
+        if len(leaders) != 1 or not all(s["role"] in ("LEADER", "FOLLOWER") for s in sts):
+            self._leader_seen = None
+            return False
+        lead = leaders[0]
+        term = sts[lead]["term"]
+        seen, self._leader_seen = self._leader_seen, (lead, term, sts[lead]["lastIndex"])
+        if any(s["term"] != term for s in sts) or seen is None or seen[:2] != (lead, term):
+            return False
+        peers = sts[lead].get("peers") or {}
+        matches = [p.get("match") for p in peers.values()]
+        return len(matches) == len(self.nodes) and all(m is not None and m >= seen[2] for m in matches)
+
     def wait_settled(self, timeout: float = 60) -> None:
-        wait_until(self.settled, timeout=timeout, interval=0.2,
-                   what=f"{self.mode} settled; statuses {[self.status(i) for i in range(len(self.nodes))]}")
+        self._leader_seen = None
+        try:
+            wait_until(self.settled, timeout=timeout, interval=0.2, what=f"{self.mode} settled")
+        except AssertionError as exc:  # the statuses when it gave up, not when it started waiting
+            raise AssertionError(f"{exc}; statuses {[self.status(i) for i in range(len(self.nodes))]}") from None
 
     def preferred_leader(self) -> int:
         return 0
