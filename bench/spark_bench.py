@@ -309,7 +309,7 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
     from pyspark.sql import functions as F
 
     from rocketscope.spark.asof import asof_join
-    from rocketscope.spark.decode import decode_trace
+    from rocketscope.spark.decode import decode_trace, effective_decoder
     from rocketscope.spark.incremental import run_incremental
     from rocketscope.spark.jobs import JOBS
     from rocketscope.spark.model import Model
@@ -327,7 +327,8 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
     # smaller Arrow batches into the Python decoder (--python-decode): it ran out of Java heap at 10M with 3 GB
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
     spark.sparkContext.setLogLevel("ERROR")
-    result: dict[str, Any] = {"jobs_s": {}, "master": master, "decoder": decoder}
+    # the decoder the jobs really use (jvm falls back to sql when the driver cannot load the jar)
+    result: dict[str, Any] = {"jobs_s": {}, "master": master, "decoder": effective_decoder(spark, decoder)}
     cpu = CpuClock(spark)
     try:
         rows = read_rows(spark, [data / "trace", data / "ha"])
@@ -571,9 +572,10 @@ def run_cluster(args: argparse.Namespace, results: dict[str, Any]) -> None:
             entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             entry["workers"], entry["cores"] = workers, workers
             results["cluster"].setdefault(str(size), {})[f"{workers}_workers"] = entry
-            RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
             log(f"{workers} worker(s), {size:,} messages: all jobs {entry['all_jobs_s']} s wall, "
-                f"{entry['all_jobs_cpu_s']} s CPU; results in {RESULTS}")
+                f"{entry['all_jobs_cpu_s']} s CPU, decoder {entry.get('decoder')}; results in {args.out}")
 
 
 def main() -> None:
