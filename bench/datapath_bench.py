@@ -59,7 +59,8 @@ over SECONDS, ``--settle`` (10) seconds after it is up (timers, ticks, heartbeat
 fixed cost every rate pays).
 ``--profile DIR`` also records a py-spy profile (``--native``) of the RocketScope broker (the leader
 or master) during each RocketScope row: ``DIR/<setup>-<path>.txt`` (collapsed stacks) and a summary
-in the JSON.
+in the JSON; a DLedger group's followers too, at the same time (``DIR/<setup>-<path>-followerN.txt``,
+``profile_followerN`` in the JSON).
 """
 
 from __future__ import annotations
@@ -274,8 +275,14 @@ def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profil
         pids = dict(t.pids) | {f"client{i}" if len(procs) > 1 else "client": p.pid for i, p in enumerate(procs)}
         cpu0 = {k: proc_cpu_s(v) for k, v in pids.items()}
         prof = None
+        follower_profs: dict[str, Any] = {}
         if profile_to is not None and t.profile_pid:
             prof = start_profile(t.profile_pid, args.profile_seconds, profile_to, rate=200, native=True)
+            # a replicated setup's other members too (a DLedger follower's costs are not the leader's)
+            for k, v in t.pids.items():
+                if k.startswith("follower"):
+                    follower_profs[k] = start_profile(v, args.profile_seconds, _member_profile(profile_to, k),
+                                                      rate=200, native=True)
         t0 = time.perf_counter()
         sums = []
         for p in procs:
@@ -284,8 +291,9 @@ def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profil
         cpu1 = {k: proc_cpu_s(v) for k, v in pids.items()}
         for p in procs:
             p.wait(60)
-        if prof is not None:
-            prof.wait(args.profile_seconds + 60)
+        for fp in [prof, *follower_profs.values()]:
+            if fp is not None:
+                fp.wait(args.profile_seconds + 60)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -305,7 +313,16 @@ def run_load(load: Load, t: Target, topic: str, args: argparse.Namespace, profil
     if profile_to is not None and profile_to.exists():
         out["profile"] = summarise_profile(profile_to, drop_idle=True)
         out["profile"]["file"] = str(profile_to)
+        for k in follower_profs:
+            fpath = _member_profile(profile_to, k)
+            if fpath.exists():
+                out[f"profile_{k}"] = summarise_profile(fpath, drop_idle=True) | {"file": str(fpath)}
     return out
+
+
+def _member_profile(profile_to: Path, member: str) -> Path:
+    """Where a follower's profile goes beside the leader's: ``DIR/<setup>-<path>-<member>.txt``."""
+    return profile_to.with_name(f"{profile_to.stem}-{member}{profile_to.suffix}")
 
 
 # ------------------------------------------------------------------ setups
