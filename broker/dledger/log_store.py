@@ -21,6 +21,12 @@ follows it.  The new file is written aside and renamed over, so a crash leaves e
 or the new index, both consistent with the commit log.  There are no snapshots: a member
 that lost its store cannot catch up from the others once the prefix is gone (docs/STORAGE.md).
 
+The newest entries written stay in memory too (``RECENT_MAX_BYTES``), as the same ``Entry``
+objects: the core asks for every committed entry again to apply it, and a leader for the entries
+it sends a follower that fell behind its in-memory tail; reading them back cost a ``pread`` (and a
+copy of the entry's bytes) per entry and Ready, 2-5 % of a follower's busy samples (session 21,
+docs/BENCHMARKS.md).  Truncation and compaction drop what they drop from memory as well.
+
 This class is DLedger's ``DurableLog`` for the Raft driver (broker/raft/driver.py); its
 ``hardstate`` file is written by broker/raft/hard_state_file.py, shared with the controller.
 """
@@ -46,6 +52,7 @@ INDEX = struct.Struct(">qqiI")  # term, commit-log offset, size (0 for a no-op),
 HEADER = struct.Struct(">qqqqqq")  # index.v2: magic, base index, base term, base end offset, 0, 0 (two slots)
 MAGIC = 0x524B5344_4C494458  # "RKSDLIDX"
 _PHYS_AT = 28  # the physical_offset field inside a record
+RECENT_MAX_BYTES = 8 << 20  # the newest entries' bytes kept in memory (``DLedgerLog.recent``), at least one entry
 
 
 class DLedgerLog:
@@ -67,6 +74,9 @@ class DLedgerLog:
         self.base_term = 0
         self.base_end = 0
         self.header_size = 0
+        # the newest entries written, by index (ascending), as ``entry`` would read them back; see the module doc
+        self.recent: dict[int, Entry] = {}
+        self._recent_bytes = 0
         if self.compacted_path.exists():
             self.fd = os.open(self.compacted_path, os.O_RDWR, 0o644)
             if self.index_path.exists():  # a crash between the rename and the unlink in compact_below
@@ -160,6 +170,9 @@ class DLedgerLog:
         return self.terms[index - self.base - 1]
 
     def entry(self, index: int) -> Entry:
+        cached = self.recent.get(index)
+        if cached is not None:
+            return cached
         i = index - self.base - 1
         if i < 0:
             raise IndexError(f"entry {index} was compacted away (first stored entry {self.base + 1})")
@@ -201,6 +214,7 @@ class DLedgerLog:
         keep = index - 1 - self.base
         start = self.offsets[keep]
         old_end = self.commit_log.max_offset
+        self._forget_recent_from(index)
         self.commit_log.truncate(start)
         del self.terms[keep:], self.offsets[keep:], self.sizes[keep:], self.kinds[keep:]
         os.ftruncate(self.fd, self.header_size + keep * INDEX.size)
@@ -217,10 +231,14 @@ class DLedgerLog:
                 raise ValueError(f"entry {e.index} does not follow the log end {self.last_index()}")
             if e.kind == EntryKind.NOOP or not e.data:
                 offset, size, kind = self.commit_log.max_offset, 0, EntryKind.NOOP
+                self._remember(Entry(e.index, e.term, EntryKind.NOOP, b""))
             else:
                 (offset,) = struct.unpack_from(">q", e.data, _PHYS_AT)
                 self.commit_log.append_record_at(offset, e.data)
                 size, kind = len(e.data), EntryKind.NORMAL
+                data = e.data if type(e.data) is bytes else bytes(e.data)  # kept: must not change under us
+                self._remember(e if e.kind is EntryKind.NORMAL and data is e.data
+                               else Entry(e.index, e.term, EntryKind.NORMAL, data))
             self.terms.append(e.term)
             self.offsets.append(offset)
             self.sizes.append(size)
@@ -229,6 +247,32 @@ class DLedgerLog:
         if buf:
             os.pwrite(self.fd, bytes(buf), self.header_size + (len(self.terms) - len(entries)) * INDEX.size)
         return truncated
+
+    def _remember(self, e: Entry) -> None:
+        """Keep ``e`` (just written, the newest) in ``recent``; the oldest go beyond ``RECENT_MAX_BYTES``."""
+        recent = self.recent
+        recent[e.index] = e
+        self._recent_bytes += len(e.data)
+        while self._recent_bytes > RECENT_MAX_BYTES and len(recent) > 1:
+            self._recent_bytes -= len(recent.pop(next(iter(recent))).data)
+
+    def _forget_recent_from(self, index: int) -> None:
+        """Drop the remembered entries at or after ``index`` (a truncated tail)."""
+        recent = self.recent
+        while recent:
+            last = next(reversed(recent))
+            if last < index:
+                break
+            self._recent_bytes -= len(recent.pop(last).data)
+
+    def _forget_recent_upto(self, index: int) -> None:
+        """Drop the remembered entries at or before ``index`` (a compacted prefix)."""
+        recent = self.recent
+        while recent:
+            first = next(iter(recent))
+            if first > index:
+                break
+            self._recent_bytes -= len(recent.pop(first).data)
 
     def sync(self) -> None:
         self.commit_log.log.sync()
@@ -264,6 +308,7 @@ class DLedgerLog:
         if self.index_path.exists():
             self.index_path.unlink()
         del self.terms[:drop], self.offsets[:drop], self.sizes[:drop], self.kinds[:drop]
+        self._forget_recent_upto(new_base)
         self.base, self.base_term, self.base_end, self.header_size = new_base, base_term, base_end, HEADER.size
         log.info("dledger index compacted: entries up to %d dropped (commit log now starts at %d)", new_base,
                  min_offset)
