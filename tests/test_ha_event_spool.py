@@ -109,3 +109,30 @@ def test_the_writer_appends_a_burst_of_events_in_few_batches(tmp_path: Path) -> 
         assert took < event_log.WRITE_LINGER_S + 1.0
 
     asyncio.run(run())
+
+
+def test_stop_right_after_an_event_delivers_it_and_returns(tmp_path: Path) -> None:
+    """An event recorded just before ``stop`` wakes the delivery task as it is cancelled; ``stop`` must still
+    end it (Python 3.11's ``wait_for`` then swallows the cancellation), deliver the event and empty the spool."""
+    spool = tmp_path / "ha_events.spool"
+
+    async def run() -> None:
+        topic = Topic()
+        topic.up = True
+        log = new_log(topic, spool)
+        log.start()
+        await asyncio.sleep(0.01)
+        log.emit(LEADER_ELECTED, term=1, leader="n0")
+        await asyncio.sleep(0.3)  # delivered; the task waits for its next wake-up
+        log.emit(LEADER_ELECTED, term=2, leader="n0")
+        started = time.monotonic()
+        # in this task, so stop() runs before the woken delivery task does; a watchdog, as stop() itself swallows
+        # a cancellation while it waits for the delivery task
+        watchdog = asyncio.get_running_loop().call_later(3.0, asyncio.current_task().cancel)  # type: ignore[union-attr]
+        await log.stop()  # waited for ever before the fix
+        watchdog.cancel()
+        assert time.monotonic() - started < 1.5
+        assert topic.terms() == [1, 2]
+        assert spooled_terms(spool) == []
+
+    asyncio.run(run())

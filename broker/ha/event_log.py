@@ -103,6 +103,7 @@ class HaEventLog:
         self.data_end = 0  # end of the newest record that is not itself a replication event
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.listeners: list[Callable[[HaEvent], None]] = []
         self.forward = forward
         self.context = context
@@ -244,8 +245,18 @@ class HaEventLog:
                 fh.close()
 
     def _rewrite_spool(self) -> None:
+        """The spool holds ``pending`` and nothing else: emptied in place when everything was delivered (the
+        usual case after a delivery), else written aside and renamed over, so a crash leaves the old or the new.
+
+        Emptying in place is safe: a crash before it only re-sends delivered events, which readers merge."""
         if self.spool is None:
             return
+        if not self.pending and self._spool_fh is not None:
+            try:
+                self._spool_fh.truncate(0)  # no temporary file and rename per delivery (a journaled metadata change)
+                return
+            except OSError:
+                pass  # written anew below
         self._close_spool()  # the open handle would keep appending to the file replaced below
         tmp = self.spool.with_suffix(".tmp")
         try:
@@ -264,6 +275,13 @@ class HaEventLog:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-events")
 
     async def stop(self) -> None:
+        """Stop delivering, then deliver what is pending (2 s at most) and leave the rest in the spool.
+
+        ``_stopping`` ends the task too: Python 3.11's ``wait_for`` returns normally when the task is
+        cancelled just as the awaited wake-up fires (an event recorded right before ``stop``), so the
+        cancellation alone let the task run on and ``stop`` wait for it for ever (a broker's stop then
+        gave up on this step after its 3 s, broker/broker.py ``_stop_step``)."""
+        self._stopping = True
         if self._task:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -276,10 +294,12 @@ class HaEventLog:
 
     async def _run(self) -> None:
         wait = 0.5
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
+            if self._stopping:
+                return
             wait = self._emit_due_deferred() if self._deferred else 0.5
             if self.pending and len(self.pending) < LINGER_MAX_PENDING:
                 # batch the events: one forward RPC (follower, slave) or one append (writer) per linger
