@@ -117,7 +117,9 @@ def test_dledger_survives_kills_and_partitions_under_load(group: Group) -> None:
     old = g.leader()
     assert old is not None
     g.nodes[old].proc.kill9()
-    new = wait_until(lambda: g.leader(exclude=old), timeout=30, what="a new leader after kill -9")
+    # a 1-tuple: the new leader may be node 0, which wait_until would take for "not yet" (it did: n1 killed, n0 led)
+    (new,) = wait_until(lambda: (ld,) if (ld := g.leader(exclude=old)) is not None else None, timeout=30,
+                        what="a new leader after kill -9")
     count = len(acked)
     wait_until(lambda: len(acked) > count + 50, timeout=60, what="sends succeed again after the failover")
     g.c.start_broker(f"d{old}")
