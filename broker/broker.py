@@ -684,6 +684,28 @@ class Broker:
                 self.timer.accepted(msg)
         return results
 
+    def put_plain_run(self, stored: list[StoredMessage]) -> bool:
+        """Store a run of plain messages (no transaction, no delivery time) without waiting: True when all are
+        stored (``put_messages``'s PUT_OK for each, their offsets set on them), False when the store declined
+        the run (a store that waits for flush or replicas, a message it would refuse): nothing was stored, and
+        ``put_messages`` does it.  The remoting front door's run of single sends (issue 20): no ``PutResult``
+        per message and no await."""
+        store = self.store
+        if not store.takes_plain_runs:
+            return False
+        s = self.settings
+        region, trace_on = s.regionId, "true" if s.traceOn else "false"
+        for m in stored:
+            props = m.properties
+            if "MSG_REGION" not in props:
+                props["MSG_REGION"] = region
+            if "TRACE_ON" not in props:
+                props["TRACE_ON"] = trace_on
+        if not store.append_plain_run(stored):
+            return False
+        self.metrics.on_stored(stored)
+        return True
+
     # ---------------------------------------------------------- consume path
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
                       tags: MessageFilter, poll_s: float) -> list[Delivery]:

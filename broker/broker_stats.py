@@ -117,9 +117,32 @@ class BrokerStats:
 
     def on_put_results(self, results: Iterable[PutResult], ok: object) -> None:
         """Stored messages per topic (``REAL_TOPIC`` for a timer or transaction message), one call per topic."""
-        stored = (res.message for res in results if res.message is not None and res.status is ok)
-        for topic, (n, size) in _per_topic(stored, lambda m: m.properties.get("REAL_TOPIC", m.topic)).items():
-            self.on_put(topic, n, size)
+        self.on_stored([res.message for res in results if res.message is not None and res.status is ok])
+
+    def on_stored(self, messages: Iterable[StoredMessage]) -> None:
+        """``on_put_results`` for messages known to be stored: per topic, one counter update each.  A run of
+        one topic (a producer's singles, the common case) is counted without a dict or a call per message."""
+        topic = None
+        n = size = 0
+        per: dict[str, list[int]] | None = None
+        for m in messages:
+            t = m.properties.get("REAL_TOPIC", m.topic)
+            if per is None:
+                if topic is None or t == topic:
+                    topic = t
+                    n += 1
+                    size += m.size
+                    continue
+                per = {topic: [n, size]}
+            c = per.setdefault(t, [0, 0])
+            c[0] += 1
+            c[1] += m.size
+        if per is None:
+            if topic is not None:
+                self.on_put(topic, n, size)
+            return
+        for t, (count, total) in per.items():
+            self.on_put(t, count, total)
 
     def on_delivered(self, group: str, deliveries: Iterable[Delivery]) -> None:
         # under the topic read, as Apache: a retry under %RETRY%<group>

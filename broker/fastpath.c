@@ -633,12 +633,17 @@ static int put_answer(Buf *b, PyObject *cmd, PyObject *res, PyObject *prep, PyOb
         || !ll_attr(cmd, r_flag, &flag) || opaque < INT32_MIN_ || opaque > INT32_MAX_)
         return 0;
     if (flag & 2) return 1;  /* oneway: no answer */
-    PyObject *status = PyObject_GetAttr(res, r_status);
-    if (status == NULL) { PyErr_Clear(); return 0; }
-    Py_DECREF(status);  /* an identity test only: ``ok`` keeps the member alive */
-    if (status != ok) return 0;
-    PyObject *msg = PyObject_GetAttr(res, r_message);
-    if (msg == NULL) { PyErr_Clear(); return 0; }
+    PyObject *msg;
+    if (ok == Py_None) {  /* res is the stored message itself (a run put by Broker.put_plain_run: all stored) */
+        msg = Py_NewRef(res);
+    } else {
+        PyObject *status = PyObject_GetAttr(res, r_status);
+        if (status == NULL) { PyErr_Clear(); return 0; }
+        Py_DECREF(status);  /* an identity test only: ``ok`` keeps the member alive */
+        if (status != ok) return 0;
+        msg = PyObject_GetAttr(res, r_message);
+        if (msg == NULL) { PyErr_Clear(); return 0; }
+    }
     int r = 0;
     PyObject *cfg = NULL, *name = NULL, *topic = NULL, *props = NULL, *tx;
     if (msg == Py_None || !ll_attr(prep, r_queue_id, &queue_id) || !ll_attr(msg, r_physical_offset, &phy)
@@ -726,7 +731,8 @@ done:
 /* send_answers(cmds, results, prepared, prefix, region, trace_on, ok) -> the answer frames of a run of single sends,
  * concatenated (a oneway send has none), or None when any of them is not a plain stored send of a JSON request (then
  * RemotingBroker.send_group answers each in Python, the reference).  cmds[i] is the request, results[i] its one
- * PutResult, prepared[i] its _PreparedSend; ok is PutStatus.PUT_OK.  The header is codec.encode_response's for
+ * PutResult, prepared[i] its _PreparedSend; ok is PutStatus.PUT_OK, or None when results[i] are the stored messages
+ * themselves (Broker.put_plain_run stored every one: no PutResult per message).  The header is codec.encode_response's for
  * _answer_send's extFields: code 0, flag 1 (RESPONSE), language JAVA, version 479 (codec.SERVER_VERSION). */
 static PyObject *send_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2]))

@@ -203,13 +203,17 @@ class BrokerMetrics:
             self._loop_lag(lag_s * 1000.0)
 
     def on_put(self, results: Iterable[PutResult]) -> None:
-        self.stats.on_put_results(results, PutStatus.PUT_OK)
+        ok = PutStatus.PUT_OK
+        self.on_stored([res.message for res in results if res.message is not None and res.status is ok])
+
+    def on_stored(self, messages: list[StoredMessage]) -> None:
+        """Messages stored (PUT_OK): the put counters and, with metrics on, the per-topic instruments.  Called
+        with the messages themselves by a run of plain single sends (``Broker.put_plain_run``: no ``PutResult``
+        per message), through ``on_put`` by every other put."""
+        self.stats.on_stored(messages)
         if not self.enabled:
             return
-        for res in results:
-            msg = res.message
-            if msg is None or res.status is not PutStatus.PUT_OK:
-                continue
+        for msg in messages:
             props = msg.properties
             topic = props.get("REAL_TOPIC", msg.topic)
             message_type = props.get("__MSGTYPE", "NORMAL")

@@ -26,7 +26,7 @@ from ..pop import retry_topic
 from ..priority import LITE_TOPIC_PROPERTY, PRIORITY_PROPERTY, place
 from ..sends import PLAIN, SendKind, new_uniq_key
 from ..speedups import compiled as _C
-from ..store.message_store import PutStatus
+from ..store.message_store import PutResult, PutStatus
 from ..store.record import StoredMessage
 from ..topics import topic_name_problem
 from ..trace_hooks import NoTrace
@@ -370,16 +370,21 @@ class RemotingBroker:
             return out
         cid = self.client_id(conn)
         singles = len(ready) == len(cmds) and all(len(p.stored) == 1 for _, p in ready)
+        untraced = isinstance(self.b.trace_hooks, NoTrace)
+        results: list[Any]
         if singles:
             stored = [p.stored[0] for _, p in ready]
             kinds = [p.kinds[0] for _, p in ready]
+            if untraced and all(k is PLAIN for k in kinds) and self.b.put_plain_run(stored):
+                # the run stored as one, no PutResult per message and no await (Broker.put_plain_run)
+                return self._answer_plain_run(cmds, stored, [p for _, p in ready], cid)
         else:
             stored = [m for _, p in ready for m in p.stored]
             kinds = [k for _, p in ready for k in p.kinds]
         started = time.perf_counter()
         results = await self.b.put_messages(stored, kinds, cid)
         cost_ms = int((time.perf_counter() - started) * 1000)
-        if singles and _C is not None and isinstance(self.b.trace_hooks, NoTrace):
+        if singles and _C is not None and untraced:
             # every answer a plain stored single send's: one compiled call writes them all (None: any other answer)
             settings = self.b.settings
             frames: bytes | None = _C.send_answers(cmds, results, [p for _, p in ready], self._msg_id_prefix,
@@ -387,6 +392,29 @@ class RemotingBroker:
                                                    PutStatus.PUT_OK)
             if frames is not None:
                 return frames
+        return self._answer_each(cmds, out, ready, results, cid, cost_ms)
+
+    def _answer_plain_run(self, cmds: list[RemotingCommand], stored: list[StoredMessage],
+                          prepared: list[_PreparedSend], cid: str) -> list[RemotingCommand | bytes | None] | bytes:
+        """The answers to a run of single sends that ``Broker.put_plain_run`` stored, every one of them: one
+        compiled call writes their frames from the stored messages (``send_answers`` with ``ok`` None); when it
+        declines (a request that is not JSON, say) or without the compiled module, each is ``_answer_send``'s
+        for a PUT_OK ``PutResult``, the answer ``put_messages`` would have led to."""
+        if _C is not None:
+            settings = self.b.settings
+            frames: bytes | None = _C.send_answers(cmds, stored, prepared, self._msg_id_prefix, settings.regionId,
+                                                   "true" if settings.traceOn else "false", None)
+            if frames is not None:
+                return frames
+        ok = PutStatus.PUT_OK
+        return self._answer_each(cmds, [None] * len(cmds), list(enumerate(prepared)),
+                                 [PutResult(ok, m) for m in stored], cid, 0)
+
+    def _answer_each(self, cmds: list[RemotingCommand], out: list[RemotingCommand | bytes | None],
+                     ready: list[tuple[int, _PreparedSend]], results: list[Any], cid: str, cost_ms: int
+                     ) -> list[RemotingCommand | bytes | None]:
+        """Each stored send's answer in ``out`` (``_answer_send``'s, encoded straight to its frame when a
+        SUCCESS); ``results`` holds the results of ``ready``'s messages in order."""
         pos = 0
         for i, p in ready:
             n = len(p.stored)

@@ -357,6 +357,75 @@ class MessageStore:
             self.on_append()
         return results
 
+    @property
+    def takes_plain_runs(self) -> bool:
+        """Whether ``append_plain_run`` can store a run here: a put that needs no wait (ASYNC_FLUSH, no
+        replication wait, not a Raft proposal) and no LMQ offsets.  Anything else goes through ``put``."""
+        return (self.replicated_writer is None and self.replication_waiter is None and not self.config.sync_flush
+                and not self.config.multi_dispatch and self._confirm is None)
+
+    def append_plain_run(self, messages: list[StoredMessage]) -> bool:
+        """Store a run of messages that all succeed or all go elsewhere: True when every one is in the log and
+        dispatched (its queue offset, physical offset, size and store time set on it), False when the store
+        declined the run and changed nothing (then ``put`` stores it and says what failed).
+
+        The put of a run of plain single sends (issue 20): what ``put`` does for them on an ASYNC_FLUSH store
+        (``append_batch`` then ``dispatch_confirmed``, no wait), without a ``PutResult`` per message or the
+        awaits of ``put`` and ``_finish_put``: the caller knows each message's fate from the return value.
+        The records, queue entries and index keys are those ``put`` writes for the same messages
+        (tests/test_store_plain_run.py compares the bytes).  A message ``put`` would refuse (its body over
+        ``maxMessageSize``, properties that cannot be stored, a record larger than a segment) and a disk error
+        decline the whole run before anything is written or assigned.
+        """
+        if not messages or not self.takes_plain_runs:
+            return False
+        config = self.config
+        max_body = config.max_message_size
+        max_record = self.commit_log.max_record_size
+        store_host = config.store_host
+        queue_next = self.queue_next
+        nexts: dict[tuple[str, int], int] = {}
+        heads: list[bytes] = []
+        prepare = record.prepare
+        now = int(time.time() * 1000)
+        for msg in messages:
+            if len(msg.body) > max_body:
+                return False
+            key = (msg.topic, msg.queue_id)
+            qoff = nexts.get(key)
+            if qoff is None:
+                qoff = queue_next.get(key, 0)
+            msg.queue_offset = qoff
+            if not msg.store_timestamp:
+                msg.store_timestamp = now
+            if not msg.store_host:
+                msg.store_host = store_host
+            try:
+                heads.append(prepare(msg))
+            except RecordError:
+                return False
+            if msg.size > max_record:
+                return False
+            nexts[key] = qoff + 1
+        try:
+            self.commit_log.append_batch(messages, heads)
+        except OSError as exc:
+            log.error("commit log append failed: %s", exc)
+            return False  # nothing of the run stays in the log: ``put`` tries again and reports the failure
+        queue_next.update(nexts)
+        self._pending.extend(messages)
+        if self.on_data is not None:
+            data_end = 0
+            for msg in messages:
+                if msg.topic != HA_EVENTS_TOPIC:
+                    data_end = msg.physical_offset + msg.size
+            if data_end:
+                self.on_data(data_end)
+        if self.on_append is not None:
+            self.on_append()
+        self.dispatch_confirmed()
+        return True
+
     def prepare(self, msg: StoredMessage, cursor: int) -> bytes:
         """Encode ``msg`` for a replicated log whose end will be ``cursor`` (a Raft leader's proposal).
 
