@@ -691,8 +691,8 @@ class Broker:
         ``put_messages`` does it.  The remoting front door's run of single sends (issue 20): no ``PutResult``
         per message and no await."""
         store = self.store
-        if not store.takes_plain_runs:
-            return False
+        if not store.takes_plain_runs or self.replicas is not None or self._role == "SYNC_MASTER":
+            return False  # a put that waits (fsync, replicas): put_messages, whose one future serves the run
         s = self.settings
         region, trace_on = s.regionId, "true" if s.traceOn else "false"
         for m in stored:

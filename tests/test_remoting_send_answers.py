@@ -90,6 +90,21 @@ def test_a_run_of_plain_sends_is_answered_as_the_python_path_answers_it(rows: li
 
 
 @needs_c
+@settings(max_examples=100, deadline=None)
+@given(st.lists(row, min_size=1, max_size=20), text, st.booleans())
+def test_answers_from_the_stored_messages_are_those_from_their_results(rows: list[tuple[Any, ...]], region: str,
+                                                                       trace_on: bool) -> None:
+    """A run ``Broker.put_plain_run`` stored hands ``send_answers`` the messages (``ok`` None), not PutResults: the
+    same frames as the Python path's for PUT_OK results of those messages."""
+    assert C is not None
+    front = _front(region, trace_on)
+    cmds, results, prepared = _run(rows)
+    msgs = [r.message for r in results]
+    got = C.send_answers(cmds, msgs, prepared, PREFIX, region, "true" if trace_on else "false", None)
+    assert got == _reference(front, cmds, results, prepared)
+
+
+@needs_c
 @pytest.mark.parametrize("odd", ["failed put", "wrapped topic", "binary request", "no message", "negative offset",
                                  "non-str transaction id"])
 def test_a_run_with_any_other_answer_is_left_to_python(odd: str) -> None:
@@ -160,7 +175,11 @@ def _read() -> bytes:
     return b"".join(frames)
 
 
-async def _serve(root: Path, reads: list[bytes]) -> bytes:
+async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: dict[str, Any] | None = None) -> bytes:
+    """The answers a broker writes for ``reads`` on one connection; ``plain_runs`` False takes every run through
+    ``put_messages`` (the path before ``Broker.put_plain_run``); ``seen`` gets the store's ``put`` calls holding a
+    message of topic ANS and the
+    messages of queue ANS/0-3 read back."""
     from rocketscope.broker.broker import Broker
     from rocketscope.broker.broker_config import load_broker_config
     from rocketscope.broker.remoting.server import _FrameProtocol
@@ -168,6 +187,18 @@ async def _serve(root: Path, reads: list[bytes]) -> bytes:
     b = Broker(load_broker_config({"brokerName": "ans", "namesrvAddr": "", "grpcServerPort": "0", "listenPort": "0",
                                    "storePathRootDir": str(root), "traceOn": "false"}))
     await b.start()
+    puts = 0
+    store_put = b.store.put
+
+    async def counted_put(messages: Any, *args: Any, **kw: Any) -> Any:
+        nonlocal puts
+        messages = list(messages)
+        puts += any(m.topic == "ANS" for m in messages)  # the sends' puts, not the broker's own records
+        return await store_put(messages, *args, **kw)
+
+    b.store.put = counted_put  # type: ignore[method-assign]
+    if not plain_runs:
+        b.put_plain_run = lambda stored: False  # type: ignore[method-assign]
     try:
         b.topics.create_if_absent("ANS", 4)
         transport = _Transport()
@@ -181,6 +212,10 @@ async def _serve(root: Path, reads: list[bytes]) -> bytes:
                     break
             assert not proto.inflight
         await asyncio.sleep(0)  # the answers' write (Connection.flush) is one call_soon away
+        if seen is not None:
+            seen["puts"] = puts
+            seen["read"] = [(m.queue_id, m.queue_offset, m.physical_offset, m.body, m.properties)
+                            for q in range(4) for m in b.store.get("ANS", q, 0, 100).messages]
         return bytes(transport.out)
     finally:
         await b.stop()
@@ -216,3 +251,36 @@ def test_a_read_of_sends_is_answered_once_each_in_order_the_same_on_both_paths(t
     assert {a.code for a in answers} == {codec.ResponseCode.SUCCESS}
     assert {a.fields["transactionId"] for a in answers[:8]} == {'x"\\\n'}
     assert len({a.fields["msgId"] for a in answers}) == len(answers)
+
+
+def _plain_read(n: int, oneway: tuple[int, ...] = ()) -> bytes:
+    return b"".join(codec.encode(RemotingCommand(
+        code=310, ext_fields={"a": "pg", "b": "ANS", "e": str(i % 4), "f": "0", "g": str(1_700_000_000_000 + i),
+                              "h": "0", "j": "0", "i": codec.properties_to_string({"UNIQ_KEY": f"PR{i}", "KEYS": "k"})},
+        body=b"plain %d" % i, opaque=500 + i, flag=FLAG_ONEWAY if i in oneway else 0, language="GO"))
+        for i in range(n))
+
+
+@pytest.mark.parametrize("impl", ["c", "python"])
+def test_a_read_of_plain_sends_is_stored_in_one_call_and_answered_as_put_answers_it(tmp_path: Path, impl: str) -> None:
+    """A read of plain single sends never reaches the store's ``put`` (``Broker.put_plain_run``), and the broker's
+    answers and the messages read back are those of the same reads stored through ``put_messages``; a read holding
+    a delayed and a half message still goes through ``put``."""
+    if impl == "c" and C is None:
+        pytest.skip(f"{speedups.PURE_ENV} is set: the compiled module is not loaded")
+    reads = [_plain_read(10, oneway=(3,)), _plain_read(1), _read()]
+    got: dict[bool, tuple[bytes, dict[str, Any]]] = {}
+    for plain_runs in (True, False):
+        seen: dict[str, Any] = {}
+        with _pure_python() if impl == "python" else contextlib.nullcontext():
+            out = asyncio.run(_serve(tmp_path / f"{impl}-{plain_runs}", reads, plain_runs, seen))
+        got[plain_runs] = out, seen
+    (run_out, run_seen), (put_out, put_seen) = got[True], got[False]
+    assert (run_seen["puts"], put_seen["puts"]) == (1, 3)
+    answers, reference = _frames(run_out), _frames(put_out)
+    for a in (answers[-3], reference[-3]):  # the half's transaction id is drawn at random
+        assert a.opaque == 9 and len(a.fields.pop("transactionId")) == 32
+    assert answers == reference
+    assert [a.opaque for a in answers[:10]] == [500 + i for i in range(10) if i != 3] + [500]
+    assert run_seen["read"] == put_seen["read"]
+    assert len(run_seen["read"]) == 10 + 1 + 12 - 2  # the delayed and the half wait in their own topics

@@ -333,8 +333,13 @@ class RemotingBroker:
         prepared = self._prepare_send(cmd, conn, fields, await self._send_topic(fields[1], fields[7]),
                                       int(time.time() * 1000), self.b.settings.maxMessageSize)
         cid = self.client_id(conn)
+        stored = prepared.stored
+        if (isinstance(self.b.trace_hooks, NoTrace) and all(k is PLAIN for k in prepared.kinds)
+                and self.b.put_plain_run(stored)):  # stored without an await (Broker.put_plain_run)
+            ok = PutStatus.PUT_OK
+            return cmd.response(*self._answer_send(prepared, [PutResult(ok, m) for m in stored], cid, 0))
         started = time.perf_counter()
-        results = await self.b.put_messages(prepared.stored, prepared.kinds, cid)
+        results = await self.b.put_messages(stored, prepared.kinds, cid)
         return cmd.response(*self._answer_send(prepared, results, cid, int((time.perf_counter() - started) * 1000)))
 
     async def send_group(self, cmds: list[RemotingCommand], conn: Connection
@@ -371,16 +376,20 @@ class RemotingBroker:
         cid = self.client_id(conn)
         singles = len(ready) == len(cmds) and all(len(p.stored) == 1 for _, p in ready)
         untraced = isinstance(self.b.trace_hooks, NoTrace)
-        results: list[Any]
         if singles:
             stored = [p.stored[0] for _, p in ready]
             kinds = [p.kinds[0] for _, p in ready]
-            if untraced and all(k is PLAIN for k in kinds) and self.b.put_plain_run(stored):
-                # the run stored as one, no PutResult per message and no await (Broker.put_plain_run)
-                return self._answer_plain_run(cmds, stored, [p for _, p in ready], cid)
         else:
             stored = [m for _, p in ready for m in p.stored]
             kinds = [k for _, p in ready for k in p.kinds]
+        results: list[Any]
+        if untraced and all(k is PLAIN for k in kinds) and self.b.put_plain_run(stored):
+            # the run stored as one: no await, and for singles no PutResult per message (Broker.put_plain_run)
+            if singles:
+                return self._answer_plain_run(cmds, stored, [p for _, p in ready], cid)
+            ok = PutStatus.PUT_OK
+            results, cost_ms = [PutResult(ok, m) for m in stored], 0
+            return self._answer_each(cmds, out, ready, results, cid, cost_ms)
         started = time.perf_counter()
         results = await self.b.put_messages(stored, kinds, cid)
         cost_ms = int((time.perf_counter() - started) * 1000)

@@ -359,10 +359,11 @@ class MessageStore:
 
     @property
     def takes_plain_runs(self) -> bool:
-        """Whether ``append_plain_run`` can store a run here: a put that needs no wait (ASYNC_FLUSH, no
-        replication wait, not a Raft proposal) and no LMQ offsets.  Anything else goes through ``put``."""
-        return (self.replicated_writer is None and self.replication_waiter is None and not self.config.sync_flush
-                and not self.config.multi_dispatch and self._confirm is None)
+        """Whether ``append_plain_run`` can store a run here: a store whose put waits for no flush (ASYNC_FLUSH),
+        is not a Raft proposal, assigns no LMQ offsets and makes records visible as written (no confirm offset).
+        The replication wait is the caller's to judge (the broker knows whether its role has one)."""
+        return (self.replicated_writer is None and not self.config.sync_flush and not self.config.multi_dispatch
+                and self._confirm is None)
 
     def append_plain_run(self, messages: list[StoredMessage]) -> bool:
         """Store a run of messages that all succeed or all go elsewhere: True when every one is in the log and
@@ -372,6 +373,8 @@ class MessageStore:
         The put of a run of plain single sends (issue 20): what ``put`` does for them on an ASYNC_FLUSH store
         (``append_batch`` then ``dispatch_confirmed``, no wait), without a ``PutResult`` per message or the
         awaits of ``put`` and ``_finish_put``: the caller knows each message's fate from the return value.
+        It never calls ``replication_waiter``: a caller whose puts must wait for replicas (a SYNC_MASTER, a
+        controller-mode master) uses ``put``.
         The records, queue entries and index keys are those ``put`` writes for the same messages
         (tests/test_store_plain_run.py compares the bytes).  A message ``put`` would refuse (its body over
         ``maxMessageSize``, properties that cannot be stored, a record larger than a segment) and a disk error

@@ -1,0 +1,165 @@
+"""A run of plain single sends stored in one call (``MessageStore.append_plain_run``, issue 20) writes what ``put``
+writes for the same messages, byte for byte, or declines the run and changes nothing.
+
+Two stores get the same messages (several topics and queues, tags, keys, a properties text of every length class,
+a segment roll on the way), one through ``put`` and one through ``append_plain_run``, with the compiled module and
+without it (``ROCKETSCOPE_PURE_PYTHON``'s path: the modules' ``_C`` set to None); the commit-log files, the consume
+queues, the queue offsets, the index lookups and the messages read back must be the same.  A run holding a message
+``put`` would refuse (a body over ``maxMessageSize``, a property that is not UTF-8, a record larger than a
+segment) is declined whole: nothing is written or assigned.  A store that waits (SYNC_FLUSH) declines every run.
+No process is started (about 1 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rocketscope.broker.store import commitlog, index, message_store, record
+from rocketscope.broker.store.message_store import MessageStore, StoreConfig
+from rocketscope.broker.store.record import StoredMessage
+
+MODULES = (record, commitlog, index, message_store)
+
+
+@contextlib.contextmanager
+def _pure_python(on: bool) -> Iterator[None]:
+    saved = [m._C for m in MODULES]  # type: ignore[attr-defined]
+    if on:
+        for m in MODULES:
+            m._C = None  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for m, c in zip(MODULES, saved, strict=True):
+            m._C = c  # type: ignore[attr-defined]
+
+
+def _messages(n: int, start: int = 0) -> list[StoredMessage]:
+    """Singles as the remoting front door builds them: fixed times, so two stores can write the same bytes."""
+    out = []
+    for i in range(start, start + n):
+        props = {"UNIQ_KEY": f"U{i:031d}", "WAIT": "true", "MSG_REGION": "DefaultRegion", "TRACE_ON": "false"}
+        if i % 3 == 0:
+            props["TAGS"] = f"tag{i % 5}"
+        if i % 4 == 1:
+            props["KEYS"] = f"k{i} shared"
+        if i % 7 == 2:
+            props["x" * (i % 40 + 1)] = "é" * (i % 13)
+        out.append(StoredMessage(topic=("T1", "T2", "%RETRY%g")[i % 3], queue_id=i % 4,
+                                 body=bytes([i % 256]) * (i % 300),
+                                 properties=props, flag=i % 3, born_timestamp=1_700_000_000_000 + i,
+                                 born_host="10.0.0.9:51000", store_timestamp=1_700_000_001_000 + i,
+                                 reconsume_times=i % 2))
+    return out
+
+
+def _store(root: Path, **kw: object) -> MessageStore:
+    store = MessageStore(StoreConfig(root=root, commitlog_segment_size=16 * 1024, cq_entries_per_segment=64,
+                                     store_host="10.0.0.1:10911", **kw))  # type: ignore[arg-type]
+    store.recover()
+    return store
+
+
+def _files(root: Path, sub: str) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / sub).rglob("*")) if p.is_file()}
+
+
+def _state(store: MessageStore, root: Path) -> tuple[object, ...]:
+    for cq in store.cqs.values():
+        cq.flush()
+    keys = [store.lookup(t, k) for t in ("T1", "T2") for k in ("shared", "k1", f"U{5:031d}")]
+    read = [(m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.body, m.properties)
+            for key in sorted(store.cqs) for m in store.get(key[0], key[1], 0, 1000).messages]
+    return (_files(root, "commitlog"), _files(root, "consumequeue"), dict(store.queue_next), store.dispatched,
+            keys, read)
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "pure-python"])
+def test_a_plain_run_writes_what_put_writes(tmp_path: Path, pure: bool) -> None:
+    with _pure_python(pure):
+        ref = _store(tmp_path / "put")
+        run = _store(tmp_path / "run")
+        try:
+            assert run.takes_plain_runs
+            for start, n in ((0, 1), (1, 40), (41, 64), (105, 7)):  # 16 KiB segments: the log rolls on the way
+                results = asyncio.run(ref.put(_messages(n, start)))
+                assert [r.status.value for r in results] == ["PUT_OK"] * n
+                msgs = _messages(n, start)
+                assert run.append_plain_run(msgs)
+                assert [(m.queue_offset, m.physical_offset, m.size) for m in msgs] == \
+                       [(r.message.queue_offset, r.message.physical_offset, r.message.size)  # type: ignore[union-attr]
+                        for r in results]
+            assert len(_files(tmp_path / "run", "commitlog")) > 1  # the roll was exercised
+            assert _state(run, tmp_path / "run") == _state(ref, tmp_path / "put")
+        finally:
+            ref.commit_log.close()
+            run.commit_log.close()
+
+
+@pytest.mark.parametrize("odd", ["body over maxMessageSize", "a property not UTF-8", "record over a segment"])
+def test_a_run_holding_a_message_put_refuses_is_declined_whole(tmp_path: Path, odd: str) -> None:
+    store = _store(tmp_path, max_message_size=20_000)
+    try:
+        assert store.append_plain_run(_messages(5))
+        before = (store.commit_log.max_offset, dict(store.queue_next), store.dispatched, dict(store.cqs))
+        msgs = _messages(6, 5)
+        victim = msgs[4]
+        if odd == "body over maxMessageSize":
+            victim.body = b"x" * 20_001
+        elif odd == "a property not UTF-8":
+            victim.properties["lone"] = "\ud800"
+        else:
+            victim.body = b"x" * 19_000
+            victim.properties["pad"] = "p" * 30_000  # under the 32 KiB properties limit, over a 16 KiB segment
+        assert not store.append_plain_run(msgs)
+        assert (store.commit_log.max_offset, dict(store.queue_next), store.dispatched, dict(store.cqs)) == before
+        results = asyncio.run(store.put(msgs))  # put stores the others and names the one it refuses
+        assert [r.status.value == "PUT_OK" for r in results] == [True] * 4 + [False, True]
+    finally:
+        store.commit_log.close()
+
+
+def test_a_store_that_waits_declines_every_run(tmp_path: Path) -> None:
+    store = _store(tmp_path, sync_flush=True)
+    try:
+        assert not store.takes_plain_runs
+        assert not store.append_plain_run(_messages(3))
+        assert store.commit_log.max_offset == 0 and not store.queue_next
+    finally:
+        store.commit_log.close()
+
+
+@pytest.mark.parametrize(("role", "flush", "takes"), [("ASYNC_MASTER", "ASYNC_FLUSH", True),
+                                                      ("SYNC_MASTER", "ASYNC_FLUSH", False),
+                                                      ("ASYNC_MASTER", "SYNC_FLUSH", False)])
+def test_a_broker_whose_puts_wait_stores_no_plain_run(tmp_path: Path, role: str, flush: str, takes: bool) -> None:
+    """``Broker.put_plain_run`` stores a run only where a put waits for nothing: a SYNC_MASTER's put waits for its
+    slave and a SYNC_FLUSH store's for the fsync, so both leave the run to ``put_messages`` (nothing stored)."""
+    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.broker_config import load_broker_config
+
+    async def run() -> tuple[bool, int, list[int]]:
+        b = Broker(load_broker_config({"brokerName": "pr", "namesrvAddr": "", "grpcServerPort": "0",
+                                       "listenPort": "0", "storePathRootDir": str(tmp_path), "brokerRole": role,
+                                       "flushDiskType": flush}))
+        if takes:  # a broker that declines is not started (a SYNC_MASTER's stop waits ~2 s for its HA service)
+            await b.start()
+        try:
+            msgs = [StoredMessage(topic="PR", queue_id=0, body=b"m%d" % i, properties={"UNIQ_KEY": f"u{i}"})
+                    for i in range(3)]
+            took = b.put_plain_run(msgs)
+            read = [m.queue_offset for m in b.store.get("PR", 0, 0, 10).messages]
+            return took, b.store.commit_log.max_offset and b.store.max_offset("PR", 0), read
+        finally:
+            if takes:
+                await b.stop()
+            else:
+                b.store.commit_log.close()
+
+    took, end, read = asyncio.run(run())
+    assert (took, end, read) == ((True, 3, [0, 1, 2]) if takes else (False, 0, []))
