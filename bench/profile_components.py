@@ -53,7 +53,7 @@ COMPONENTS: list[tuple[str, list[Rule]]] = [
                                     "_dispatch_lmq", "_run")),
         _in(("index.py", "consume_queue.py")), _funcs("_on_dispatch", "_wake_topic", "index_put", "_tag_hash")]),
     ("store: append (record encode, pwrite)", [
-        _in(("commitlog.py", "record.py")), _in(("message_store.py",), ("append_batch", "append")),
+        _in(("commitlog.py", "record.py")), _in(("message_store.py",), ("append_batch", "append", "append_plain_run")),
         _in(("segments.py",), ("append", "roll", "remaining", "max_offset")),
         _funcs("encode_run", "record_head")]),
     ("time-driven: timer polling, checkpoints, flush", [
@@ -62,7 +62,7 @@ COMPONENTS: list[tuple[str, list[Rule]]] = [
         _in(("message_store.py",), ("_checkpoint_loop", "_save_checkpoint", "_retention_loop")),
         _in(("segments.py",), ("sync",))]),
     ("put_messages, metrics, rest of the put", [
-        _in(("broker.py",), ("put_messages",)), _in(("message_store.py",), ("put", "_finish_put")),
+        _in(("broker.py",), ("put_messages", "put_plain_run")), _in(("message_store.py",), ("put", "_finish_put")),
         _in(("metrics.py", "broker_stats.py"))]),
     ("send handler: header fields, checks, StoredMessage", [
         _in(("broker_handlers.py",)), _in(("codec.py",), ("string_to_properties", "string_to_properties_python")),
