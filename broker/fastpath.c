@@ -882,6 +882,100 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
     return Py_BuildValue("(nnLL)", i, pos, cursor, room);
 }
 
+/* ================================================================== a run of plain messages planned */
+static PyObject *a_store_host, *a_born_host, *a_topic, *a_properties;  /* the last two set with the dispatch ones */
+
+/* plan_run(msgs, queue_next, nexts, now, store_host, max_body, max_record, prefixes) -> [head] or None
+ * MessageStore.append_plain_run's loop over a run, as its Python loop does it: each message's queue offset from
+ * ``nexts`` then ``queue_next`` (its (topic, queue_id) key; nexts[key] moved past it), its store time ``now`` when
+ * it has none, its store host ``store_host`` when empty, its record head (record.prepare: the prefix looked up in
+ * ``prefixes``, record._PREFIX_CACHE, then record_head) and its size.  None when any message is not the common
+ * case (a body over max_body or not bytes, a prefix not cached yet, properties record_head does not take, a record
+ * over max_record, a field of another type): then the Python loop runs the whole run again from a fresh ``nexts``
+ * and assigns the same values (every assignment here is one it makes too). */
+static PyObject *plan_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])
+        || !PyLong_CheckExact(args[3]) || !PyUnicode_CheckExact(args[4]) || !PyDict_CheckExact(args[7]))
+        Py_RETURN_NONE;
+    PyObject *msgs = args[0], *queue_next = args[1], *nexts = args[2], *now = args[3], *store_host = args[4];
+    PyObject *prefixes = args[7];
+    long long max_body = PyLong_AsLongLong(args[5]), max_record = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    PyObject *heads = PyList_New(n);
+    if (heads == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *msg = PyList_GET_ITEM(msgs, i);
+        PyObject *body = NULL, *topic = NULL, *qid = NULL, *key = NULL, *qoff = NULL, *next = NULL, *host = NULL,
+                 *born = NULL, *pkey = NULL, *props = NULL, *head = NULL, *size = NULL;
+        int ok = 0;
+        long long st;
+        if ((body = PyObject_GetAttr(msg, a_body)) == NULL || (topic = PyObject_GetAttr(msg, a_topic)) == NULL
+            || (qid = PyObject_GetAttr(msg, a_queue_id)) == NULL) { PyErr_Clear(); goto next_msg; }
+        if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) > max_body || !PyUnicode_CheckExact(topic)
+            || !PyLong_CheckExact(qid)) goto next_msg;
+        if ((key = PyTuple_Pack(2, topic, qid)) == NULL) goto error;
+        qoff = PyDict_GetItemWithError(nexts, key);
+        if (qoff == NULL) {
+            if (PyErr_Occurred()) { PyErr_Clear(); goto next_msg; }
+            qoff = PyDict_GetItemWithError(queue_next, key);
+            if (qoff == NULL && PyErr_Occurred()) { PyErr_Clear(); goto next_msg; }
+        }
+        if (qoff == NULL) qoff = PyLong_FromLong(0); else Py_INCREF(qoff);
+        if (qoff == NULL) goto error;
+        if (!PyLong_CheckExact(qoff)) goto next_msg;
+        if (PyObject_SetAttr(msg, a_queue_offset, qoff) < 0) goto error;
+        if (!int_attr(msg, a_store_timestamp, LLONG_MIN, LLONG_MAX, &st)) goto next_msg;
+        if (st == 0 && PyObject_SetAttr(msg, a_store_timestamp, now) < 0) goto error;
+        if ((host = PyObject_GetAttr(msg, a_store_host)) == NULL) { PyErr_Clear(); goto next_msg; }
+        if (!PyUnicode_CheckExact(host)) goto next_msg;
+        if (PyUnicode_GET_LENGTH(host) == 0) {
+            if (PyObject_SetAttr(msg, a_store_host, store_host) < 0) goto error;
+            Py_SETREF(host, Py_NewRef(store_host));
+        }
+        if ((born = PyObject_GetAttr(msg, a_born_host)) == NULL) { PyErr_Clear(); goto next_msg; }
+        if (!PyUnicode_CheckExact(born)) goto next_msg;
+        if ((pkey = PyTuple_Pack(3, born, host, topic)) == NULL) goto error;
+        PyObject *prefix = PyDict_GetItemWithError(prefixes, pkey);
+        if (prefix == NULL) { PyErr_Clear(); goto next_msg; }
+        if (!PyBytes_CheckExact(prefix)) goto next_msg;
+        if ((props = PyObject_GetAttr(msg, a_properties)) == NULL) { PyErr_Clear(); goto next_msg; }
+        {
+            PyObject *blen = PyLong_FromSsize_t(PyBytes_GET_SIZE(body));
+            if (blen == NULL) goto error;
+            PyObject *hargs[3] = {prefix, props, blen};
+            Py_INCREF(prefix);  /* the call may run Python code (a dict's str subclass): keep the prefix alive */
+            head = record_head(NULL, hargs, 3);
+            Py_DECREF(prefix);
+            Py_DECREF(blen);
+        }
+        if (head == NULL) goto error;
+        if (head == Py_None) goto next_msg;
+        long long sz = 68 + (long long)PyBytes_GET_SIZE(head) + (long long)PyBytes_GET_SIZE(body);
+        if (sz > max_record) goto next_msg;
+        if ((size = PyLong_FromLongLong(sz)) == NULL || PyObject_SetAttr(msg, a_size, size) < 0) goto error;
+        {
+            long long q = PyLong_AsLongLong(qoff);
+            if (q == -1 && PyErr_Occurred()) { PyErr_Clear(); goto next_msg; }
+            if (q == LLONG_MAX) goto next_msg;
+            if ((next = PyLong_FromLongLong(q + 1)) == NULL || PyDict_SetItem(nexts, key, next) < 0) goto error;
+        }
+        PyList_SET_ITEM(heads, i, head);
+        head = NULL;
+        ok = 1;
+        goto next_msg;
+    error:
+        ok = -1;
+    next_msg:
+        Py_XDECREF(body); Py_XDECREF(topic); Py_XDECREF(qid); Py_XDECREF(key); Py_XDECREF(qoff); Py_XDECREF(next);
+        Py_XDECREF(host); Py_XDECREF(born); Py_XDECREF(pkey); Py_XDECREF(props); Py_XDECREF(head); Py_XDECREF(size);
+        if (ok < 0) { Py_DECREF(heads); return NULL; }
+        if (ok == 0) { Py_DECREF(heads); Py_RETURN_NONE; }
+    }
+    return heads;
+}
+
+
 /* ================================================================== index entries */
 /* index_put(mm, entries, count, slot_num, entries_at, begin_ts, end_ts, end_phy, crc32)
  *   -> (done, count, used, end_ts, end_phy)
@@ -1307,6 +1401,8 @@ static PyMethodDef methods[] = {
      "A commit-log record's bytes between its fixed part and its body, or None."},
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL,
      "Commit-log records of prepared messages laid out in a buffer while they fit, as record.encode_into does."},
+    {"plan_run", (PyCFunction)(void (*)(void))plan_run, METH_FASTCALL,
+     "MessageStore.append_plain_run's loop: queue offsets, store time and host, record heads and sizes, or None."},
     {"index_put", (PyCFunction)(void (*)(void))index_put, METH_FASTCALL,
      "IndexFile.put_entries' loop: entries and slot heads written into the index file's map."},
     {"dispatch_run", (PyCFunction)(void (*)(void))dispatch_run, METH_FASTCALL,
@@ -1351,6 +1447,9 @@ PyMODINIT_FUNC PyInit_fastpath(void) {
     a_reconsume_times = PyUnicode_InternFromString("reconsume_times");
     a_prepared_tx_offset = PyUnicode_InternFromString("prepared_tx_offset");
     a_body = PyUnicode_InternFromString("body");
+    a_store_host = PyUnicode_InternFromString("store_host");
+    a_born_host = PyUnicode_InternFromString("born_host");
+    if (!a_store_host || !a_born_host) return NULL;
     a_topic = PyUnicode_InternFromString("topic");
     a_properties = PyUnicode_InternFromString("properties");
     a_end = PyUnicode_InternFromString("end");

@@ -163,3 +163,72 @@ def test_a_broker_whose_puts_wait_stores_no_plain_run(tmp_path: Path, role: str,
 
     took, end, read = asyncio.run(run())
     assert (took, end, read) == ((True, 3, [0, 1, 2]) if takes else (False, 0, []))
+
+
+def test_the_compiled_plan_takes_the_common_case_and_plans_as_python_does(tmp_path: Path) -> None:
+    """``fastpath.plan_run`` against ``_plan_plain_run`` on the same run: the same heads, sizes, offsets, store times
+    and hosts, and the same queue offsets to come; None (the Python plan then) for a prefix not cached yet, a body
+    over the limit and properties the compiled head does not take."""
+    C = message_store._C
+    if C is None:
+        pytest.skip("the compiled module is not loaded")
+    store = _store(tmp_path)
+    try:
+        store.queue_next[("T2", 1)] = 41
+        cfg = store.config
+        args = (store.queue_next, cfg.store_host, cfg.max_message_size, store.commit_log.max_record_size,
+                record.prefix_cache())
+
+        def fields(msgs: list[StoredMessage]) -> list[tuple[object, ...]]:
+            return [(m.queue_offset, m.size, m.store_timestamp, m.store_host) for m in msgs]
+
+        ref, ref_nexts = _messages(30), {}
+        for m in ref[::5]:
+            m.store_timestamp, m.store_host = 0, ""  # given the run's by both
+        ref_heads = store._plan_plain_run(ref, ref_nexts, 1_700_000_009_999)  # fills the prefix cache
+        got, nexts = _messages(30), {}
+        for m in got[::5]:
+            m.store_timestamp, m.store_host = 0, ""
+        heads = C.plan_run(got, args[0], nexts, 1_700_000_009_999, *args[1:])
+        assert heads is not None and heads == ref_heads and nexts == ref_nexts
+        assert fields(got) == fields(ref)
+        assert nexts[("T2", 1)] > 41
+        for odd in ("new prefix", "body over the limit", "a property not UTF-8"):
+            msgs = _messages(3)
+            if odd == "new prefix":
+                msgs[2].born_host = "10.9.9.9:1"
+            elif odd == "body over the limit":
+                msgs[2].body = b"x" * (cfg.max_message_size + 1)
+            else:
+                msgs[2].properties["lone"] = "\ud800"
+            assert C.plan_run(msgs, args[0], {}, 1, *args[1:]) is None, odd
+    finally:
+        store.commit_log.close()
+
+
+_ODD_VALUES = [None, 0, -1, 1 << 70, "", "x", b"", b"x", 1.5, [], {}, {"a": 1}, ("T1", 0)]
+
+
+@pytest.mark.parametrize("field", ["topic", "queue_id", "body", "properties", "born_host", "store_host",
+                                   "store_timestamp"])
+def test_the_compiled_plan_hands_back_any_odd_field_without_raising(tmp_path: Path, field: str) -> None:
+    """A field of an unexpected type or range: ``plan_run`` gives None (the Python plan decides) or plans as the
+    Python plan does; it never raises and never crashes the process."""
+    C = message_store._C
+    if C is None:
+        pytest.skip("the compiled module is not loaded")
+    store = _store(tmp_path)
+    try:
+        cfg = store.config
+        store._plan_plain_run(_messages(3), {}, 5)  # the usual prefixes cached
+        for value in _ODD_VALUES:
+            msgs = _messages(3)
+            setattr(msgs[1], field, value)
+            got = C.plan_run(msgs, store.queue_next, {}, 5, cfg.store_host, cfg.max_message_size,
+                             store.commit_log.max_record_size, record.prefix_cache())
+            if got is not None:  # taken: then it is what the Python plan gives for the same run
+                ref = _messages(3)
+                setattr(ref[1], field, value)
+                assert got == store._plan_plain_run(ref, {}, 5), (field, value)
+    finally:
+        store.commit_log.close()

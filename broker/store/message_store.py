@@ -388,28 +388,15 @@ class MessageStore:
         store_host = config.store_host
         queue_next = self.queue_next
         nexts: dict[tuple[str, int], int] = {}
-        heads: list[bytes] = []
-        prepare = record.prepare
         now = int(time.time() * 1000)
-        for msg in messages:
-            if len(msg.body) > max_body:
+        heads: list[bytes] | None = None
+        if _C is not None:  # the loop below compiled (broker/fastpath.c plan_run); None: not its common case
+            heads = _C.plan_run(messages, queue_next, nexts, now, store_host, max_body, max_record,
+                                record.prefix_cache())
+        if heads is None:
+            heads = self._plan_plain_run(messages, nexts, now)
+            if heads is None:
                 return False
-            key = (msg.topic, msg.queue_id)
-            qoff = nexts.get(key)
-            if qoff is None:
-                qoff = queue_next.get(key, 0)
-            msg.queue_offset = qoff
-            if not msg.store_timestamp:
-                msg.store_timestamp = now
-            if not msg.store_host:
-                msg.store_host = store_host
-            try:
-                heads.append(prepare(msg))
-            except RecordError:
-                return False
-            if msg.size > max_record:
-                return False
-            nexts[key] = qoff + 1
         try:
             self.commit_log.append_batch(messages, heads)
         except OSError as exc:
@@ -428,6 +415,40 @@ class MessageStore:
             self.on_append()
         self.dispatch_confirmed()
         return True
+
+    def _plan_plain_run(self, messages: list[StoredMessage], nexts: dict[tuple[str, int], int],
+                        now: int) -> list[bytes] | None:
+        """``append_plain_run``'s plan of a run, the reference for the compiled ``plan_run``: each message's queue
+        offset (``nexts[key]`` moved past it), store time and host when it has none, record head and size; None
+        when ``put`` would refuse one of them (nothing of the store is changed; ``nexts`` starts empty)."""
+        nexts.clear()
+        config = self.config
+        max_body = config.max_message_size
+        max_record = self.commit_log.max_record_size
+        store_host = config.store_host
+        queue_next = self.queue_next
+        heads: list[bytes] = []
+        prepare = record.prepare
+        for msg in messages:
+            if len(msg.body) > max_body:
+                return None
+            key = (msg.topic, msg.queue_id)
+            qoff = nexts.get(key)
+            if qoff is None:
+                qoff = queue_next.get(key, 0)
+            msg.queue_offset = qoff
+            if not msg.store_timestamp:
+                msg.store_timestamp = now
+            if not msg.store_host:
+                msg.store_host = store_host
+            try:
+                heads.append(prepare(msg))
+            except RecordError:
+                return None
+            if msg.size > max_record:
+                return None
+            nexts[key] = qoff + 1
+        return heads
 
     def prepare(self, msg: StoredMessage, cursor: int) -> bytes:
         """Encode ``msg`` for a replicated log whose end will be ``cursor`` (a Raft leader's proposal).

@@ -126,6 +126,12 @@ _PREFIX_CACHE: dict[tuple[str, str, str], bytes] = {}
 _PREFIX_CACHE_MAX = 4096
 
 
+def prefix_cache() -> dict[tuple[str, str, str], bytes]:
+    """The cache ``prepare`` reads record prefixes from (the compiled plan of a run looks them up in it too:
+    broker/fastpath.c ``plan_run``); a prefix not in it yet sends that run to ``prepare``, which adds it."""
+    return _PREFIX_CACHE
+
+
 def _prefix(born_host: str, store_host: str, topic: str) -> bytes:
     key = (born_host, store_host, topic)
     got = _PREFIX_CACHE.get(key)
