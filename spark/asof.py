@@ -31,7 +31,7 @@ automatically) and the small table of distinct keys reaches the driver.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 MIN_BUCKET = 256
@@ -112,6 +112,83 @@ def asof_interval(
         F.col(offset_col) < F.col("hi"),
     ]
     return msgs.join(intervals, on=cond, how="left").select(*left.columns, F.col("asof_ts").alias(out_col))
+
+
+def _null_safe(left_cols: list[str], right_prefix: str) -> list[Column]:
+    return [F.col(k).eqNullSafe(F.col(f"{right_prefix}{k}")) for k in left_cols]
+
+
+def asof_members(
+    left: DataFrame, acks: DataFrame, keys: list[str], member: str, offset_col: str, out_col: str,
+    bucket: int | None = None, broadcast_limit: int | None = None,
+) -> DataFrame:
+    """``left`` with ``out_col``: for every ``member`` that acked in the row's ``keys``, the min ack ``ts``
+    of that member over its acks with ``offset > left.offset_col``, as one array per row.
+
+    The array holds ``struct(member, ts)`` sorted by member, ``ts`` null for a member with no ack past
+    the offset; it is null when the row's keys have no acks at all or its offset is null (a copy that
+    was not stored).  The same answers as :func:`asof_interval` with ``member`` among the keys, one row
+    per left row instead of one per (row, member): the model's join of every stored copy with every
+    replica of its (broker group, generation) made 2.66M rows of 1M messages, each then aggregated back
+    per copy (docs/ANALYTICS.md, "Session 21").
+
+    How: the members' ack offsets together cut each key's offset line into intervals
+    ``[previous offset, offset)``; in each, member ``i``'s answer is its suffix minimum at the upper
+    bound (no offset of any member lies inside), taken by one running minimum per member slot over the
+    acks of the key in descending offset (a key has a handful of members: replicas and the quorum).
+    Equal offsets are peers of a range frame, so every row of one offset sees the same minima.  The
+    intervals are then joined like :func:`asof_interval`'s: exploded into offset buckets, broadcast
+    up to ``broadcast_limit`` distinct acks (the left rows keep their partitioning and order), else a
+    shuffled hash join.  Rows above every offset of their key find no interval and get their key's
+    members with null times (a second, tiny broadcast table: the member names per key).
+    """
+    acks = acks.groupBy(*keys, member, "offset").agg(F.min("ts").alias("ts"))
+    bounds = acks.select(*keys, "offset").distinct()
+    if bucket is None:
+        bucket = choose_bucket(bounds, keys)
+    broadcast = broadcast_limit is not None and acks.count() <= broadcast_limit
+    slots = acks.select(*keys, member).distinct().withColumn(
+        "__slot", F.row_number().over(Window.partitionBy(*keys).orderBy(member)))
+    width_row = slots.agg(F.max("__slot").alias("n")).first()
+    width = int(width_row["n"]) if width_row and width_row["n"] else 0
+    names = slots.groupBy(*keys).agg(F.array_sort(F.collect_list(member)).alias("__names")).select(
+        *[F.col(k).alias(f"__n_{k}") for k in keys], "__names")
+    slotted = acks.join(
+        F.broadcast(slots.select(*[F.col(k).alias(f"__s_{k}") for k in keys], F.col(member).alias("__s_m"),
+                                 "__slot")),
+        on=[*_null_safe(keys, "__s_"), F.col(member) == F.col("__s_m")], how="inner",
+    )
+    desc = Window.partitionBy(*keys).orderBy(F.col("offset").desc())
+    upto = desc.rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    minima = [F.min(F.when(F.col("__slot") == i, F.col("ts"))).over(upto).alias(f"__t{i}") for i in
+              range(1, width + 1)]
+    per_offset = slotted.select(*keys, "offset", *minima).dropDuplicates([*keys, "offset"])
+    intervals = per_offset.select(
+        *keys, F.col("offset").alias("hi"), F.lead("offset").over(desc).alias("lo"),
+        F.array(*[F.col(f"__t{i}") for i in range(1, width + 1)]).alias("__times"),
+    )
+    floors = left.groupBy(*keys).agg(F.min(offset_col).alias("floor")).select(
+        *[F.col(k).alias(f"__f_{k}") for k in keys], "floor")
+    intervals = (
+        intervals.join(floors, on=_null_safe(keys, "__f_"), how="left")
+        .withColumn("lo", F.coalesce("lo", F.least("floor", "hi")))
+        .where(F.col("lo") < F.col("hi"))
+        .join(F.broadcast(names), on=_null_safe(keys, "__n_"), how="inner")
+        .withColumn("bucket",
+                    F.explode(F.sequence(F.floor(F.col("lo") / bucket), F.floor((F.col("hi") - 1) / bucket))))
+        .select(*[F.col(k).alias(f"__i_{k}") for k in keys], "lo", "hi", "bucket",
+                # slot i of a key is its i-th member by name, as in __names
+                F.transform("__names", lambda n, i: F.struct(n.alias(member), F.get(F.col("__times"), i).alias("ts")))
+                .alias("__asof"))
+        .hint("broadcast" if broadcast else "shuffle_hash")
+    )
+    msgs = left.withColumn("__bucket", F.floor(F.col(offset_col) / bucket)).join(
+        F.broadcast(names), on=_null_safe(keys, "__n_"), how="left")
+    cond = [*_null_safe(keys, "__i_"), F.col("__bucket") == F.col("bucket"),
+            F.col("lo") <= F.col(offset_col), F.col(offset_col) < F.col("hi")]
+    unacked = F.transform("__names", lambda n: F.struct(n.alias(member), F.lit(None).cast("long").alias("ts")))
+    answer = F.when(F.col(offset_col).isNotNull(), F.coalesce(F.col("__asof"), unacked))
+    return msgs.join(intervals, on=cond, how="left").select(*left.columns, answer.alias(out_col))
 
 
 def key_ids(acks: DataFrame, keys: list[str]) -> DataFrame:

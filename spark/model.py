@@ -39,7 +39,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from rocketscope.names import DLQ_PREFIX
-from rocketscope.spark.asof import BROADCAST_ACKS, asof_join
+from rocketscope.spark.asof import BROADCAST_ACKS, asof_join, asof_members
 from rocketscope.spark.decode import DEFAULT_DECODER, decode_events, decode_trace
 from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 
@@ -262,26 +262,33 @@ class Model:
 
     @property
     def copies(self) -> DataFrame:
-        """:attr:`pubs` with the quorum commit time and the replicas' acks of each copy.
+        """:attr:`pubs` with ``acks``, every replica's ack of each copy, and the quorum commit time.
 
-        ``replicas`` is the sorted array of (replica, ack_ts, latency_ms) the timeline
-        shows; both come from one aggregate of :attr:`replication` per copy, brought back
-        to the message partitioning, so the join with :attr:`pubs` shuffles neither side.
+        ``acks`` is the array of (replica, ts) over the replicas of the copy's (broker group, generation),
+        the quorum commit as ``__quorum__``, sorted by replica; null for a copy that was not stored or
+        whose group and generation nobody acked.  With the interval as-of join (the default) it is one
+        join of the copies themselves (:func:`~rocketscope.spark.asof.asof_members`): one row per copy,
+        no aggregate.  Until session 21 every stored copy was joined once per replica (2.66M rows at 1M
+        messages, cached as :attr:`replication`) and aggregated back per copy; the window method still
+        does that.  The intervals are broadcast up to ``BROADCAST_ACKS`` distinct acks, so the rows keep
+        :attr:`pubs`' partitioning and order and the explicit partitioning and sort below plan nothing
+        (tests/test_spark_jobs.py pins it); above the limit they bring the rows back to them.
         """
         if "copies" in self._cache:
             return self._cache["copies"]
-        rep = self._sorted(self.by_message(self.replication), COPY_KEY).groupBy(*COPY_KEY).agg(
-            F.max(F.when(F.col("replica") == QUORUM, F.col("ack_ts"))).alias("committed_ts"),
-            F.array_sort(F.collect_list(F.when(F.col("replica") != QUORUM, F.struct(
-                F.col("replica"),
-                F.timestamp_millis(F.col("ack_ts")).alias("ack_ts"),
-                (F.col("ack_ts") - F.col("born_ts")).alias("latency_ms"),
-            )))).alias("replicas"),
-        )
-        # Both sides sorted by the copy key (pubs cached so, rep a sort aggregate over sorted rows): a
-        # sort-merge join with no sort, whose output keeps the order :attr:`messages` aggregates by.
-        copies = self.pubs.join(rep, on=COPY_KEY, how="left")
-        return self._keep("copies", copies)
+        if self.asof_method == "interval":
+            stored = F.col("success") & F.col("phys_offset").isNotNull() & F.col("broker_group").isNotNull()
+            left = self.pubs.withColumn("__offset", F.when(stored, F.col("phys_offset")))
+            joined = asof_members(left, self.acks, ["broker_group", "gen"], "replica", "__offset", "acks",
+                                  bucket=self.bucket, broadcast_limit=BROADCAST_ACKS).drop("__offset")
+            copies = self._sorted(self.by_message(joined), COPY_KEY)
+        else:
+            rep = self._sorted(self.by_message(self.replication), COPY_KEY).groupBy(*COPY_KEY).agg(
+                F.array_sort(F.collect_list(F.struct("replica", F.col("ack_ts").alias("ts")))).alias("acks"))
+            # both sides sorted by the copy key: a sort-merge join with no sort
+            copies = self.pubs.join(rep, on=COPY_KEY, how="left")
+        committed = F.array_max(F.transform(F.filter("acks", lambda a: a["replica"] == QUORUM), lambda a: a["ts"]))
+        return self._keep("copies", copies.withColumn("committed_ts", committed))
 
     @property
     def stored_copies(self) -> DataFrame:
@@ -305,7 +312,17 @@ class Model:
 
     @property
     def replication(self) -> DataFrame:
-        """One row per (stored copy, replica of its group and generation) with ``ack_ts`` (null: never acked)."""
+        """One row per (stored copy, replica of its group and generation) with ``ack_ts`` (null: never acked).
+
+        With the interval method, :attr:`copies`' ``acks`` exploded (not cached: replication_latency
+        is its one reader); with the window method, the per-replica as-of join that :attr:`copies`
+        aggregates.
+        """
+        columns = ["broker_group", "gen", MSG_KEY, "msg_id", "topic", "born_ts", "stored_ts", "store_host",
+                   "phys_offset"]
+        if self.asof_method == "interval":
+            return self.copies.select(*columns, F.explode("acks").alias("a")).select(
+                *columns, F.col("a.replica").alias("replica"), F.col("a.ts").alias("ack_ts"))
         if "replication" in self._cache:
             return self._cache["replication"]
         acks = self.acks
@@ -450,7 +467,7 @@ class Model:
             (~live).alias("o1"), (~F.col("success")).alias("o2"), F.col("stored_ts").alias("o3"),
             F.col("store_host").alias("o4"),
             *[F.col(c) for c in ("topic", "producer_group", "keys", "broker_group", "ha_mode", "gen", "born_ts",
-                                 "phys_offset", "success", "stored_ts", "committed_ts", "replicas")],
+                                 "phys_offset", "success", "stored_ts", "committed_ts", "acks")],
         )).alias("eff")
         flags = self.copies.groupBy(MSG_KEY, "msg_id").agg(
             eff,
@@ -467,7 +484,12 @@ class Model:
             F.when(F.col("eff.success"), F.col("eff.stored_ts")).alias("stored_ts"),
             F.col("eff.o4").alias("store_host"), "eff.broker_group", "eff.ha_mode", "eff.gen",
             F.col("eff.born_ts").alias("eff_born_ts"),
-            "eff.phys_offset", "eff.success", "eff.committed_ts", "eff.replicas",
+            "eff.phys_offset", "eff.success", "eff.committed_ts",
+            # the effective copy's followers (the quorum is committed_ts), as (replica, ack time, latency)
+            F.transform(F.filter("eff.acks", lambda a: a["replica"] != QUORUM), lambda a: F.struct(
+                a["replica"].alias("replica"), F.timestamp_millis(a["ts"]).alias("ack_ts"),
+                (a["ts"] - F.col("eff.born_ts")).alias("latency_ms"),
+            )).alias("replicas"),
             "send_attempts", "failed_sends", "truncated_copies",
             ((F.col("truncated_copies") > 0) & (F.col("last_live_ts") > F.col("first_truncated_ts"))).alias("resent"),
             ((F.col("truncated_copies") > 0) & F.col("last_live_ts").isNull()).alias("lost"),

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from rocketscope.spark.asof import asof_join, choose_bucket
+from rocketscope.spark.asof import asof_join, asof_members, choose_bucket
 from rocketscope.spark.plans import describe, shuffles
 
 pytestmark = pytest.mark.e2e
@@ -82,3 +82,38 @@ def test_choose_bucket_is_a_power_of_two_near_the_mean_interval(spark) -> None: 
     acks = spark.createDataFrame([("a", 1, "r1", o) for o in range(0, 100_000, 1_000)],
                                  "grp string, gen long, replica string, offset long")
     assert choose_bucket(acks, KEYS) == 1_024
+
+
+@pytest.mark.parametrize("bucket,broadcast_limit", [(256, 1_000), (None, None)])
+def test_asof_members_gives_every_member_per_row_as_brute_force(spark, bucket: int | None,  # type: ignore[no-untyped-def]
+                                                               broadcast_limit: int | None) -> None:
+    """One row per message carrying every member of its key: the per-member answers of the brute force.
+
+    The same cases with the replica moved out of the message's keys (a message of (grp, gen) is answered
+    for every replica that acked in (grp, gen)), plus a message with no offset (not stored: null) and a
+    message exactly at an offset another member acked (member offsets interleave).
+    """
+    msgs, acks = cases()
+    rows = [(m, g, e, o) for (m, g, e, _, o) in msgs] + [("unstored", "a", 1, None), ("at-r2", "c", 1, None)]
+    c_r2 = sorted(o for (g, _e, r, o, _t) in acks if g == "c" and r == "r2")
+    rows[-1] = ("at-r2", "c", 1, c_r2[len(c_r2) // 2])
+    left = spark.createDataFrame(rows, "msg_id string, grp string, gen long, offset long")
+    right = spark.createDataFrame(acks, "grp string, gen long, replica string, offset long, ts long")
+    joined = asof_members(left, right, ["grp", "gen"], "replica", "offset", "acks", bucket=bucket,
+                          broadcast_limit=broadcast_limit)
+    moved = shuffles(joined)
+    assert (not moved) == (broadcast_limit == 1_000), describe(moved)
+    assert joined.columns == [*left.columns, "acks"]
+    got = {r["msg_id"]: r["acks"] for r in joined.collect()}
+    members: dict[tuple, set[str]] = {}
+    for g, e, r, _o, _t in acks:
+        members.setdefault((g, e), set()).add(r)
+    for msg_id, g, e, offset in rows:
+        if offset is None or (g, e) not in members:
+            assert got[msg_id] is None, msg_id
+            continue
+        expected = [(r, brute_force([(msg_id, g, e, r, offset)], acks)[msg_id]) for r in sorted(members[(g, e)])]
+        assert [(a["replica"], a["ts"]) for a in got[msg_id]] == expected, msg_id
+    assert got["noacks"] is None and got["unstored"] is None
+    assert [a["ts"] for a in got["exact"]] == [2_000] and [a["ts"] for a in got["last"]] == [None]
+    assert {a["replica"] for a in got["m0"]} == {"r1", "r2"}
