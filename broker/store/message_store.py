@@ -344,18 +344,23 @@ class MessageStore:
                 if r.status is PutStatus.PUT_OK:
                     r.status, r.message, r.reason = PutStatus.SERVICE_NOT_AVAILABLE, None, f"disk error: {exc}"
             return results
-        queue_next.update(nexts)
-        self._pending.extend(ok)
+        self._appended(ok, nexts)
+        return results
+
+    def _appended(self, messages: list[StoredMessage], nexts: dict[tuple[str, int], int]) -> None:
+        """What follows a successful append of ``messages``: their queues' next offsets, the messages pending
+        dispatch, and the hooks told (``on_data`` with the end of the last data record, HA events not counted)."""
+        self.queue_next.update(nexts)
+        self._pending.extend(messages)
         if self.on_data is not None:
             data_end = 0
-            for msg in ok:
+            for msg in messages:
                 if msg.topic != HA_EVENTS_TOPIC:
                     data_end = msg.physical_offset + msg.size
             if data_end:
                 self.on_data(data_end)
         if self.on_append is not None:
             self.on_append()
-        return results
 
     @property
     def takes_plain_runs(self) -> bool:
@@ -402,17 +407,7 @@ class MessageStore:
         except OSError as exc:
             log.error("commit log append failed: %s", exc)
             return False  # nothing of the run stays in the log: ``put`` tries again and reports the failure
-        queue_next.update(nexts)
-        self._pending.extend(messages)
-        if self.on_data is not None:
-            data_end = 0
-            for msg in messages:
-                if msg.topic != HA_EVENTS_TOPIC:
-                    data_end = msg.physical_offset + msg.size
-            if data_end:
-                self.on_data(data_end)
-        if self.on_append is not None:
-            self.on_append()
+        self._appended(messages, nexts)
         self.dispatch_confirmed()
         return True
 
