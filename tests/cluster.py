@@ -281,11 +281,19 @@ STABLE_LEADER_S = 1.5
 
 
 def leader_held(nodes: list[BrokerNode], seconds: float) -> bool:
-    """The members' logs' last leadership line is a "leader of term" at least ``seconds`` old."""
-    import datetime
+    """The member that logged "leader of term T" for the highest T still leads (its last leadership line is that
+    one) and has for at least ``seconds``.
 
-    last: tuple[datetime.datetime, bool] | None = None
+    By term, not by the newest line across members: a deposed leader may log "no longer leader" a few
+    milliseconds after its successor logged "leader of term" (seen in CI: n0 led term 2 for a minute while
+    n1's later "no longer leader" line kept the old check false); a killed leader never logs that line at all."""
+    import datetime
+    import re
+
+    best: tuple[int, datetime.datetime, bool] | None = None  # (term, since, still its last leadership line)
     for n in nodes:
+        mine: tuple[int, datetime.datetime] | None = None
+        still = False
         for line in n.proc.log_path.read_text(errors="replace").splitlines():
             if "dledger.node: dledger" not in line or not (": leader of term" in line or "no longer leader" in line):
                 continue
@@ -293,9 +301,14 @@ def leader_held(nodes: list[BrokerNode], seconds: float) -> bool:
                 at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
             except ValueError:
                 continue
-            if last is None or at >= last[0]:
-                last = (at, ": leader of term" in line)
-    return last is not None and last[1] and (datetime.datetime.now() - last[0]).total_seconds() >= seconds
+            m = re.search(r": leader of term (\d+)", line)
+            if m:
+                mine, still = (int(m.group(1)), at), True
+            else:
+                still = False
+        if mine is not None and (best is None or mine[0] > best[0]):
+            best = (mine[0], mine[1], still)
+    return best is not None and best[2] and (datetime.datetime.now() - best[1]).total_seconds() >= seconds
 
 
 def endpoints_of(nodes: list[BrokerNode]) -> str:
