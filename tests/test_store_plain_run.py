@@ -14,29 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_fastpath_equivalence import pure_python
 
-from rocketscope.broker.store import commitlog, index, message_store, record
+from rocketscope.broker import speedups
+from rocketscope.broker.store import message_store, record
 from rocketscope.broker.store.message_store import MessageStore, StoreConfig
 from rocketscope.broker.store.record import StoredMessage
 
-MODULES = (record, commitlog, index, message_store)
 
-
-@contextlib.contextmanager
-def _pure_python(on: bool) -> Iterator[None]:
-    saved = [m._C for m in MODULES]  # type: ignore[attr-defined]
-    if on:
-        for m in MODULES:
-            m._C = None  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for m, c in zip(MODULES, saved, strict=True):
-            m._C = c  # type: ignore[attr-defined]
+def _pure_python(on: bool) -> contextlib.AbstractContextManager[None]:
+    """The Python reference of every store module (test_fastpath_equivalence's switch) when ``on``."""
+    return pure_python() if on else contextlib.nullcontext()
 
 
 def _messages(n: int, start: int = 0) -> list[StoredMessage]:
@@ -171,7 +162,7 @@ def test_the_compiled_plan_takes_the_common_case_and_plans_as_python_does(tmp_pa
     over the limit and properties the compiled head does not take."""
     C = message_store._C
     if C is None:
-        pytest.skip("the compiled module is not loaded")
+        pytest.skip(f"{speedups.PURE_ENV} is set: the compiled module is not loaded")
     store = _store(tmp_path)
     try:
         store.queue_next[("T2", 1)] = 41
@@ -216,7 +207,7 @@ def test_the_compiled_plan_hands_back_any_odd_field_without_raising(tmp_path: Pa
     Python plan does; it never raises and never crashes the process."""
     C = message_store._C
     if C is None:
-        pytest.skip("the compiled module is not loaded")
+        pytest.skip(f"{speedups.PURE_ENV} is set: the compiled module is not loaded")
     store = _store(tmp_path)
     try:
         cfg = store.config
