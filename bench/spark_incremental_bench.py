@@ -70,7 +70,7 @@ def main() -> None:
     timeline = spark.read.parquet(str(work / "message_timeline"))
     report["messages_new"] = round(messages * len(new) / (len(old) + len(new)))
     report["timeline_rows"] = timeline.count()
-    slot_start_ms = F.unix_date(F.col("date").cast("date")) * 86_400_000 + F.col("slot") * 60_000
+    slot_start_ms = F.unix_date(F.col("date").cast("date")).cast("long") * 86_400_000 + F.col("slot") * 60_000
     report["timeline_rows_recomputed"] = (timeline.where(slot_start_ms >= from_ms).count()
                                           if from_ms is not None else None)
     report["runs"] = runs
