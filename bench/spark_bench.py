@@ -191,8 +191,9 @@ def compare_tables(spark_out: Path, duck_out: Path, names: Any) -> dict[str, int
     """Rows that differ between Spark's and DuckDB's tables (EXCEPT ALL both ways), per table.
 
     Every column but the percentiles (:data:`APPROXIMATE`) must be equal, nested arrays
-    included.  Spark writes timestamps as INT96 (read as plain TIMESTAMP, UTC values) and DuckDB
-    as UTC-adjusted instants, so Spark's columns are cast to DuckDB's types, in UTC.
+    included.  Both write timestamps as UTC-adjusted instants (spark/session.py ``TABLE_CONF``); Spark's
+    columns are still cast to DuckDB's types, in UTC, so tables an older Spark wrote (INT96, read as
+    plain TIMESTAMP) compare too.
     """
     import duckdb
 

@@ -17,8 +17,8 @@ each created once as tables of the connection's database (in memory unless the c
 connection is a file; DuckDB evicts them to its temporary directory under a memory
 limit), as the Spark model persists its shared tables once per run; each job is one
 query over them, materialised and written as Parquet partitioned by ``date`` with the
-same columns and types as the Spark job's table (timestamps as UTC-adjusted instants,
-where Spark writes INT96).
+same columns and types as the Spark job's table (timestamps as UTC-adjusted instants, as
+Spark writes them too: spark/session.py ``TABLE_CONF``).
 
 Where DuckDB differs from the Spark code, and why:
 

@@ -45,9 +45,10 @@ def spark() -> Iterator[object]:
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    from rocketscope.spark.session import jar_conf
+    from rocketscope.spark.session import TABLE_CONF, jar_conf
 
-    for key, value in jar_conf().items():  # the JVM trace decoder (spark/jvm), when `make` built it
+    # how the jobs write their tables, and the JVM trace decoder (spark/jvm) when `make` built it
+    for key, value in {**TABLE_CONF, **jar_conf()}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     try:
