@@ -90,6 +90,7 @@ from common import (  # noqa: E402
     machine_info,
     nats_jetstream,
     proc_cpu_s,
+    py_spy,
     scratch_dir,
     start_profile,
     summarise_profile,
@@ -569,6 +570,8 @@ def main() -> None:
                     "(after --settle), instead of the rows")
     ap.add_argument("--settle", type=float, default=10.0, help="seconds between a setup's start and an --idle reading")
     args = ap.parse_args()
+    if args.profile and py_spy() is None:  # else every row would run and no profile be written, silently
+        ap.error("--profile needs py-spy: .venv/bin/pip install py-spy (a benchmark tool, not a project dependency)")
     if args.idle:
         idle_main(args)
         return
