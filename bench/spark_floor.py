@@ -6,7 +6,7 @@ whole run.  Whatever the joins and aggregates cost, a run must read the input, d
 every trace body, move every record to its message's partition once (the jobs join per
 message) and write ``message_timeline`` (one nested row per message: most of the output
 bytes).  This script measures those steps alone, in one JVM, in CPU seconds of the driver
-JVM (``/proc/<pid>/stat``; wall time on this shared machine says little), so the closing
+JVM (bench/spark_bench.py ``CpuClock``; wall time on this shared machine says little), so the closing
 figures can say how much of the budget is left for everything else:
 
 ========================  =========================================================================
@@ -33,11 +33,15 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from spark_bench import CpuClock
 
 
 def main() -> None:
@@ -52,23 +56,17 @@ def main() -> None:
 
     from pyspark.sql import functions as F
 
-    from rocketscope.spark.decode import decode_trace, effective_decoder
-    from rocketscope.spark.model import MSG_KEY, Model
+    from rocketscope.spark.decode import DEFAULT_DECODER, decode_trace, effective_decoder
+    from rocketscope.spark.model import MSG_KEY
     from rocketscope.spark.schema import ROW_SCHEMA
     from rocketscope.spark.session import get_session
 
     spark = get_session("local[2]", app_name="rocketscope-floor", driver_memory=args.driver_memory,
                         shuffle_partitions=args.partitions)
     spark.sparkContext.setLogLevel("ERROR")
-    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def jvm_cpu() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick
-
+    cpu = CpuClock(spark)
     rows = spark.read.schema(ROW_SCHEMA).parquet(str(args.data / "trace"), str(args.data / "ha"))
-    decoder = Model(spark, rows).decoder
+    decoder = DEFAULT_DECODER  # the model's default
     used = effective_decoder(spark, decoder)
     messages = json.loads((args.data / "_SUCCESS.json").read_text()).get("messages") \
         if (args.data / "_SUCCESS.json").exists() else None
@@ -95,9 +93,10 @@ def main() -> None:
     for n in range(1, args.passes + 1):
         figures: dict[str, dict[str, float]] = {}
         for name, run in steps.items():
-            wall, before = time.monotonic(), jvm_cpu()
+            wall = time.monotonic()
+            cpu.start()
             run(n)
-            figures[name] = {"jvm_cpu_s": round(jvm_cpu() - before, 2), "wall_s": round(time.monotonic() - wall, 2)}
+            figures[name] = {"jvm_cpu_s": cpu.seconds(), "wall_s": round(time.monotonic() - wall, 2)}
             print(f"pass {n} {name}: {figures[name]}", flush=True)
         write_only = figures["timeline write"]["jvm_cpu_s"] - figures["timeline read"]["jvm_cpu_s"]
         floor = figures["decode+shuffle"]["jvm_cpu_s"] + figures["timeline write"]["jvm_cpu_s"]

@@ -10,7 +10,6 @@ comparison, the dashboards).
 from __future__ import annotations
 
 import datetime as dt
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +94,7 @@ def test_a_table_an_int96_writer_began_reads_back_whole(spark: Any, tmp_path: Pa
 def test_the_dashboards_reader_gets_aware_utc_times(spark: Any, tmp_path: Path) -> None:
     """dashboards/sources.py ``analytics_tables`` reads two tables with pandas: their times are now aware UTC
     values, as the dashboards' own fixtures are (INT96 gave naive ones)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dashboards"))
-    import sources
+    from rocketscope.dashboards import sources
 
     for name in ("replication_latency", "failover_impact"):
         write_table(frame(spark, INSTANTS), tmp_path, name)
