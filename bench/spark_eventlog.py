@@ -33,6 +33,7 @@ def summarize(path: Path, cores: int = 2) -> list[dict[str, Any]]:
     jobs: dict[int, dict[str, Any]] = {}
     stage_job: dict[int, int] = {}
     stage_info: dict[int, dict[str, Any]] = defaultdict(lambda: defaultdict(float))
+    operators: dict[int, str] = {}
     for line in read_log(path).splitlines():
         ev = json.loads(line)
         kind = ev.get("Event")
@@ -50,6 +51,7 @@ def summarize(path: Path, cores: int = 2) -> list[dict[str, Any]]:
             st = stage_info[info["Stage ID"]]
             st["ran"] = 1
             st["tasks"] = info["Number of Tasks"]
+            operators[info["Stage ID"]] = stage_operators(info)
         elif kind == "SparkListenerTaskEnd":
             st = stage_info[ev["Stage ID"]]
             m = ev.get("Task Metrics") or {}
@@ -71,11 +73,28 @@ def summarize(path: Path, cores: int = 2) -> list[dict[str, Any]]:
                  ("run_ms", "cpu_ms", "deser_ms", "gc_ms", "shuffle_write_mb", "shuffle_read_mb", "input_mb",
                   "output_mb", "spill_mb")}
         wall = job.get("end", job["start"]) - job["start"]
-        out.append({"job": job["job"], "what": job["what"][:60], "stages_ran": len(ran),
+        per_stage = [{"stage": s, "cpu_ms": round(stage_info[s]["cpu_ms"]), "tasks": int(stage_info[s]["tasks"]),
+                      "shuffle_write_mb": round(stage_info[s]["shuffle_write_mb"], 1),
+                      "operators": operators.get(s, "")} for s in job["stages"] if stage_info[s].get("ran")]
+        out.append({"job": job["job"], "what": job["what"][:60], "stages_ran": len(ran), "per_stage": per_stage,
                     "stages_skipped": len(job["stages"]) - len(ran),
                     "tasks": int(sum(s.get("tasks", 0) for s in ran)), "wall_ms": wall,
                     "outside_tasks_ms": round(max(0.0, wall - total["run_ms"] / cores)), **total})
     return out
+
+
+def stage_operators(info: dict[str, Any]) -> str:
+    """The operators a stage ran, from its RDDs' scopes (``Exchange``, ``SortAggregate``, ``InMemoryTableScan``...),
+    in the order Spark lists them, without the ``WholeStageCodegen (n)`` wrappers."""
+    names: list[str] = []
+    for rdd in info.get("RDD Info", []):
+        try:
+            name = str(json.loads(rdd.get("Scope") or "{}").get("name") or "")
+        except ValueError:
+            continue
+        if name and not name.startswith("WholeStageCodegen") and name not in names:
+            names.append(name)
+    return ", ".join(names)
 
 
 def main() -> None:
@@ -83,6 +102,8 @@ def main() -> None:
     parser.add_argument("log", type=Path)
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--stages", action="store_true",
+                        help="also one line per stage that ran: its tasks' CPU and the operators in it")
     args = parser.parse_args()
     rows = summarize(args.log, args.cores)
     cols = ["job", "stages_ran", "stages_skipped", "tasks", "wall_ms", "run_ms", "cpu_ms", "outside_tasks_ms",
@@ -90,6 +111,10 @@ def main() -> None:
     print("\t".join(cols))
     for r in rows:
         print("\t".join(str(r[c]) for c in cols))
+        if args.stages:
+            for st in sorted(r["per_stage"], key=lambda st: -st["cpu_ms"]):
+                print(f"    stage {st['stage']}: cpu {st['cpu_ms']} ms, {st['tasks']} tasks, shuffle out "
+                      f"{st['shuffle_write_mb']} MB: {st['operators'][:150]}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
 

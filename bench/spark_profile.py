@@ -106,6 +106,18 @@ def main() -> None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
 
+    def thread_cpu() -> collections.Counter[str]:
+        """CPU seconds so far of the driver JVM's threads, summed by name (digits folded: ``GC Thread#N``)."""
+        by_name: collections.Counter[str] = collections.Counter()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                comm = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            by_name[re.sub(r"[0-9]+", "N", comm)] += (int(fields[11]) + int(fields[12])) / tick
+        return by_name
+
     load_start = os.getloadavg()
     print(f"load average at start: {load_start}; conf {conf}", flush=True)
     report: dict[str, Any] = {"data": str(args.data), "conf": conf, "partitions": args.partitions,
@@ -116,6 +128,8 @@ def main() -> None:
         steps: dict[str, dict[str, float]] = {}
 
         def step(name: str, fn: Any) -> None:
+            # the job description names the step in an event log (bench/spark_eventlog.py)
+            spark.sparkContext.setJobDescription(f"pass {n} {name}")
             wall, before, py_before, cg = time.monotonic(), cpu(), py_cpu(), codegen_counts(jvm)
             value = fn()
             steps[name] = {"wall_s": round(time.monotonic() - wall, 1), "jvm_cpu_s": round(cpu() - before, 1),
@@ -123,7 +137,7 @@ def main() -> None:
                            "janino_classes": codegen_counts(jvm)["compilations"] - cg["compilations"]}
             print(f"pass {n} {name}: {steps[name]} -> {value}", flush=True)
 
-        pass_wall, pass_cpu = time.monotonic(), cpu()
+        pass_wall, pass_cpu, pass_threads = time.monotonic(), cpu(), thread_cpu()
         rows = spark.read.schema(ROW_SCHEMA).parquet(str(args.data / "trace"), str(args.data / "ha"))
         options: dict[str, Any] = {}
         if args.storage_level:
@@ -143,10 +157,14 @@ def main() -> None:
             step(f"job {name}", lambda b=build, j=name: write_table(b(model), out_dir / f"pass-{n}", j))
         model.unpersist()
         total = cpu() - pass_cpu
+        threads = thread_cpu()
+        threads.subtract(pass_threads)
+        # threads that ended during the pass drop out of the sum: their CPU shows only in the pass total
+        busiest = {name: round(sec, 1) for name, sec in threads.most_common(6) if sec >= 0.1}
         print(f"pass {n}: {total:.1f} s CPU of the driver JVM, {time.monotonic() - pass_wall:.1f} s wall; "
-              f"load average {os.getloadavg()}", flush=True)
+              f"load average {os.getloadavg()}; by thread {busiest}", flush=True)
         return {"pass": n, "decoder": options.get("decoder", "model default"), "steps": steps,
-                "jvm_cpu_s": round(total, 1),
+                "jvm_cpu_s": round(total, 1), "threads_cpu_s": busiest,
                 "wall_s": round(time.monotonic() - pass_wall, 1), "load_end": os.getloadavg()}
 
     for n in range(1, args.passes + 1):
@@ -158,14 +176,7 @@ def main() -> None:
         hist = getattr(metrics, metric)()
         snap = hist.getSnapshot()
         print(f"codegen {label}: count {hist.getCount()}, mean {snap.getMean():.0f}, max {snap.getMax()}")
-    by_thread: collections.Counter[str] = collections.Counter()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            comm = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        by_thread[re.sub(r"[0-9]+", "N", comm)] += (int(fields[11]) + int(fields[12])) / tick
+    by_thread = thread_cpu()
     for name, seconds in by_thread.most_common(8):
         print(f"thread {name}: {seconds:.1f} s CPU (whole JVM life)")
     report["threads_cpu_s"] = {k: round(v, 1) for k, v in by_thread.most_common(8)}

@@ -22,6 +22,18 @@ tasks 56 s), but 20k (99 -> 100) and 1M (438 -> 435) unchanged within the noise
 (docs/ANALYTICS.md, "Results", session 10).  Code that runs over millions of rows still
 reaches C2."""
 
+LOCAL_GC_JAVA_OPTIONS = "-XX:+UseParallelGC"
+"""The throughput collector for a local driver JVM instead of the JVM's default G1.  A pipeline run is a
+batch job: no one waits on a pause, and G1's write barriers and concurrent marking cost CPU in every
+task thread.  At 1M messages, two alternated pairs of two passes each in one JVM (bench/spark_profile.py
+``--passes 2 --conf spark.driver.extraJavaOptions=...``, 23:24-23:40 UTC on 2026-11-28): warm pass
+76.7 / 84.3 -> 70.7 / 71.2 JVM CPU s (the tasks 52.7 / 55.6 -> 48.6 / 49.2, the JIT 13.0 / 14.1 ->
+10.5 / 10.9), cold 137.0 / 146.4 -> 129.5 / 121.4 (docs/ANALYTICS.md, "Session 23").  The heap limit
+and Spark's memory accounting are the same with either collector."""
+
+LOCAL_JAVA_OPTIONS = f"{LOCAL_JIT_JAVA_OPTIONS} {LOCAL_GC_JAVA_OPTIONS}"
+"""What a local driver JVM started by :func:`get_session` gets (its JIT thresholds and its collector)."""
+
 TABLE_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 """How the jobs' Parquet tables are written, in every session that writes them (``get_session``, the
 tests' session).  Timestamps as Parquet's TIMESTAMP(MICROS, UTC-adjusted) instead of Spark's default
@@ -111,8 +123,8 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
     cluster), but much slower on millions of records, so it is off by default.  In local mode the shuffle partitions
     default to twice the cores: Spark's 200 cost seconds of task overhead per stage here, and
     the input is read in at least :data:`INPUT_SPLITS_PER_CORE` splits per core.
-    A local driver JVM gets :data:`LOCAL_JIT_JAVA_OPTIONS` (fewer C2 compilations of
-    generated code that runs briefly).
+    A local driver JVM gets :data:`LOCAL_JAVA_OPTIONS` (fewer C2 compilations of
+    generated code that runs briefly; the throughput collector).
 
     Progress goes to stderr as one line per job (``rocketscope.spark.run``) instead of
     Spark's console progress bar.
@@ -144,7 +156,7 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
         shuffle_partitions = shuffle_partitions or 1
     elif master and master.startswith("local"):
         # the driver JVM is started here and runs the tasks too (under spark-submit it already runs)
-        builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JIT_JAVA_OPTIONS)
+        builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
     for key, value in {**TABLE_CONF, **jar_conf()}.items():
