@@ -544,7 +544,7 @@ class Broker:
         except ValueError as exc:
             raise ConfigError(f"config key traceStore has bad value 'elasticsearch': {exc}") from exc
         self.trace_indexer = TraceIndexer(store, s.msgTraceTopicName, active=lambda: self.is_master)
-        self.store.dispatch_listeners.append(self.trace_indexer.on_dispatch)
+        self.store.add_topic_listener(s.msgTraceTopicName, self.trace_indexer.on_dispatch)
         await self.trace_indexer.start()
         log.info("trace records on %s are indexed into Elasticsearch %s", s.msgTraceTopicName,
                  s.traceElasticsearchHosts)

@@ -63,7 +63,7 @@ class OffsetLog:
     def start(self) -> asyncio.Task[None] | None:
         """Register the dispatch listener and, unless the interval is 0, start the writer loop."""
         self.topics.create_if_absent(CONSUMER_OFFSETS_TOPIC, 1, system=True)
-        self.store.dispatch_listeners.append(self.on_dispatch)
+        self.store.add_topic_listener(CONSUMER_OFFSETS_TOPIC, self.on_dispatch)
         if self.interval_s <= 0:
             return None
         return asyncio.get_running_loop().create_task(self._loop(), name="offset-log")

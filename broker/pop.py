@@ -192,7 +192,7 @@ class PopService:
         self.issuer = ""
         # every state change goes through the log, replicated where the mode replicates (broker/pop_log.py)
         self.journal: PopJournal | None = None
-        store.dispatch_listeners.append(self._on_dispatch)
+        store.add_queue_listener(self._on_dispatch)
 
     # --------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -598,11 +598,20 @@ class PopService:
         self.states[(group, topic, queue_id)] = st
         self.offsets.commit(group, topic, queue_id, st.committed)
 
-    def _on_dispatch(self, msg: StoredMessage) -> None:
-        if msg.topic.startswith(RETRY_PREFIX):
-            self._wake_group(msg.topic[len(RETRY_PREFIX):])
-        else:
-            self._wake_topic(msg.topic)
+    def _on_dispatch(self, queues: list[tuple[str, int]]) -> None:
+        """Wake the POP waiters of the topics (a retry topic: its group) whose queues a dispatched batch grew
+        (``MessageStore.add_queue_listener``): once per topic and batch."""
+        if not (self._topic_waiters or self._group_waiters):
+            return
+        seen: set[str] = set()
+        for topic, _ in queues:
+            if topic in seen:
+                continue
+            seen.add(topic)
+            if topic.startswith(RETRY_PREFIX):
+                self._wake_group(topic[len(RETRY_PREFIX):])
+            else:
+                self._wake_topic(topic)
 
     def _wake_group(self, group: str) -> None:
         for fut in list(self._group_waiters.get(group, ())):

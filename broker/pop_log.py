@@ -174,7 +174,7 @@ class PopStateLog:
         """Rebuild the shadow from the last snapshot on, then follow the log's dispatches and write ops."""
         self.topics.create_if_absent(POP_STATE_TOPIC, 1, system=True)
         replayed = self._replay()
-        self.store.dispatch_listeners.append(self.on_dispatch)  # no await since the replay: nothing missed
+        self.store.add_topic_listener(POP_STATE_TOPIC, self.on_dispatch)  # no await since the replay: nothing missed
         self.pop.journal = self
         if replayed:
             log.info("POP state rebuilt from %d records of %s: %d queues", replayed, POP_STATE_TOPIC,

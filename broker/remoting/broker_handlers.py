@@ -233,7 +233,7 @@ class RemotingBroker:
         self.locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._watched: set[int] = set()
-        broker.store.dispatch_listeners.append(self._on_dispatch)
+        broker.store.add_queue_listener(self._on_dispatch)
         R = RequestCode
         self.server = RemotingServer("broker", self.handlers(), max_frame=s.remotingFrameMaxLength,
                                      idle_s=s.serverChannelMaxIdleTimeSeconds, recorder=self._record,
@@ -578,11 +578,14 @@ class RemotingBroker:
         return code, None if code == RC.SUCCESS else results[0].status.value, ext
 
     # --------------------------------------------------------------- pull
-    def _on_dispatch(self, msg: StoredMessage) -> None:
-        if self._waiters:
-            for fut in self._waiters.pop((msg.topic, msg.queue_id), ()):
-                if not fut.done():
-                    fut.set_result(None)
+    def _on_dispatch(self, queues: list[tuple[str, int]]) -> None:
+        """Wake the pulls held on the queues a dispatched batch grew (``MessageStore.add_queue_listener``)."""
+        waiters = self._waiters
+        if waiters:
+            for key in queues:
+                for fut in waiters.pop(key, ()):
+                    if not fut.done():
+                        fut.set_result(None)
 
     async def _wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

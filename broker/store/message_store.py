@@ -124,7 +124,11 @@ class GetResult:
     found: bool = True
 
 
-DispatchListener = Callable[[StoredMessage], None]
+RecordListener = Callable[[StoredMessage], None]
+"""Told each dispatched record of one topic (``MessageStore.add_topic_listener``), body and properties included."""
+QueueListener = Callable[[list[tuple[str, int]]], None]
+"""Told once per dispatched batch which queues (topic or LMQ queue, queue id) got new entries
+(``MessageStore.add_queue_listener``)."""
 ReplicationWaiter = Callable[[int], Awaitable[PutStatus]]
 
 
@@ -176,7 +180,10 @@ class MessageStore:
         self.dispatched = 0
         self._pending: deque[StoredMessage] = deque()
         self._confirm: int | None = hooks.confirm_offset  # None: confirm follows the written end
-        self.dispatch_listeners: list[DispatchListener] = []
+        # dispatch listeners (add_topic_listener, add_queue_listener): none of them is told per record of
+        # the other topics, so a batch of ordinary messages costs them one call per queue, not per record
+        self._topic_listeners: dict[str, list[RecordListener]] = {}
+        self._queue_listeners: list[QueueListener] = []
         self.replication_waiter = hooks.replication_waiter
         self.on_append = hooks.on_append
         self.on_data = hooks.on_data  # a non-system record now ends at this offset
@@ -688,6 +695,46 @@ class MessageStore:
         if self._confirm is None or offset > self._confirm:
             self.set_confirm_offset(offset)
 
+    def add_topic_listener(self, topic: str, listener: RecordListener) -> None:
+        """Call ``listener`` with every record of ``topic`` the store dispatches, in log order, after its
+        batch's entries are in their queues (replays at recovery included, as the record is read back).
+
+        For readers of a record's body or properties (the POP-state and consumer-offset journals, the trace
+        indexer): naming the topic lets the store skip a batch none of whose queues is of that topic without
+        looking at its records, and leaves room to build a record's object only for these topics."""
+        self._topic_listeners.setdefault(topic, []).append(listener)
+
+    def add_queue_listener(self, listener: QueueListener) -> None:
+        """Call ``listener`` once per dispatched batch with the queues that got new entries in it
+        (``(topic, queue_id)``, LMQ queues included; replays adding nothing are not reported).
+
+        For wake-ups (held pulls, POP waiters), which only need to know that a queue grew: one call per
+        batch and queue instead of one per record (issue 20)."""
+        self._queue_listeners.append(listener)
+
+    def _tell_listeners(self, msgs: Sequence[StoredMessage], runs: dict[tuple[str, int], _Run]) -> None:
+        """The dispatch listeners of a batch whose entries are in their queues: the topic listeners with
+        their topic's records in log order, then the queue listeners with the queues that grew.  A listener
+        that raises is logged and skipped: it must never stop the store."""
+        by_topic = self._topic_listeners
+        if by_topic and any(key[0] in by_topic for key in runs):
+            for msg in msgs:
+                fns = by_topic.get(msg.topic)
+                if fns:
+                    for fn in fns:
+                        try:
+                            fn(msg)
+                        except Exception:
+                            log.exception("dispatch listener failed for %s", msg.msg_id)
+        if self._queue_listeners:
+            grown = [key for key, run in runs.items() if run.first >= 0]
+            if grown:
+                for listener in self._queue_listeners:
+                    try:
+                        listener(grown)
+                    except Exception:
+                        log.exception("dispatch listener failed for queues %s", grown[:4])
+
     def set_confirm_offset(self, offset: int | None) -> None:
         """Move the visibility bound (None: follow the written end) and dispatch up to it."""
         self._confirm = offset
@@ -773,12 +820,8 @@ class MessageStore:
         if keys:
             self.index.put_entries(keys)
         last = msgs[-1]
-        for listener in self.dispatch_listeners:
-            for msg in msgs:
-                try:
-                    listener(msg)
-                except Exception:  # a listener must never stop the store
-                    log.exception("dispatch listener failed for %s", msg.msg_id)
+        if self._topic_listeners or self._queue_listeners:
+            self._tell_listeners(msgs, runs)
         self.dispatched = last.physical_offset + last.size
 
     def _keys_in_queues(self, msgs: Sequence[StoredMessage],
