@@ -107,7 +107,7 @@ def main() -> None:
         return usage.ru_utime + usage.ru_stime
 
     def thread_cpu() -> collections.Counter[str]:
-        """CPU seconds so far of the driver JVM's threads, summed by name (digits folded: ``GC Thread#N``)."""
+        """CPU clock ticks so far of the driver JVM's threads, summed by name (digits folded: ``GC Thread#N``)."""
         by_name: collections.Counter[str] = collections.Counter()
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
@@ -115,7 +115,7 @@ def main() -> None:
                 fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            by_name[re.sub(r"[0-9]+", "N", comm)] += (int(fields[11]) + int(fields[12])) / tick
+            by_name[re.sub(r"[0-9]+", "N", comm)] += int(fields[11]) + int(fields[12])
         return by_name
 
     load_start = os.getloadavg()
@@ -160,7 +160,7 @@ def main() -> None:
         threads = thread_cpu()
         threads.subtract(pass_threads)
         # threads that ended during the pass drop out of the sum: their CPU shows only in the pass total
-        busiest = {name: round(sec, 1) for name, sec in threads.most_common(6) if sec >= 0.1}
+        busiest = {name: round(ticks / tick, 1) for name, ticks in threads.most_common(6) if ticks / tick >= 0.1}
         print(f"pass {n}: {total:.1f} s CPU of the driver JVM, {time.monotonic() - pass_wall:.1f} s wall; "
               f"load average {os.getloadavg()}; by thread {busiest}", flush=True)
         return {"pass": n, "decoder": options.get("decoder", "model default"), "steps": steps,
@@ -177,9 +177,10 @@ def main() -> None:
         snap = hist.getSnapshot()
         print(f"codegen {label}: count {hist.getCount()}, mean {snap.getMean():.0f}, max {snap.getMax()}")
     by_thread = thread_cpu()
-    for name, seconds in by_thread.most_common(8):
+    for name, ticks in by_thread.most_common(8):
+        seconds = ticks / tick
         print(f"thread {name}: {seconds:.1f} s CPU (whole JVM life)")
-    report["threads_cpu_s"] = {k: round(v, 1) for k, v in by_thread.most_common(8)}
+    report["threads_cpu_s"] = {k: round(v / tick, 1) for k, v in by_thread.most_common(8)}
     report["load_end"] = os.getloadavg()
     spark.stop()
     shutil.rmtree(out_dir, ignore_errors=True)

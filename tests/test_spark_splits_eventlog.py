@@ -113,3 +113,9 @@ def test_eventlog_summary_counts_the_jobs_that_ran(child: dict[str, Any]) -> Non
     assert (shuffle["stages_ran"], shuffle["tasks"]) == (3, 3 + 4 + 1), shuffle
     assert shuffle["shuffle_write_mb"] > 1, shuffle  # 12.8 MB of hex text, lz4-compressed
     assert shuffle["shuffle_read_mb"] == pytest.approx(shuffle["shuffle_write_mb"], rel=0.02, abs=0.1), shuffle
+    # --stages: each stage that ran, with the operators Spark listed for it (its RDDs' scopes)
+    stages = {st["stage"]: st["operators"] for st in shuffle["per_stage"]}
+    assert len(stages) == 3 and any("Exchange" in ops for ops in stages.values()), stages
+    assert sum(st["tasks"] for st in shuffle["per_stage"]) == shuffle["tasks"], shuffle["per_stage"]
+    (scan,) = [st for st in read["per_stage"] if st["tasks"] == child["splits"]]
+    assert "Scan parquet" in scan["operators"], read["per_stage"]
