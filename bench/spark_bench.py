@@ -318,13 +318,10 @@ def bench_size(data: Path, work: Path, driver_memory: str, messages: int, master
     from rocketscope.spark.run import read_rows
     from rocketscope.spark.session import get_session
 
-    # one shuffle partition per ~150k messages (8 at 1M, 66 at 10M), so a task's sort and its persisted block
-    # (~570k decoded records at 10M) stay the same size at every scale.  The 10M failures that this rule was
-    # first meant to cure (AGGREGATE_OUT_OF_MEMORY) came from the dropDuplicates() hash aggregate over whole
-    # decoded records, now a sort (rocketscope.spark.decode.drop_exact_duplicates)
-    partitions = max(8, messages // 150_000)
-    spark = get_session(master, app_name="rocketscope-bench", driver_memory=driver_memory,
-                        shuffle_partitions=partitions)
+    # The shuffle partitions are the product's own choice (rocketscope.spark.partitions: one per ~20 MB of input,
+    # 8 at 1M, 73 at 10M), so the figures are those of `rocketscope analyze`.  Until session 23 the benchmark
+    # set its own (one per ~150k messages: 8 at 1M, 66 at 10M) while the CLI kept twice the cores at any size.
+    spark = get_session(master, app_name="rocketscope-bench", driver_memory=driver_memory)
     # smaller Arrow batches into the Python decoder (--python-decode): it ran out of Java heap at 10M with 3 GB
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
     spark.sparkContext.setLogLevel("ERROR")

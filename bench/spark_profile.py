@@ -63,7 +63,8 @@ def main() -> None:
     parser.add_argument("data", type=Path)
     parser.add_argument("--code", type=Path, default=None, help="a directory holding an older spark/ tree")
     parser.add_argument("--tables", default="pubs,replication,copies,messages,consumers")
-    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="shuffle partitions (default: the product's choice, rocketscope.spark.partitions)")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--explain", action="store_true")
     parser.add_argument("--passes", type=int, default=1,

@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 from rocketscope.names import DLQ_PREFIX
 from rocketscope.spark.asof import BROADCAST_ACKS, asof_join, asof_members
 from rocketscope.spark.decode import DEFAULT_DECODER, decode_events, decode_trace
+from rocketscope.spark.partitions import scale_shuffle_partitions
 from rocketscope.spark.schema import MAX_RECONSUME_TIMES, QUORUM
 
 NEG_INF = -(2**62)
@@ -130,6 +131,9 @@ class Model:
         self._cache.clear()
 
     def __post_init__(self) -> None:
+        # One shuffle partition per ~20 MB of input when the session's count is its automatic one
+        # (spark/partitions.py): the count every msgId-partitioned table then uses (:attr:`partitions`).
+        scale_shuffle_partitions(self.spark, self.rows)
         # Joins on (msg_key, msg_id, more keys) may then reuse the tables' partitioning by
         # (msg_key, msg_id) instead of shuffling both sides again (module docstring).
         self.spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from rocketscope.spark.partitions import AUTO_PARTITIONS_KEY
+
 QUICK_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 LOCAL_JIT_JAVA_OPTIONS = (
     "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 "
@@ -121,8 +123,9 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
     generated code, no adaptive execution and one shuffle partition (:data:`QUICK_START_CONF`):
     seconds less start-up and planning for small inputs (tests, the demo, a day of a small
     cluster), but much slower on millions of records, so it is off by default.  In local mode the shuffle partitions
-    default to twice the cores: Spark's 200 cost seconds of task overhead per stage here, and
-    the input is read in at least :data:`INPUT_SPLITS_PER_CORE` splits per core.
+    default to twice the cores (Spark's 200 cost seconds of task overhead per stage here), and a
+    run raises them for a large input (:mod:`rocketscope.spark.partitions`); the input is read in at
+    least :data:`INPUT_SPLITS_PER_CORE` splits per core.
     A local driver JVM gets :data:`LOCAL_JAVA_OPTIONS` (fewer C2 compilations of
     generated code that runs briefly; the throughput collector).
 
@@ -163,6 +166,9 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
         builder = builder.config(key, value)
     if not shuffle_partitions and master and master.startswith("local"):
         shuffle_partitions = 2 * local_cores(master)
+        if "spark.sql.shuffle.partitions" not in (conf or {}):
+            # the count is this function's choice: a run may raise it for a large input (spark/partitions.py)
+            builder = builder.config(AUTO_PARTITIONS_KEY, "true")
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     if master and master.startswith("local"):

@@ -57,6 +57,12 @@ sc.setJobDescription(None)
 spark.conf.unset("spark.sql.files.minPartitionNum")
 out["splits_default"] = spark.read.parquet(data).rdd.getNumPartitions()
 out["input_bytes"] = sum(os.path.getsize(p) for p in glob.glob(data + "/*.parquet"))
+# the partition count get_session chose is marked automatic, so a run may raise it for a large input
+from rocketscope.spark.partitions import AUTO_PARTITIONS_KEY, scale_shuffle_partitions
+out["auto"] = spark.conf.get(AUTO_PARTITIONS_KEY)
+out["partitions_default"] = int(spark.conf.get("spark.sql.shuffle.partitions"))
+out["partitions_scaled"] = scale_shuffle_partitions(spark, spark.read.parquet(data), bytes_per_partition=1 << 20)
+out["partitions_after"] = int(spark.conf.get("spark.sql.shuffle.partitions"))
 spark.stop()
 print("RESULT " + json.dumps(out))
 """
@@ -119,3 +125,10 @@ def test_eventlog_summary_counts_the_jobs_that_ran(child: dict[str, Any]) -> Non
     assert sum(st["tasks"] for st in shuffle["per_stage"]) == shuffle["tasks"], shuffle["per_stage"]
     (scan,) = [st for st in read["per_stage"] if st["tasks"] == child["splits"]]
     assert "Scan parquet" in scan["operators"], read["per_stage"]
+
+
+def test_a_local_session_raises_its_shuffle_partitions_with_the_input(child: dict[str, Any]) -> None:
+    # twice the cores by default; one partition per MiB asked of ~20 MiB of files: one per MiB, rounded up
+    assert child["auto"] == "true" and child["partitions_default"] == 4, child
+    wanted = -(-child["input_bytes"] // (1 << 20))
+    assert wanted > 4 and child["partitions_scaled"] == child["partitions_after"] == wanted, child
