@@ -17,25 +17,19 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from rocketscope.spark.jobs.common import latency_stats, minute, utc_date
+from rocketscope.spark.jobs.common import grouped_for_percentiles, latency_stats, minute, utc_date
 from rocketscope.spark.model import Model
 
 
 def build(model: Model) -> DataFrame:
+    keys = ["date", "minute", "topic", "broker_group", "replica"]
     rep = model.replication.select(
+        utc_date("born_ts").alias("date"),
+        minute("born_ts").alias("minute"),
         "topic",
         "broker_group",
         "replica",
-        "born_ts",
         (F.col("ack_ts") - F.col("born_ts")).alias("latency_ms"),
     )
-    return (
-        rep.groupBy(
-            utc_date("born_ts").alias("date"),
-            minute("born_ts").alias("minute"),
-            "topic",
-            "broker_group",
-            "replica",
-        )
-        .agg(F.count(F.lit(1)).alias("messages"), *latency_stats("latency_ms"))
-    )
+    return grouped_for_percentiles(rep, keys, model.partitions).groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("messages"), *latency_stats("latency_ms"))
