@@ -177,8 +177,11 @@ def table_rows(out: Path, names: Any) -> dict[str, int]:
 
     con = duckdb.connect()
     try:
-        return {name: int(con.execute(f"SELECT count(*) FROM read_parquet('{out / name}/**/*.parquet')")
-                          .fetchone()[0]) for name in names}
+        counts = {}
+        for name in names:
+            row = con.execute(f"SELECT count(*) FROM read_parquet('{out / name}/**/*.parquet')").fetchone()
+            counts[name] = int(row[0]) if row else 0
+        return counts
     finally:
         con.close()
 
