@@ -24,6 +24,10 @@ AUTO_PARTITIONS_KEY = "spark.rocketscope.shufflePartitions.auto"
 count itself (a local master, no count given): only then may a run raise it for a large input.  A count the
 user set (``shuffle_partitions``, ``--conf spark.sql.shuffle.partitions``, spark-submit) is kept."""
 
+BASE_PARTITIONS_KEY = "spark.rocketscope.shufflePartitions.base"
+"""The automatic count before any run raised it, kept so that a later, smaller run (``analyze --watch``, one
+session for many runs) goes back to it instead of keeping the largest input's count."""
+
 INPUT_BYTES_PER_PARTITION = 20 * 1024 * 1024
 """Parquet input bytes per shuffle partition: ~150k messages of trace and HA rows as the generator writes them
 (1M messages are 151 MB: 8 partitions; 10M are 1.52 GB: 73), the share the benchmarks ran with since
@@ -50,18 +54,19 @@ def local_input_bytes(rows: DataFrame) -> int | None:
 
 def scale_shuffle_partitions(spark: SparkSession, rows: DataFrame,
                              bytes_per_partition: int = INPUT_BYTES_PER_PARTITION) -> int:
-    """Raise the session's shuffle partitions to one per ``bytes_per_partition`` of input, when the session's
-    count is the automatic one; returns the count in effect.  Never lowers it (small inputs keep two per core)."""
+    """Set the session's shuffle partitions to one per ``bytes_per_partition`` of input, never below the
+    session's own automatic count, when that count is automatic; returns the count in effect."""
     current = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
     if (spark.conf.get(AUTO_PARTITIONS_KEY, "false") or "false").lower() != "true":
         return current
     size = local_input_bytes(rows)
     if size is None:
         return current
-    wanted = math.ceil(size / bytes_per_partition)
-    if wanted > current:
+    base = int(spark.conf.get(BASE_PARTITIONS_KEY, None) or current)
+    spark.conf.set(BASE_PARTITIONS_KEY, str(base))
+    wanted = max(base, math.ceil(size / bytes_per_partition))
+    if wanted != current:
         spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
-        log.info("%d shuffle partitions for %.0f MB of input (one per %.0f MB; the session had %d)", wanted,
-                 size / 1e6, bytes_per_partition / 1e6, current)
-        return wanted
-    return current
+        log.info("%d shuffle partitions for %.0f MB of input (one per %.0f MB, at least %d; it was %d)", wanted,
+                 size / 1e6, bytes_per_partition / 1e6, base, current)
+    return wanted

@@ -3,7 +3,7 @@
 The shared test session sets its count itself (tests/conftest.py), so it is not marked automatic: a run keeps
 it whatever the input.  A session that chose its count (``get_session``'s local default, checked in a fresh JVM
 by tests/test_spark_splits_eventlog.py) gets one partition per ``bytes_per_partition`` of input, never fewer
-than it had.
+than its own automatic count (and back to it for a smaller input).
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rocketscope.spark.partitions import AUTO_PARTITIONS_KEY, local_input_bytes, scale_shuffle_partitions
+from rocketscope.spark.partitions import (
+    AUTO_PARTITIONS_KEY,
+    BASE_PARTITIONS_KEY,
+    local_input_bytes,
+    scale_shuffle_partitions,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +42,7 @@ def auto_session(spark) -> Iterator[object]:  # type: ignore[no-untyped-def]
         yield spark
     finally:
         spark.conf.unset(AUTO_PARTITIONS_KEY)
+        spark.conf.unset(BASE_PARTITIONS_KEY)
         spark.conf.set("spark.sql.shuffle.partitions", before)
 
 
@@ -46,7 +52,7 @@ def test_the_input_size_is_the_files_on_disk(spark, files: Path) -> None:  # typ
     assert local_input_bytes(spark.range(10)) is None  # not a file scan: no size, nothing scaled
 
 
-def test_an_automatic_count_grows_with_the_input_and_never_shrinks(auto_session, files: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_automatic_count_follows_the_input_and_never_drops_below_its_own(auto_session, files: Path) -> None:  # type: ignore[no-untyped-def]
     spark = auto_session
     rows = spark.read.parquet(str(files))
     on_disk = sum(p.stat().st_size for p in files.glob("*.parquet"))
@@ -54,8 +60,9 @@ def test_an_automatic_count_grows_with_the_input_and_never_shrinks(auto_session,
     per = max(1, on_disk // (start + 5))  # small enough to ask for more partitions than the session has
     assert scale_shuffle_partitions(spark, rows, bytes_per_partition=per) == math.ceil(on_disk / per)
     assert int(spark.conf.get("spark.sql.shuffle.partitions")) == math.ceil(on_disk / per) > start
-    raised = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    assert scale_shuffle_partitions(spark, rows, bytes_per_partition=on_disk * 10) == raised  # never lowered
+    # a later, smaller run (a long-lived session) goes back to the session's own count, not below it
+    assert scale_shuffle_partitions(spark, rows, bytes_per_partition=on_disk * 10) == start
+    assert int(spark.conf.get("spark.sql.shuffle.partitions")) == start
 
 
 def test_a_count_the_user_set_is_kept(spark, files: Path) -> None:  # type: ignore[no-untyped-def]
