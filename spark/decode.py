@@ -255,8 +255,9 @@ def decode_events(rows: DataFrame) -> DataFrame:
     """HA events with ``gen`` and ``mode`` added; bodies that are not valid events are dropped, duplicates too."""
     # The fields come out of a generator (``inline`` of a one-element array), not a projection: Spark
     # pushes the filter below a projection by substituting each field with its expression, so
-    # ``from_json`` ran once for the filter's three fields and again for the output (the events step
-    # cost twice the parse); nothing is pushed below a generator's output.
+    # ``from_json`` was copied into the filter once per field it tests (five parses per event row in the
+    # executed plan; tests/test_spark_jobs.py ``test_each_ha_event_is_parsed_once``); nothing is pushed
+    # below a generator's output.
     parsed = ha_rows(rows).select(F.inline(F.array(F.from_json(F.col("body").cast("string"), EVENT_JSON_SCHEMA))))
     term = F.coalesce(F.col("term"), F.lit(-1))
     epoch = F.coalesce(F.col("epoch"), F.lit(-1))
