@@ -62,7 +62,9 @@ mkdir -p "$work"
 # downloads and the compile step print nothing for minutes: say every 30 s that we are alive
 ( while sleep 30; do say "... still building, $(( $(date +%s) - start )) s so far"; done ) &
 heartbeat=$!
-trap 'kill $heartbeat 2>/dev/null; rm -rf "$work"' EXIT
+# `|| true`: the heartbeat is gone by the time the script ends, and under `set -e` the failed kill
+# made the script exit 1 after a good build (make then printed "the build failed")
+trap 'kill $heartbeat 2>/dev/null || true; rm -rf "$work"' EXIT
 cd "$work"
 say "1/2 resolving github.com/prometheus/prometheus@$module_version (Prometheus $version) and downloading modules"
 go mod init local.rocketscope/prometheus3 >/dev/null 2>&1
