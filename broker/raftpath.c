@@ -22,6 +22,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <limits.h>
 
 /* set once by bind(): the Python types the decoder builds, and the enum members by value */
 static PyObject *Message_cls, *Entry_cls, *types_seq, *kinds_seq;
@@ -599,24 +600,112 @@ static int props_into(PyObject *d, PyObject *text) {
     return 0;
 }
 
-/* one record at p[0..n): a StoredMessage, Py_None when not the common case, NULL on error */
-static PyObject *decode_record(const unsigned char *p, Py_ssize_t n, Py_ssize_t *size) {
-    if (n < REC_FIXED) return Py_NewRef(Py_None);
-    uint32_t total = be32(p);
-    if (be32(p + 4) != REC_MAGIC || total < REC_FIXED || (Py_ssize_t)total > n) return Py_NewRef(Py_None);
-    const unsigned char *cur = p + REC_FIXED, *end = p + total;
+/* The layout of one record at p[0..n) (broker/store/record.py): 0 with its size and its five variable fields in
+ * *r (born host, store host, topic, properties, body), 1 = not the common case (shorter than its fixed part,
+ * another magic, a size or a field length that does not fit the record).  The one reader of the layout here:
+ * decode_record, check_records and dispatch_records all start with it. */
+typedef struct {
+    uint32_t total;
     const unsigned char *s[5];
     Py_ssize_t len[5];
+} RecView;
+
+static int parse_record(const unsigned char *p, Py_ssize_t n, RecView *r) {
+    if (n < REC_FIXED) return 1;
+    uint32_t total = be32(p);
+    if (be32(p + 4) != REC_MAGIC || total < REC_FIXED || (Py_ssize_t)total > n) return 1;
+    const unsigned char *cur = p + REC_FIXED, *end = p + total;
     for (int i = 0; i < 5; i++) {  /* born host (1-byte length), store host (1), topic (2), properties (2), body (4) */
         int w = i < 2 ? 1 : i < 4 ? 2 : 4;
-        if (end - cur < w) return Py_NewRef(Py_None);
+        if (end - cur < w) return 1;
         Py_ssize_t l = w == 1 ? cur[0] : w == 2 ? ((Py_ssize_t)cur[0] << 8 | cur[1]) : (Py_ssize_t)be32(cur);
         cur += w;
-        if (end - cur < l) return Py_NewRef(Py_None);
-        s[i] = cur; len[i] = l;
+        if (end - cur < l) return 1;
+        r->s[i] = cur; r->len[i] = l;
         cur += l;
     }
-    if (cur != end) return Py_NewRef(Py_None);
+    if (cur != end) return 1;
+    r->total = total;
+    return 0;
+}
+
+/* Whether s[0..n) is what Python's strict UTF-8 decoder accepts (no overlong forms, no surrogates, nothing past
+ * U+10FFFF). */
+static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n) return 0;
+            unsigned char c1 = s[i + 1], c2 = s[i + 2];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return 0;
+            if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F)) return 0;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n) return 0;
+            unsigned char c1 = s[i + 1], c2 = s[i + 2], c3 = s[i + 3];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return 0;
+            if ((c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F)) return 0;
+            i += 4;
+        } else return 0;
+    }
+    return 1;
+}
+
+/* The property values a dispatch reads, by name; v[i] NULL: absent.  As record.decode_properties reads them:
+ * items split on \x02 (empty ones skipped), name and value on the first \x01, the last item of a name wins. */
+enum { P_TAGS, P_KEYS, P_UNIQ_KEY, P_MQO, P_COUNT };
+static const char *const P_NAMES[P_COUNT] = {"TAGS", "KEYS", "UNIQ_KEY", "INNER_MULTI_QUEUE_OFFSET"};
+typedef struct {
+    const unsigned char *v[P_COUNT];
+    Py_ssize_t n[P_COUNT];
+} Props;
+
+/* 0 with the values in *pr; 1 = an item without its \x01 (record.decode_properties raises) */
+static int props_scan(const unsigned char *s, Py_ssize_t n, Props *pr) {
+    for (int i = 0; i < P_COUNT; i++) { pr->v[i] = NULL; pr->n[i] = 0; }
+    Py_ssize_t pos = 0;
+    while (pos < n) {
+        const unsigned char *stop = memchr(s + pos, 0x02, (size_t)(n - pos));
+        Py_ssize_t end = stop ? stop - s : n;
+        if (end > pos) {
+            const unsigned char *sep = memchr(s + pos, 0x01, (size_t)(end - pos));
+            if (sep == NULL) return 1;
+            Py_ssize_t kn = sep - (s + pos);
+            for (int i = 0; i < P_COUNT; i++) {
+                if ((Py_ssize_t)strlen(P_NAMES[i]) == kn && memcmp(P_NAMES[i], s + pos, (size_t)kn) == 0) {
+                    pr->v[i] = sep + 1;
+                    pr->n[i] = end - (sep + 1 - s);
+                    break;
+                }
+            }
+        }
+        pos = end + 1;
+    }
+    return 0;
+}
+
+/* Whether record.decode would take the record at p[0..n) (0: it would raise, RecordError): the layout, UTF-8 text
+ * fields, every property item with its separator.  *r is filled in. */
+static int record_ok(const unsigned char *p, Py_ssize_t n, RecView *r, Props *pr) {
+    if (parse_record(p, n, r)) return 0;
+    for (int i = 0; i < 4; i++) {
+        if (!utf8_ok(r->s[i], r->len[i])) return 0;
+    }
+    return props_scan(r->s[3], r->len[3], pr) == 0;
+}
+
+/* one record at p[0..n): a StoredMessage, Py_None when not the common case, NULL on error */
+static PyObject *decode_record(const unsigned char *p, Py_ssize_t n, Py_ssize_t *size) {
+    RecView r;
+    if (parse_record(p, n, &r)) return Py_NewRef(Py_None);
+    const unsigned char *const *s = r.s;
+    const Py_ssize_t *len = r.len;
+    uint32_t total = r.total;
     PyObject *born = NULL, *store = NULL, *topic = NULL, *ptext = NULL, *props = NULL, *body = NULL, *out = NULL;
     PyObject *nums[10] = {NULL};
     born = PyUnicode_DecodeUTF8((const char *)s[0], len[0], "strict");
@@ -678,6 +767,204 @@ static PyObject *decode_records(PyObject *self, PyObject *arg) {
     return out;
 }
 
+/* check_records(data) -> True when ``data`` is consecutive records that decode_records (and so record.decode)
+ * takes, without building anything; False otherwise (record.decode then says why).  The follower checks an
+ * appended entry with it before handing its bytes to the store's dispatch (broker/dledger/node.py). */
+static PyObject *check_records(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = buf.buf;
+    Py_ssize_t pos = 0;
+    int ok = 1;
+    while (pos < buf.len) {
+        RecView r;
+        Props pr;
+        if (!record_ok(p + pos, buf.len - pos, &r, &pr)) { ok = 0; break; }
+        pos += r.total;
+    }
+    PyBuffer_Release(&buf);
+    return PyBool_FromLong(ok);
+}
+
+/* ------------------------------------------------------------------ a follower's dispatch from record bytes */
+/* Session 22-23's profiles (docs/BENCHMARKS.md) found a follower's dispatch of committed records its largest
+ * item: each record decoded into a StoredMessage, then six attributes of it read back by fastpath.dispatch_run.
+ * dispatch_records does what MessageStore._dispatch_one (broker/store/message_store.py) does for a record decoded
+ * by record.decode, straight from the bytes. */
+static PyObject *a_end, *a_first, *a_packed;
+
+static inline void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+static inline void put_be64(unsigned char *p, uint64_t v) { put_be32(p, (uint32_t)(v >> 32)); put_be32(p + 4, (uint32_t)v); }
+
+/* An exact int attribute of o -> *out; 0 when absent, of another type or beyond a long long. */
+static int int_attr(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) { PyErr_Clear(); return 0; }
+    int ok = 0;
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (!overflow && !(x == -1 && PyErr_Occurred())) { *out = x; ok = 1; }
+        PyErr_Clear();
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+/* prefix + "#" + value as a str (both valid UTF-8), appended to ``keys`` as (key, phy, ts); -1 on error */
+static int add_index_key(PyObject *keys, const unsigned char *a, Py_ssize_t an, const unsigned char *b, Py_ssize_t bn,
+                         PyObject *phy, PyObject *ts) {
+    char small[256];
+    Py_ssize_t n = an + 1 + bn;
+    char *t = n <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)n);
+    if (t == NULL) { PyErr_NoMemory(); return -1; }
+    memcpy(t, a, (size_t)an); t[an] = '#'; memcpy(t + an + 1, b, (size_t)bn);
+    PyObject *key = PyUnicode_DecodeUTF8(t, n, "strict");
+    if (t != small) PyMem_Free(t);
+    if (key == NULL) return -1;
+    PyObject *e = PyTuple_Pack(3, key, phy, ts);
+    Py_DECREF(key);
+    if (e == NULL) return -1;
+    int rc = PyList_Append(keys, e);
+    Py_DECREF(e);
+    return rc;
+}
+
+/* dispatch_records(data, pos, runs, new_run, tag_hash, keys, listened) -> pos
+ * MessageStore._dispatch_one for each record of ``data`` from ``pos`` on, as record.decode would give it: its
+ * entry added to its queue's run (``runs[(topic, queue_id)]``, made by ``new_run(key)`` when missing) when its
+ * queue offset is new (gaps filled as ConsumeQueue does), its index keys appended to ``keys`` (*#UNIQ_KEY,
+ * topic#key..., topic#UNIQ_KEY), with the same values and in the same order.  Returns where it stopped: the
+ * end of ``data``, or the start of a record it does not take, untouched: one record.decode refuses, one with
+ * LMQ offsets (INNER_MULTI_QUEUE_OFFSET), one of a topic in ``listened`` (its topic listeners need the record
+ * object), a run it does not recognise.  The caller dispatches that one in Python and calls again past it. */
+static PyObject *dispatch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[5]) || !PyDict_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_records(data, pos, dict, new_run, tag_hash, list, dict)");
+        return NULL;
+    }
+    PyObject *runs = args[2], *new_run = args[3], *tag_hash = args[4], *keys = args[5], *listened = args[6];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (pos < 0) pos = buf.len;
+    const unsigned char *data = buf.buf;
+    int any_listened = PyDict_GET_SIZE(listened) > 0;
+    /* kept from one record to the next: most records of a batch share their topic, queue and tag */
+    PyObject *topic = NULL, *run = NULL, *result = NULL;
+    const unsigned char *topic_s = NULL, *tag_s = NULL;
+    Py_ssize_t topic_n = -1, tag_n = -1;
+    int topic_listened = 0;
+    long long run_qid = 0, th = 0;
+    while (pos < buf.len) {
+        const unsigned char *p = data + pos;
+        RecView r;
+        Props pr;
+        if (!record_ok(p, buf.len - pos, &r, &pr) || pr.v[P_MQO] != NULL) break;
+        if ((long long)r.total > INT32_MAX) break;  /* ENTRY's size field; struct.error in Python */
+        long long qid = (int32_t)be32(p + 12), qoff = (int64_t)be64(p + 20), phyv = (int64_t)be64(p + 28);
+        long long tsv = (int64_t)be64(p + 48);
+        if (qoff == LLONG_MAX) break;
+        if (topic == NULL || topic_n != r.len[2] || memcmp(topic_s, r.s[2], (size_t)topic_n) != 0) {
+            PyObject *t = PyUnicode_DecodeUTF8((const char *)r.s[2], r.len[2], "strict");
+            if (t == NULL) goto done;
+            Py_XSETREF(topic, t);
+            Py_CLEAR(run);
+            topic_s = r.s[2]; topic_n = r.len[2];
+            topic_listened = 0;
+            if (any_listened && (topic_listened = PyDict_Contains(listened, topic)) < 0) goto done;
+        }
+        if (topic_listened) break;
+        if (run == NULL || run_qid != qid) {
+            Py_CLEAR(run);
+            PyObject *qo = PyLong_FromLongLong(qid);
+            PyObject *key = qo ? PyTuple_Pack(2, topic, qo) : NULL;
+            Py_XDECREF(qo);
+            if (key == NULL) goto done;
+            run = PyDict_GetItemWithError(runs, key);
+            if (run != NULL) Py_INCREF(run);
+            else if (!PyErr_Occurred()) {
+                run = PyObject_CallOneArg(new_run, key);
+                if (run != NULL && PyDict_SetItem(runs, key, run) < 0) Py_CLEAR(run);
+            }
+            Py_DECREF(key);
+            if (run == NULL) goto done;
+            run_qid = qid;
+        }
+        long long end, first;
+        if (!int_attr(run, a_end, &end) || !int_attr(run, a_first, &first)) break;
+        PyObject *packed = PyObject_GetAttr(run, a_packed);
+        if (packed == NULL) { PyErr_Clear(); break; }
+        if (!PyByteArray_CheckExact(packed)) { Py_DECREF(packed); break; }
+        if (qoff >= end) {
+            const unsigned char *tag = pr.v[P_TAGS];
+            Py_ssize_t tn = tag ? pr.n[P_TAGS] : 0;
+            if (tag_n != tn || (tn && memcmp(tag_s, tag, (size_t)tn) != 0)) {
+                PyObject *ts = PyUnicode_DecodeUTF8(tn ? (const char *)tag : "", tn, "strict");
+                PyObject *h = ts ? PyObject_CallOneArg(tag_hash, ts) : NULL;
+                Py_XDECREF(ts);
+                if (h == NULL) { Py_DECREF(packed); goto done; }
+                int overflow = 0;
+                th = PyLong_AsLongLongAndOverflow(h, &overflow);
+                Py_DECREF(h);
+                if (overflow || (th == -1 && PyErr_Occurred())) {
+                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "tag hash out of range");
+                    Py_DECREF(packed); goto done;
+                }
+                tag_s = tag; tag_n = tn;
+            }
+            Py_ssize_t at = PyByteArray_GET_SIZE(packed);
+            long long gaps = first < 0 ? 0 : qoff - end;
+            if (gaps > (PY_SSIZE_T_MAX - at) / 20 - 1) { PyErr_NoMemory(); Py_DECREF(packed); goto done; }
+            if (PyByteArray_Resize(packed, at + (Py_ssize_t)(gaps + 1) * 20) < 0) { Py_DECREF(packed); goto done; }
+            unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(packed) + at;
+            Py_DECREF(packed);
+            for (long long g = 0; g < gaps; g++, o += 20) {  /* ConsumeQueue's GAP: (-1, 0, 0) */
+                put_be64(o, (uint64_t)-1LL); put_be32(o + 8, 0); put_be64(o + 12, 0);
+            }
+            put_be64(o, (uint64_t)phyv); put_be32(o + 8, r.total); put_be64(o + 12, (uint64_t)th);
+            if (first < 0) {
+                PyObject *fo = PyLong_FromLongLong(qoff);
+                int rc = fo ? PyObject_SetAttr(run, a_first, fo) : -1;
+                Py_XDECREF(fo);
+                if (rc < 0) goto done;
+            }
+            PyObject *ne = PyLong_FromLongLong(qoff + 1);
+            int rc = ne ? PyObject_SetAttr(run, a_end, ne) : -1;
+            Py_XDECREF(ne);
+            if (rc < 0) goto done;
+            /* the same keys in the same order as _dispatch_one: *#id, topic#key..., topic#id */
+            const unsigned char *id = pr.v[P_UNIQ_KEY], *ks = pr.v[P_KEYS];
+            Py_ssize_t idn = id ? pr.n[P_UNIQ_KEY] : 0, ksn = ks ? pr.n[P_KEYS] : 0;
+            if (idn || ksn) {
+                PyObject *phy = PyLong_FromLongLong(phyv), *ts = phy ? PyLong_FromLongLong(tsv) : NULL;
+                int bad = ts == NULL;
+                if (!bad && idn) bad = add_index_key(keys, (const unsigned char *)"*", 1, id, idn, phy, ts) < 0;
+                for (Py_ssize_t j = 0; !bad && j < ksn;) {  /* str.split(" "), empty items skipped */
+                    const unsigned char *sp = memchr(ks + j, ' ', (size_t)(ksn - j));
+                    Py_ssize_t e = sp ? sp - ks : ksn;
+                    if (e > j) bad = add_index_key(keys, r.s[2], r.len[2], ks + j, e - j, phy, ts) < 0;
+                    j = e + 1;
+                }
+                if (!bad && idn) bad = add_index_key(keys, r.s[2], r.len[2], id, idn, phy, ts) < 0;
+                Py_XDECREF(phy); Py_XDECREF(ts);
+                if (bad) goto done;
+            }
+        } else {
+            Py_DECREF(packed);
+        }
+        pos += r.total;
+    }
+    result = PyLong_FromSsize_t(pos);
+done:
+    Py_XDECREF(topic); Py_XDECREF(run);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyObject *bind_records(PyObject *self, PyObject *cls) {
     Py_XSETREF(StoredMessage_cls, Py_NewRef(cls));
     Py_RETURN_NONE;
@@ -685,6 +972,9 @@ static PyObject *bind_records(PyObject *self, PyObject *cls) {
 
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_O, "entry bytes -> [StoredMessage], or None outside the common case"},
+    {"check_records", check_records, METH_O, "entry bytes -> whether decode_records takes every record of them"},
+    {"dispatch_records", (PyCFunction)(void (*)(void))dispatch_records, METH_FASTCALL,
+     "(data, pos, runs, new_run, tag_hash, keys, listened) -> pos: MessageStore._dispatch_one from record bytes"},
     {"bind_records", bind_records, METH_O, "(StoredMessage): the class decode_records builds"},
     {"encode_frame", encode_frame, METH_VARARGS, "(head, messages, max_messages, max_bytes) -> (frame, count, carries)"},
     {"decode_batch", decode_batch, METH_O, "payload -> (group, sender, grpc_addr, admin_addr, messages, bad)"},
@@ -701,7 +991,7 @@ PyMODINIT_FUNC PyInit_raftpath(void) {
     INTERN(a_type, "type"); INTERN(a_frm, "frm"); INTERN(a_to, "to"); INTERN(a_term, "term");
     INTERN(a_log_term, "log_term"); INTERN(a_index, "index"); INTERN(a_entries, "entries");
     INTERN(a_commit, "commit"); INTERN(a_reject, "reject"); INTERN(a_reject_hint, "reject_hint");
-    INTERN(a_force, "force");
+    INTERN(a_force, "force"); INTERN(a_end, "end"); INTERN(a_first, "first"); INTERN(a_packed, "packed");
 #undef INTERN
     return PyModule_Create(&module);
 }

@@ -35,5 +35,16 @@ def _load() -> ModuleType | None:
     return fastpath
 
 
+def _load_records() -> ModuleType | None:
+    """broker/raftpath.c, for the store: its reader of commit-log records also dispatches them from their bytes
+    (``dispatch_records``, a DLedger follower's committed records); None on the pure-Python path."""
+    if pure_python_requested():
+        return None
+    from . import raftpath  # built with fastpath by setup.py
+
+    return raftpath
+
+
 compiled: ModuleType | None = _load()
+records: ModuleType | None = _load_records()
 IMPLEMENTATION = "c" if compiled is not None else "python"

@@ -47,7 +47,7 @@ from rocketscope.tls import TlsClientConfig
 
 from .log_store import DLedgerLog
 from .peer_link import PeerLink
-from .raft_codec import Batch, decode_records
+from .raft_codec import Batch, check_records
 
 log = logging.getLogger(__name__)
 
@@ -483,21 +483,24 @@ class DLedgerNode(DrivenMember):
         self._pend_appended(entries)
 
     def _pend_appended(self, entries: list[Entry]) -> None:
-        """Hand the records of entries just written to the store's pending dispatch, decoded from the
-        entries' bytes in memory.
+        """Hand the records of entries just written to the store's pending dispatch, as the entries' bytes
+        in memory (``MessageStore.add_pending_records``).
 
         Why: a follower used to dispatch committed records by reading them back from the commit log
         (``CommitLog.iter_messages``: three reads and a decode per record), 46 % of a follower's
-        busy samples in session 19's profile (docs/BENCHMARKS.md).  The pending dispatch needs its
+        busy samples in session 19's profile (docs/BENCHMARKS.md); then by decoding each into a
+        ``StoredMessage`` here (sessions 20-23), which with the dispatch's reading of it back was still a
+        follower's largest item.  The store now builds queue entries and index keys from the bytes.
+        The pending dispatch needs its
         records in log order with nothing missing between them, so an entry is added only right after
         the last record handed over, or at the next segment when its first record did not fit the
         last one (the filler between is stepped over, as for a leader's own records).  Entries below
         it are already there (a leader's own proposals, ``submit``).  Any other gap empties the
         pending dispatch first, which is always safe (``MessageStore.drop_pending``: whatever is below
-        the first pending record is read back from the log when confirmed).  A record that does not
-        decode stops the hand-over for this batch; the log read-back then meets it as before.  The
-        CRC is not checked here: it guards the disk, and these bytes are the ones just written (a
-        read of the log still checks it).
+        the first pending record is read back from the log when confirmed).  An entry whose records do not
+        all decode (``check_records``) stops the hand-over for this batch; the log read-back then meets it
+        as before.  The CRC is not checked here: it guards the disk, and these bytes are the ones just
+        written (a read of the log still checks it).
         """
         lg = self.log
         assert lg is not None
@@ -514,13 +517,13 @@ class DLedgerNode(DrivenMember):
             if end is not None and start != end and planned(end, record.peek_header(data)[0]) != start:
                 self._drop_pending()  # not merely the filler of a segment roll, which the dispatch steps over
             try:
-                msgs = decode_records(data)  # bytes from memory, not from the disk; compiled (raft_codec.py)
+                check_records(data)  # compiled (raft_codec.py): the records are not decoded here
             except RecordError as exc:
                 log.warning("dledger %s/%s: entry %d does not decode (%s); it is read back from the log",
                             self.group, self.self_id, e.index, exc)
                 self._drop_pending()
                 return
-            store.add_pending(msgs)
+            store.add_pending_records(start, data)
             self._pending_end = start + len(data)
 
     def _drop_pending(self) -> None:

@@ -14,9 +14,11 @@ driver's ``Message`` values.  A message whose type (or an entry's kind) this mem
 left out and named in ``Batch.bad``, as ``from_pb``'s error used to cost only that message; a payload that
 is not a RaftBatch raises ``BatchError`` naming the field.
 
-``decode_records`` is the follower's other per-frame step: the commit-log records of an entry it appended,
-decoded for the store's pending dispatch (broker/dledger/node.py ``_pend_appended``); compiled for the
-common case, and record.decode (the reference) for anything else.
+``decode_records`` decodes the commit-log records of an entry a follower appended (record.decode is the
+reference); ``check_records`` only checks that they would decode: the follower hands the entry's bytes
+themselves to the store's pending dispatch (broker/dledger/node.py ``_pend_appended``,
+``MessageStore.add_pending_records``), which builds queue entries and index keys from them.  Both are
+compiled for the common case, and record.decode says what is wrong with anything else.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from ..peer_frames.wire import frame
 from ..speedups import pure_python_requested
 from .peer_wire import add_pb
 
-__all__ = ["IMPLEMENTATION", "Batch", "BatchError", "decode_batch", "decode_records", "encode_frame",
-           "py_decode_batch", "py_decode_records", "py_encode_frame"]
+__all__ = ["IMPLEMENTATION", "Batch", "BatchError", "check_records", "decode_batch", "decode_records",
+           "encode_frame", "py_check_records", "py_decode_batch", "py_decode_records", "py_encode_frame"]
 
 
 class BatchError(ValueError):
@@ -57,6 +59,7 @@ class Batch(NamedTuple):
 EncodeFrame = Callable[[bytes, Sequence[Message], int, int], tuple[bytes, int, bool]]
 DecodeBatch = Callable[[bytes], Batch]
 DecodeRecords = Callable[[bytes], list[StoredMessage]]
+CheckRecords = Callable[[bytes], None]
 
 
 def _by_value(enum: type[MsgType] | type[EntryKind]) -> tuple[object, ...]:
@@ -129,9 +132,14 @@ def py_decode_records(data: bytes) -> list[StoredMessage]:
     return msgs
 
 
-def _load() -> tuple[str, EncodeFrame, DecodeBatch, DecodeRecords]:
+def py_check_records(data: bytes) -> None:
+    """The reference: raise RecordError naming what is wrong when a record filling ``data`` does not decode."""
+    py_decode_records(data)
+
+
+def _load() -> tuple[str, EncodeFrame, DecodeBatch, DecodeRecords, CheckRecords]:
     if pure_python_requested():
-        return "python", py_encode_frame, py_decode_batch, py_decode_records
+        return "python", py_encode_frame, py_decode_batch, py_decode_records, py_check_records
     from .. import raftpath  # an ImportError here is a broken install: setup.py always builds it
 
     raftpath.bind(Message, Entry, _by_value(MsgType), _by_value(EntryKind))
@@ -142,6 +150,12 @@ def _load() -> tuple[str, EncodeFrame, DecodeBatch, DecodeRecords]:
         msgs = compiled_records(data)
         return msgs if msgs is not None else py_decode_records(data)  # not the common case: the reference says why
 
+    compiled_check = raftpath.check_records
+
+    def c_check_records(data: bytes) -> None:
+        if not compiled_check(data):
+            py_decode_records(data)  # raises RecordError naming the field (or decodes: then the C is too strict)
+
     compiled_decode = raftpath.decode_batch
 
     def c_decode_batch(payload: bytes) -> Batch:
@@ -150,7 +164,7 @@ def _load() -> tuple[str, EncodeFrame, DecodeBatch, DecodeRecords]:
         except ValueError as exc:
             raise BatchError(str(exc)) from None
 
-    return "c", raftpath.encode_frame, c_decode_batch, c_decode_records
+    return "c", raftpath.encode_frame, c_decode_batch, c_decode_records, c_check_records
 
 
-IMPLEMENTATION, encode_frame, decode_batch, decode_records = _load()
+IMPLEMENTATION, encode_frame, decode_batch, decode_records, check_records = _load()

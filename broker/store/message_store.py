@@ -26,6 +26,7 @@ from pathlib import Path
 from rocketscope.names import HA_EVENTS_TOPIC
 
 from ..speedups import compiled as _C
+from ..speedups import records as _R
 from . import multi_dispatch, record
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
@@ -66,6 +67,23 @@ class _Run:
         self.end = cq.max_offset
         self.first = -1
         self.packed = bytearray()
+
+
+class _BytesRun:
+    """Whole commit-log records still in their bytes, pending dispatch (``MessageStore.add_pending_records``):
+    ``data[pos:]`` lies at ``physical_offset`` in the commit log and is ``size`` bytes long.  The two names are
+    those of a ``StoredMessage`` so that ``dispatch_confirmed`` and ``truncate_to`` measure either kind alike."""
+
+    __slots__ = ("data", "physical_offset", "pos", "size")
+
+    def __init__(self, data: bytes, pos: int, physical_offset: int) -> None:
+        self.data = data
+        self.pos = pos
+        self.physical_offset = physical_offset
+        self.size = len(data) - pos
+
+
+_Pending = StoredMessage | _BytesRun
 
 
 class PutStatus(enum.Enum):
@@ -178,7 +196,7 @@ class MessageStore:
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.queue_next: dict[tuple[str, int], int] = {}
         self.dispatched = 0
-        self._pending: deque[StoredMessage] = deque()
+        self._pending: deque[_Pending] = deque()
         self._confirm: int | None = hooks.confirm_offset  # None: confirm follows the written end
         # dispatch listeners (add_topic_listener, add_queue_listener): none of them is told per record of
         # the other topics, so a batch of ordinary messages costs them one call per queue, not per record
@@ -492,8 +510,21 @@ class MessageStore:
         """
         self._pending.extend(messages)
 
+    def add_pending_records(self, physical_offset: int, data: bytes) -> None:
+        """Queue whole records still in their bytes (``data``, at ``physical_offset`` in the commit log) for
+        dispatch once confirmed, as ``add_pending`` queues decoded ones.
+
+        A DLedger follower's appended entry (broker/dledger/node.py ``_pend_appended``): the dispatch builds
+        their consume-queue entries and index keys from the bytes (broker/raftpath.c ``dispatch_records``)
+        and decodes a record into a ``StoredMessage`` only where it must (a topic with a topic listener, LMQ
+        offsets); decoding every record first was most of a follower's dispatch (docs/BENCHMARKS.md, sessions
+        22-23).  The caller has checked that every record decodes (``raft_codec.check_records``)."""
+        if data:
+            self._pending.append(_BytesRun(data, 0, physical_offset))
+
     def drop_pending(self) -> None:
-        """Forget records queued by ``add_pending`` (a deposed leader's: others may replace them).
+        """Forget records queued by ``add_pending`` or ``add_pending_records`` (a deposed leader's: others may
+        replace them).
 
         Always safe: ``dispatched`` never passes a pending record, so whatever of them the log
         still holds is read back from it when confirmed, like a replica's records.
@@ -673,6 +704,8 @@ class MessageStore:
             cq.truncate_physical(offset)
         self.queue_next.clear()
         self.queue_next.update({k: cq.max_offset for k, cq in self.cqs.items()})
+        # a run of records in their bytes that crosses ``offset`` goes whole: what is left of it below
+        # ``offset`` is read back from the log when confirmed (``drop_pending``'s rule)
         self._pending = deque(m for m in self._pending if m.physical_offset + m.size <= offset)
         self.dispatched = min(self.dispatched, offset)
         if self._confirm is not None:
@@ -743,9 +776,9 @@ class MessageStore:
     def dispatch_confirmed(self) -> None:
         """Consume-queue entries and index keys for everything up to the confirm offset, in log order.
 
-        Two sources: records this store appended (``_pending``) and records below the first
-        of them that it did not dispatch when they arrived (a promoted replica's copy past its
-        old confirm offset).  The copied ones go first: their queue offsets come first.
+        Two sources: records this store appended (``_pending``: decoded records, or records still in their
+        bytes) and records below the first of them that it did not dispatch when they arrived (a promoted
+        replica's copy past its old confirm offset).  The copied ones go first: their queue offsets come first.
         """
         bound = self.confirm_offset
         pending = self._pending
@@ -756,6 +789,7 @@ class MessageStore:
         if not pending or upto < first:
             return  # nothing appended here, or all of it lies past the bound
         self.dispatched = max(self.dispatched, first)  # only whole records and fillers lie below ``first``
+        ready: list[_Pending]
         if pending[-1].physical_offset + pending[-1].size <= bound:
             ready = list(pending)
             pending.clear()
@@ -763,8 +797,42 @@ class MessageStore:
             ready = []
             while pending and pending[0].physical_offset + pending[0].size <= bound:
                 ready.append(pending.popleft())
-        if ready:
-            self._dispatch_many(ready)
+            if pending and type(pending[0]) is _BytesRun:  # records of it may end within the bound
+                head = self._split_run(pending[0], bound)  # type: ignore[arg-type]
+                if head is not None:
+                    ready.append(head)
+        if not ready:
+            return
+        if all(type(m) is StoredMessage for m in ready):
+            self._dispatch_many(ready)  # type: ignore[arg-type]
+            return
+        try:
+            self._dispatch_mixed(ready)
+        except RecordError as exc:  # the caller checked the bytes (add_pending_records): not expected
+            log.error("pending records at %d do not decode (%s): read back from the commit log instead",
+                      self.dispatched, exc)
+            pending.clear()
+            self.dispatch_confirmed()
+
+    @staticmethod
+    def _split_run(run: _BytesRun, bound: int) -> _BytesRun | None:
+        """The records of ``run`` that end at or below ``bound``, as a run of their own (None: not one);
+        ``run`` keeps the rest."""
+        data, pos = run.data, run.pos
+        limit = pos + bound - run.physical_offset
+        cut = pos
+        while cut < len(data):
+            size = record.peek_header(data, cut)[0]
+            if size <= 0 or cut + size > limit:
+                break
+            cut += size
+        if cut == pos:
+            return None
+        head = _BytesRun(data[:cut], pos, run.physical_offset)
+        run.physical_offset += cut - pos
+        run.pos = cut
+        run.size = len(data) - cut
+        return head
 
     def _dispatch_many(self, msgs: Iterable[StoredMessage]) -> None:
         """Consume-queue entries and index keys for ``msgs`` (in log order); moves ``dispatched``.
@@ -806,6 +874,15 @@ class MessageStore:
                 if i < n:
                     self._dispatch_one(msgs[i], runs, keys)
                     i += 1
+        last = msgs[-1]
+        self._finish_batch(runs, keys, msgs, lambda: msgs, last.physical_offset + last.size)
+
+    def _finish_batch(self, runs: dict[tuple[str, int], _Run], keys: list[tuple[str, int, int]],
+                      told: Sequence[StoredMessage], every: Callable[[], Sequence[StoredMessage]], end: int) -> None:
+        """The writes of a batch whose runs and keys are built: each queue's run, the index keys, the listeners
+        (``told``: the batch's records that exist as objects, in log order, every record of a listened topic
+        among them), ``dispatched`` moved to ``end``.  ``every()`` gives all the batch's records, for the rare
+        consume-queue write that fails part way (``_keys_in_queues``)."""
         queue_next = self.queue_next
         try:
             for key, run in runs.items():
@@ -815,14 +892,59 @@ class MessageStore:
                         queue_next[key] = run.end
         except BaseException:
             if keys:
-                self.index.put_entries(self._keys_in_queues(msgs, keys))
+                self.index.put_entries(self._keys_in_queues(every(), keys))
             raise
         if keys:
             self.index.put_entries(keys)
-        last = msgs[-1]
         if self._topic_listeners or self._queue_listeners:
-            self._tell_listeners(msgs, runs)
-        self.dispatched = last.physical_offset + last.size
+            self._tell_listeners(told, runs)
+        self.dispatched = end
+
+    def _dispatch_mixed(self, items: list[_Pending]) -> None:
+        """Dispatch one batch of pending items, some of them records still in their bytes: as ``_dispatch_each``
+        does for the same records decoded (the same queues, offsets, index keys, listener calls and
+        ``dispatched``; tests/test_dispatch_bytes_equivalence.py), without decoding a record unless it must.
+
+        The compiled ``dispatch_records`` takes every record it can and stops at one it does not (a record of
+        a topic with a topic listener, one with LMQ offsets, bytes ``record.decode`` refuses); that one is
+        decoded and dispatched by ``_dispatch_one`` (``record.decode`` raises RecordError on bad bytes).
+        Without the compiled module every record is decoded: the reference."""
+        runs: dict[tuple[str, int], _Run] = {}
+        keys: list[tuple[str, int, int]] = []
+        told: list[StoredMessage] = []
+        new_run, listened = self._run, self._topic_listeners
+        for item in items:
+            if type(item) is not _BytesRun:
+                self._dispatch_one(item, runs, keys)  # type: ignore[arg-type]
+                told.append(item)  # type: ignore[arg-type]
+                continue
+            data, pos = item.data, item.pos
+            n = len(data)
+            while pos < n:
+                if _R is not None:
+                    pos = _R.dispatch_records(data, pos, runs, new_run, _tag_hash, keys, listened)
+                    if pos >= n:
+                        break
+                msg = record.decode(data, pos, verify=False)
+                self._dispatch_one(msg, runs, keys)
+                told.append(msg)
+                pos += msg.size
+        last = items[-1]
+
+        def every() -> list[StoredMessage]:
+            out: list[StoredMessage] = []
+            for item in items:
+                if type(item) is _BytesRun:
+                    pos = item.pos
+                    while pos < len(item.data):
+                        msg = record.decode(item.data, pos, verify=False)
+                        out.append(msg)
+                        pos += msg.size
+                else:
+                    out.append(item)  # type: ignore[arg-type]
+            return out
+
+        self._finish_batch(runs, keys, told, every, last.physical_offset + last.size)
 
     def _keys_in_queues(self, msgs: Sequence[StoredMessage],
                         keys: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
