@@ -16,6 +16,12 @@ store does nothing else: a writer appends ``--round-kb`` to a commit log, waits 
 (``thread_time``, the append's pwrite included) and of the process, for each thread that can run the fdatasync
 (broker/fastpath.c's "compiled" one and the "executor" reference), alternated.
 
+``--follower`` (session 24) measures a DLedger follower's hand-over and dispatch of committed records, alternated
+in each round: "decoded" (what a follower did before session 24: ``raft_codec.decode_records`` of each appended
+entry of ``--batch`` records, ``add_pending``, ``set_confirm_offset`` to its end) and "bytes" (``check_records``,
+``add_pending_records``, the same confirm).  The follower's listeners as a broker registers them (three topic
+listeners on system topics, two queue listeners), all no-ops.  CPU µs per record of this process.
+
 ``--put-floor`` (session 19) measures what is left of a SYNC_FLUSH single put when the store does nothing:
 ``--writers`` asyncio writers as storage_bench's (its timing and latency bookkeeping included), each put a
 future queued for a group that one ``call_soon`` callback resolves, as ``MessageStore.put`` and
@@ -64,6 +70,55 @@ def one_round(n: int, batch: int, profile: cProfile.Profile | None = None) -> fl
         store.index.close()
         store.commit_log.close()
         return n / took
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def follower_round(n: int, batch: int, way: str) -> float:
+    """CPU µs per record of a follower's hand-over and dispatch of ``n`` records in entries of ``batch`` (see
+    --follower)."""
+    from rocketscope.broker.dledger import raft_codec
+    from rocketscope.broker.store import record
+
+    root = Path(tempfile.mkdtemp(prefix="rs-follower-", dir=str(Path.cwd())))
+    try:
+        store = MessageStore(StoreConfig(root=root, commitlog_segment_size=1 << 30))
+        store.set_confirm_offset(0)
+        for topic in ("rmq_sys_POP_STATE", "rmq_sys_OFFSETS", "RMQ_SYS_TRACE_TOPIC"):
+            store.add_topic_listener(topic, lambda m: None)
+        for _ in range(2):
+            store.add_queue_listener(lambda qs: None)
+        entries: list[tuple[int, bytes]] = []
+        pos = 0
+        for i in range(0, n, batch):
+            parts = []
+            start = pos
+            for j in range(i, min(i + batch, n)):
+                m = message(j)
+                m.physical_offset, m.queue_offset, m.store_timestamp = pos, j // 8, 1_700_000_000_000 + j
+                data = record.encode(m)
+                parts.append(data)
+                pos += len(data)
+            entries.append((start, b"".join(parts)))
+        t0 = time.process_time()
+        if way == "bytes":
+            check, add = raft_codec.check_records, store.add_pending_records
+            for start, data in entries:
+                check(data)
+                add(start, data)
+                store.set_confirm_offset(start + len(data))
+        else:
+            decode, add_msgs = raft_codec.decode_records, store.add_pending
+            for start, data in entries:
+                add_msgs(decode(data))
+                store.set_confirm_offset(start + len(data))
+        took = time.process_time() - t0
+        assert store.dispatched == pos and sum(cq.max_offset for cq in store.cqs.values()) == n
+        for cq in store.cqs.values():
+            cq.close()
+        store.index.close()
+        store.commit_log.close()
+        return took / n * 1e6
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -151,7 +206,16 @@ def main() -> None:
     ap.add_argument("--writers", type=int, default=64, help="writers of --put-floor")
     ap.add_argument("--flush-rounds", action="store_true", help="the event loop's CPU per fsync round (see above)")
     ap.add_argument("--round-kb", type=int, default=40, help="KiB appended per round of --flush-rounds")
+    ap.add_argument("--follower", action="store_true", help="a DLedger follower's dispatch, decoded vs bytes")
     args = ap.parse_args()
+    if args.follower:
+        per_way: dict[str, list[float]] = {"decoded": [], "bytes": []}
+        for _ in range(args.rounds):
+            for way in per_way:
+                per_way[way].append(round(follower_round(args.records, args.batch, way), 2))
+        print(json.dumps({"implementation": speedups.IMPLEMENTATION, "batch": args.batch, "records": args.records,
+                          "cpu_us_per_record": per_way, "best": {k: min(v) for k, v in per_way.items()}}))
+        return
     if args.flush_rounds:
         rows = [flush_rounds(args.records, args.round_kb, kind)
                 for _ in range(args.rounds) for kind in ("executor", "compiled")]
