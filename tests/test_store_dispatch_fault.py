@@ -90,8 +90,11 @@ class FailingAppendPacked:
 
 @pytest.mark.parametrize("fault", [FailingWrites, FailingAppendPacked])
 @pytest.mark.parametrize("restart", [False, True], ids=["redispatch", "recovery"])
+@pytest.mark.parametrize("handed", ["decoded", "bytes"])
 def test_failed_queue_write_indexes_each_key_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   fault: type, restart: bool) -> None:
+                                                   fault: type, restart: bool, handed: str) -> None:
+    """``handed``: the second batch pending as the decoded records a put queues, or as their bytes, as a DLedger
+    follower hands its appended entries over (``add_pending_records``)."""
     monkeypatch.setattr(consume_queue, "_BUFFER_BYTES", 1)  # every entry written at once: the fault is hit
     store = open_store(tmp_path)
     first = batch(10)
@@ -100,7 +103,11 @@ def test_failed_queue_write_indexes_each_key_once(tmp_path: Path, monkeypatch: p
     store._save_checkpoint()  # the first batch is safe on disk; the second is past the checkpoint
     injected = fault(store.cqs[QUEUES[1]])  # TB's queue fails; TA's is written (TA comes first in the batch)
     second = batch(30)[10:]
+    start = store.commit_log.max_offset
     assert all(r.status is PutStatus.PUT_OK for r in store.append_batch(second))
+    if handed == "bytes":
+        store.drop_pending()
+        store.add_pending_records(start, store.commit_log.read_raw(start, store.commit_log.max_offset - start))
     with pytest.raises(OSError):
         store.dispatch_confirmed()
     assert injected.calls > 0
