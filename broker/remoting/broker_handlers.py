@@ -28,7 +28,7 @@ from ..sends import PLAIN, SendKind, new_uniq_key
 from ..speedups import compiled as _C
 from ..store.message_store import PutResult, PutStatus
 from ..store.record import StoredMessage
-from ..topics import topic_name_problem
+from ..topics import read_topic_problem, topic_name_problem
 from ..trace_hooks import NoTrace
 from ..transaction import CheckBack
 from .client_config import CHECK_CLIENT_CONFIG, client_config_handler
@@ -285,11 +285,13 @@ class RemotingBroker:
                            store_host=self.store_addr, reconsume_times=m.reconsume_times,
                            prepared_tx_offset=m.prepared_tx_offset)
 
-    def topic_config(self, name: str, *, read: bool = False) -> Any:
-        problem = topic_name_problem(name)
+    def topic_config(self, name: str, *, read: bool = False, lmq: bool = False) -> Any:
+        """The config of the header's ``topic``; ``lmq``: the request may name an LMQ queue (``%LMQ%...``),
+        served with enableLmq as Apache's selectTopicConfig serves it (TopicManager.select)."""
+        problem = read_topic_problem(name) if lmq else topic_name_problem(name)
         if problem:
             raise HeaderError(f"topic[{name[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
-        cfg = self.b.topics.get(name)
+        cfg = self.b.topics.select(name) if lmq else self.b.topics.get(name)
         if cfg is None:
             raise HeaderError(f"topic[{name}] not exist, apply first please!", RC.TOPIC_NOT_EXIST)
         if read and not cfg.readable:
@@ -630,7 +632,7 @@ class RemotingBroker:
         commit_offset = h.int("commitOffset", default=-1)
         suspend_ms = h.int("suspendTimeoutMillis", default=0)
         self.check_group(group)
-        cfg = self.topic_config(topic, read=True)
+        cfg = self.topic_config(topic, read=True, lmq=True)
         self.check_queue_id(cfg, queue_id)
         sub = self._subscription(h, group, topic, sys_flag)
         try:  # RocketMQ's PullMessageProcessor: SQL92 needs enablePropertyFilter; a bad expression does not parse
@@ -720,7 +722,7 @@ class RemotingBroker:
         group, topic = h.str("consumerGroup"), h.str("topic")
         queue_id, offset = h.int("queueId"), h.int("commitOffset")
         self.check_group(group)
-        cfg = self.topic_config(topic)
+        cfg = self.topic_config(topic, lmq=True)
         self.check_queue_id(cfg, queue_id)
         if offset < 0:
             raise HeaderError(f"commitOffset {offset} is negative", RC.INVALID_PARAMETER)

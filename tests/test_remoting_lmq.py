@@ -1,0 +1,210 @@
+"""LMQ queues (``%LMQ%...``) read over remoting, as Apache RocketMQ serves them with ``enableLmq``.
+
+Ground truth: the messages this test sends with ``INNER_MULTI_DISPATCH`` (which LMQ queues each names, in what
+order, with which body), so the LMQ offsets each queue must hold are counted here, not read from the broker.
+What Apache does, read from its sources (broker LmqTopicConfigManager, PullMessageProcessor,
+ConsumerManageProcessor, client MQClientAPIImpl): with ``enableLmq`` every ``%LMQ%`` name has a one-queue,
+read-write topic config made on the fly, so PULL_MESSAGE and UPDATE_CONSUMER_OFFSET of queue 0 are served and a
+pulled record keeps its topic's queue offset, its LMQ offsets being in ``INNER_MULTI_QUEUE_OFFSET``; without it
+an LMQ name is a topic like any other: TOPIC_NOT_EXIST.  Apache's example LMQPullConsumer reads an LMQ queue
+with GET_MIN_OFFSET and a held PULL_MESSAGE.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, wait_until
+from conftest import failed_call
+from peers_support import remoting
+
+from rocketscope.broker.remoting.client import RemotingClient
+from rocketscope.broker.remoting.codec import (
+    RequestCode,
+    ResponseCode,
+    decode_messages,
+    encode,
+    properties_to_string,
+)
+
+pytestmark = pytest.mark.e2e
+PARENT = "LmqParent"
+LMQ_A = "%LMQ%alpha"  # Apache's example form (LMQProducer: %LMQ%123)
+LMQ_B = f"%LMQ%${PARENT}$beta"  # a lite queue's form: %LMQ%$<topic>$<liteTopic>
+GROUP = "LmqReader"
+PULL_SUBSCRIPTION, PULL_SUSPEND = 0x4, 0x2
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    with cluster_with_namesrv(tmp_path_factory.mktemp("remoting-lmq"), lambda: failed_call(request)) as c:
+        on = c.start_broker("broker-lmq", enableLmq="true", enableMultiDispatch="true")
+        off = c.start_broker("broker-plain")  # enableLmq false: Apache's default
+        for node in (on, off):
+            remoting.create_topic(node.admin_addr, PARENT, queues=1)
+        yield c
+
+
+def lmq_broker(cluster: LocalCluster) -> BrokerNode:
+    return cluster.brokers["broker-lmq"]
+
+
+def send(b: RemotingClient, body: bytes, lmqs: list[str]) -> None:
+    props = {"UNIQ_KEY": body.hex(), "INNER_MULTI_DISPATCH": ",".join(lmqs)}
+    header = {"a": "LmqProducer", "b": PARENT, "c": "TBW102", "d": "1", "e": "0", "f": "0",
+              "g": str(int(time.time() * 1000)), "h": "0", "i": properties_to_string(props), "m": "false"}
+    resp = b.invoke(RequestCode.SEND_MESSAGE_V2, header, body)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+def pull_fields(topic: str, offset: int, *, queue_id: int = 0, suspend_ms: int = 0, max_nums: int = 32
+                ) -> dict[str, str]:
+    """PULL_MESSAGE's header as Apache's DefaultMQPullConsumer sends it (subscription in the request)."""
+    flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms else 0)
+    return {"consumerGroup": GROUP, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums), "sysFlag": str(flag), "commitOffset": "0",
+            "suspendTimeoutMillis": str(suspend_ms), "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+
+
+def pull_all(b: RemotingClient, topic: str) -> list[tuple[int, bytes]]:
+    """Every record of LMQ queue ``topic`` from offset 0, as (its offset in that LMQ queue, body); pulls until
+    the queue's end (PULL_NOT_FOUND), checking each answer's nextBeginOffset against the records it held."""
+    out: list[tuple[int, bytes]] = []
+    offset = 0
+    while True:
+        resp = b.invoke(RequestCode.PULL_MESSAGE, pull_fields(topic, offset, max_nums=4))
+        if resp.code == ResponseCode.PULL_NOT_FOUND:
+            assert int(resp.fields["nextBeginOffset"]) == offset
+            return out
+        assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
+        msgs = decode_messages(resp.body)
+        for m in msgs:
+            out.append((lmq_offset(m.properties, topic), m.body))
+        offset += len(msgs)
+        assert int(resp.fields["nextBeginOffset"]) == offset
+
+
+def lmq_offset(props: dict[str, str], lmq: str) -> int:
+    """The record's offset in ``lmq``: where Apache's client (MQClientAPIImpl) takes it from, the position of
+    ``lmq`` in INNER_MULTI_DISPATCH picking its entry of INNER_MULTI_QUEUE_OFFSET."""
+    queues = props["INNER_MULTI_DISPATCH"].split(",")
+    offsets = props["INNER_MULTI_QUEUE_OFFSET"].split(",")
+    return int(offsets[queues.index(lmq)])
+
+
+def offset_query(b: RemotingClient, code: int, topic: str, **extra: str) -> str:
+    resp = b.invoke(code, {"topic": topic, "queueId": "0", **extra})
+    assert resp.code == ResponseCode.SUCCESS, (code, resp.code, resp.remark)
+    return resp.fields.get("offset", resp.fields.get("timestamp", ""))
+
+
+def test_pull_and_offsets_of_two_lmq_queues(cluster: LocalCluster) -> None:
+    with RemotingClient(lmq_broker(cluster).admin_addr) as b:
+        sent: dict[str, list[bytes]] = {LMQ_A: [], LMQ_B: []}
+        for i in range(7):  # every message to alpha, every other one to beta too
+            body = f"lmq-{i}".encode()
+            names = [LMQ_A, LMQ_B] if i % 2 == 0 else [LMQ_A]
+            send(b, body, names)
+            for name in names:
+                sent[name].append(body)
+        for name, bodies in sent.items():
+            got = pull_all(b, name)
+            assert got == list(enumerate(bodies)), name
+            assert int(offset_query(b, RequestCode.GET_MAX_OFFSET, name)) == len(bodies)
+            assert int(offset_query(b, RequestCode.GET_MIN_OFFSET, name)) == 0
+        # store times of beta's records, as its pulls give them: search by time and the earliest store time
+        beta = decode_messages(b.invoke(RequestCode.PULL_MESSAGE, pull_fields(LMQ_B, 0)).body)
+        assert int(offset_query(b, RequestCode.GET_EARLIEST_MSG_STORETIME, LMQ_B)) == beta[0].store_timestamp
+        last = beta[-1].store_timestamp
+        assert int(offset_query(b, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, LMQ_B, timestamp=str(last))) == \
+            min(i for i, m in enumerate(beta) if m.store_timestamp == last)
+        assert int(offset_query(b, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, LMQ_B,
+                                timestamp=str(beta[0].store_timestamp - 60_000))) == 0
+        # the group's offset in an LMQ queue: committed, then queried back (a consumer's restart point)
+        resp = b.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": LMQ_A, "queueId": "0",
+                                                             "commitOffset": "5"})
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert offset_query(b, RequestCode.QUERY_CONSUMER_OFFSET, LMQ_A, consumerGroup=GROUP) == "5"
+        # a pull's own commitOffset (sysFlag bit 1) moves it too, as a push consumer commits
+        fields = pull_fields(LMQ_A, 6) | {"sysFlag": str(PULL_SUBSCRIPTION | 0x1), "commitOffset": "6"}
+        assert b.invoke(RequestCode.PULL_MESSAGE, fields).code == ResponseCode.SUCCESS
+        assert offset_query(b, RequestCode.QUERY_CONSUMER_OFFSET, LMQ_A, consumerGroup=GROUP) == "6"
+
+
+def test_held_pull_woken_by_multi_dispatch(cluster: LocalCluster) -> None:
+    """A pull held at the end of an LMQ queue is answered by the next record dispatched to that queue, well
+    before its suspend time and before the broker's 5 s re-check of held pulls would answer it."""
+    name = "%LMQ%held"
+    with RemotingClient(lmq_broker(cluster).admin_addr) as b, \
+            RemotingClient(lmq_broker(cluster).admin_addr) as producer:
+        send(producer, b"before", [name])
+        end = int(offset_query(producer, RequestCode.GET_MAX_OFFSET, name))
+        assert end == 1
+        req = b.request(RequestCode.PULL_MESSAGE, pull_fields(name, end, suspend_ms=30_000))
+        b.send_raw(encode(req))
+        # held, not answered: the end of the queue with a suspend time (Apache's PULL_NOT_FOUND is held)
+        readable, _, _ = select.select([b.sock], [], [], 1.0)
+        assert not readable, "the pull at the end of the LMQ queue was answered at once, not held"
+        sent_at = time.monotonic()
+        send(producer, b"after", [name])
+        resp = b.read_frame()
+        waited = time.monotonic() - sent_at
+        assert resp.opaque == req.opaque
+        assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
+        (m,) = decode_messages(resp.body)
+        assert (m.body, lmq_offset(m.properties, name)) == (b"after", 1)
+        assert int(resp.fields["nextBeginOffset"]) == 2
+        # the dispatch woke it: a held pull nobody wakes is re-checked only every 5 s (broker_handlers)
+        assert waited < 3.0, f"the held pull was answered {waited:.1f} s after the send"
+
+
+def test_lmq_off_is_topic_not_exist(cluster: LocalCluster) -> None:
+    """Without enableLmq, Apache's TopicConfigManager has no config for an LMQ name: TOPIC_NOT_EXIST, the same
+    answer as any missing topic, for both name forms; the records' multi-dispatch names are ignored."""
+    off = cluster.brokers["broker-plain"]
+    with RemotingClient(off.admin_addr) as b:
+        send(b, b"plain", [LMQ_A, LMQ_B])
+        for name in (LMQ_A, LMQ_B):
+            resp = b.invoke(RequestCode.PULL_MESSAGE, pull_fields(name, 0))
+            assert resp.code == ResponseCode.TOPIC_NOT_EXIST, (name, resp.code, resp.remark)
+            assert resp.remark.startswith(f"topic[{name}] not exist, apply first please!")
+            resp = b.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": name,
+                                                                 "queueId": "0", "commitOffset": "0"})
+            assert resp.code == ResponseCode.TOPIC_NOT_EXIST, (name, resp.code, resp.remark)
+            assert int(offset_query(b, RequestCode.GET_MAX_OFFSET, name)) == 0  # nothing indexed there
+        (m,) = decode_messages(b.invoke(RequestCode.PULL_MESSAGE, pull_fields(PARENT, 0)).body)
+        assert m.body == b"plain"  # stored in its topic only
+
+
+def test_malformed_lmq_names_are_refused(cluster: LocalCluster) -> None:
+    """Names that cannot be an LMQ queue: INVALID_PARAMETER naming the header field and the rule, with LMQ on
+    and off (RocketScope checks names on the read side; Apache reads any name, docs/COMPATIBILITY.md); a queue
+    other than 0 of an LMQ queue: INVALID_PARAMETER, as Apache's check against readQueueNums 1."""
+    for node in cluster.brokers.values():
+        with RemotingClient(node.admin_addr) as b:
+            for bad in ("%LMQ%", "%LMQ%a/../b", "%LMQ%a b", "%LMQ%" + "x" * 260):
+                resp = b.invoke(RequestCode.PULL_MESSAGE, pull_fields(bad, 0))
+                assert resp.code == ResponseCode.INVALID_PARAMETER, (node.name, bad, resp.code, resp.remark)
+                assert resp.remark.startswith("topic[") and "LMQ queue name" in resp.remark, resp.remark
+    with RemotingClient(lmq_broker(cluster).admin_addr) as b:
+        resp = b.invoke(RequestCode.PULL_MESSAGE, pull_fields(LMQ_A, 0, queue_id=1))
+        assert resp.code == ResponseCode.INVALID_PARAMETER
+        assert resp.remark.startswith(f"queueId[1] is illegal, topic:[{LMQ_A}] topicConfig.readQueueNums:[1]")
+
+
+def test_multi_dispatch_names_stay_inside_the_store(cluster: LocalCluster) -> None:
+    """An INNER_MULTI_DISPATCH name that is not one path component (Apache's Java client refuses a path
+    separator there) indexes nothing: no consume queue is made outside the store's consumequeue directory."""
+    node = lmq_broker(cluster)
+    with RemotingClient(node.admin_addr) as b:
+        before = int(offset_query(b, RequestCode.GET_MAX_OFFSET, LMQ_A))
+        send(b, b"escape", ["%LMQ%/../../escaped", LMQ_A])
+        wait_until(lambda: int(offset_query(b, RequestCode.GET_MAX_OFFSET, LMQ_A)) == before + 1,
+                   what="the record dispatched to alpha")  # its other name was passed over, not failed on
+    root = Path(node.store)
+    assert not (root / "escaped").exists() and not (root.parent / "escaped").exists()
+    assert not any(p.name == "escaped" for p in root.rglob("escaped"))
