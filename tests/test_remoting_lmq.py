@@ -17,10 +17,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call
 from peers_support import remoting
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
+from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 
 from rocketscope.broker.remoting.client import RemotingClient
 from rocketscope.broker.remoting.codec import (
@@ -208,3 +212,49 @@ def test_multi_dispatch_names_stay_inside_the_store(cluster: LocalCluster) -> No
     root = Path(node.store)
     assert not (root / "escaped").exists() and not (root.parent / "escaped").exists()
     assert not any(p.name == "escaped" for p in root.rglob("escaped"))
+
+
+def grpc_queue(node: BrokerNode, topic: str) -> pb.MessageQueue:
+    mq = pb.MessageQueue(id=0)
+    mq.topic.name = topic
+    mq.broker.name = node.name
+    return mq
+
+
+def test_grpc_pull_and_offsets_of_an_lmq_queue(cluster: LocalCluster) -> None:
+    """The v2 protocol's PullMessage, QueryOffset, UpdateOffset and GetOffset on an LMQ queue: the same core
+    answer (TopicManager.select) through the gRPC door; off, NOT_FOUND as for any missing topic; a malformed
+    name, ILLEGAL_TOPIC naming the field."""
+    name = f"%LMQ%${PARENT}$viagrpc"
+    node = lmq_broker(cluster)
+    bodies = [f"g{i}".encode() for i in range(5)]
+    with RemotingClient(node.admin_addr) as b:
+        for body in bodies:
+            send(b, body, [name])
+    md = (("x-mq-client-id", "lmq-puller"),)
+    with grpc.insecure_channel(node.endpoint) as ch:
+        stub = svc_grpc.MessagingServiceStub(ch)
+        q = svc.QueryOffsetRequest(message_queue=grpc_queue(node, name), query_offset_policy=pb.END)
+        assert stub.QueryOffset(q, metadata=md, timeout=10).offset == len(bodies)
+        req = svc.PullMessageRequest(message_queue=grpc_queue(node, name), offset=1, batch_size=32)
+        req.group.name = GROUP
+        resp = list(stub.PullMessage(req, metadata=md, timeout=10))
+        assert resp[0].status.code == pb.OK, resp[0].status
+        assert [r.message.body for r in resp if r.HasField("message")] == bodies[1:]
+        assert resp[-1].next_offset == len(bodies)
+        upd = svc.UpdateOffsetRequest(message_queue=grpc_queue(node, name), offset=3)
+        upd.group.name = GROUP
+        assert stub.UpdateOffset(upd, metadata=md, timeout=10).status.code == pb.OK
+        get = svc.GetOffsetRequest(message_queue=grpc_queue(node, name))
+        get.group.name = GROUP
+        assert stub.GetOffset(get, metadata=md, timeout=10).offset == 3
+        bad = svc.QueryOffsetRequest(message_queue=grpc_queue(node, "%LMQ%a/b"), query_offset_policy=pb.END)
+        status = stub.QueryOffset(bad, metadata=md, timeout=10).status
+        assert status.code == pb.ILLEGAL_TOPIC and status.message.startswith("message_queue.topic.name:"), status
+    off = cluster.brokers["broker-plain"]
+    with grpc.insecure_channel(off.endpoint) as ch:
+        stub = svc_grpc.MessagingServiceStub(ch)
+        req = svc.PullMessageRequest(message_queue=grpc_queue(off, name), offset=0, batch_size=32)
+        req.group.name = GROUP
+        resp = list(stub.PullMessage(req, metadata=md, timeout=10))
+        assert resp[0].status.code == pb.TOPIC_NOT_FOUND, resp[0].status
