@@ -21,6 +21,7 @@ import grpc
 import pytest
 from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, wait_until
 from conftest import failed_call
+from go_clients import run_go, summary
 from peers_support import remoting
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
@@ -258,3 +259,22 @@ def test_grpc_pull_and_offsets_of_an_lmq_queue(cluster: LocalCluster) -> None:
         req.group.name = GROUP
         resp = list(stub.PullMessage(req, metadata=md, timeout=10))
         assert resp[0].status.code == pb.TOPIC_NOT_FOUND, resp[0].status
+
+
+def test_go_client_pulls_an_lmq_queue(cluster: LocalCluster) -> None:
+    """Apache's Go client v2, unchanged (tests/clients/go ``rmqgo pull``: PullConsumer.PullFrom), reads a lite
+    LMQ queue as Apache's example LMQPullConsumer does: the parent topic's route names the broker, then PULL_MESSAGE
+    of queue 0 of the LMQ name.  The client decodes the records itself; their LMQ offsets are counted here."""
+    name = f"%LMQ%${PARENT}$gopull"
+    node = lmq_broker(cluster)
+    bodies = [f"go-{i}" for i in range(6)]
+    with RemotingClient(node.admin_addr) as b:
+        for body in bodies:
+            send(b, body.encode(), [LMQ_A, name])  # a second LMQ named first: the offsets' order matters
+    events = run_go("pull", "-ns", cluster.namesrv_addr, "-route", PARENT, "-topic", name, "-broker", node.name,
+                    "-group", "GoLmqPuller", "-n", str(len(bodies)), "-timeout", "60")
+    got = [e for e in events if e.get("event") == "received"]
+    assert [e["body"] for e in got] == bodies, events
+    assert [lmq_offset({"INNER_MULTI_DISPATCH": e["multiDispatch"], "INNER_MULTI_QUEUE_OFFSET": e["multiQueueOffset"]},
+                       name) for e in got] == list(range(len(bodies)))
+    assert summary(events)["nextOffset"] == len(bodies)
