@@ -12,6 +12,7 @@ with GET_MIN_OFFSET and a held PULL_MESSAGE.
 
 from __future__ import annotations
 
+import json
 import select
 import time
 from collections.abc import Iterator
@@ -140,6 +141,25 @@ def test_pull_and_offsets_of_two_lmq_queues(cluster: LocalCluster) -> None:
         assert offset_query(b, RequestCode.QUERY_CONSUMER_OFFSET, LMQ_A, consumerGroup=GROUP) == "6"
 
 
+def test_push_consumer_style_pull_by_heartbeat_subscription(cluster: LocalCluster) -> None:
+    """Apache's example LMQPushConsumer subscribes the LMQ name itself: its HEART_BEAT carries the subscription
+    and its pulls carry none (sysFlag without the subscription bit), so the broker takes the heartbeat's."""
+    name = "%LMQ%pushed"
+    with RemotingClient(lmq_broker(cluster).admin_addr) as b:
+        for body in (b"p0", b"p1", b"p2"):
+            send(b, body, [name])
+        heartbeat = {"clientID": "lmq-push-1", "producerDataSet": [], "consumerDataSet": [{
+            "groupName": "LmqPushGroup", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+            "subscriptionDataSet": [{"topic": name, "subString": "*", "expressionType": "TAG", "tagsSet": [],
+                                     "codeSet": [], "subVersion": 1}]}]}
+        assert b.invoke(RequestCode.HEART_BEAT, {}, json.dumps(heartbeat).encode()).code == ResponseCode.SUCCESS
+        fields = pull_fields(name, 0) | {"consumerGroup": "LmqPushGroup", "sysFlag": "0"}
+        resp = b.invoke(RequestCode.PULL_MESSAGE, fields)
+        assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
+        assert [m.body for m in decode_messages(resp.body)] == [b"p0", b"p1", b"p2"]
+
+
 def test_held_pull_woken_by_multi_dispatch(cluster: LocalCluster) -> None:
     """A pull held at the end of an LMQ queue is answered by the next record dispatched to that queue, well
     before its suspend time and before the broker's 5 s re-check of held pulls would answer it."""
@@ -202,8 +222,9 @@ def test_malformed_lmq_names_are_refused(cluster: LocalCluster) -> None:
 
 
 def test_multi_dispatch_names_stay_inside_the_store(cluster: LocalCluster) -> None:
-    """An INNER_MULTI_DISPATCH name that is not one path component (Apache's Java client refuses a path
-    separator there) indexes nothing: no consume queue is made outside the store's consumequeue directory."""
+    """An INNER_MULTI_DISPATCH name that is not one path component indexes nothing (Apache's dispatch skips a
+    name with a path separator, ConsumeQueue.multiDispatchLmqQueue): no consume queue is made outside the store's
+    consumequeue directory, and the record's other LMQ queue gets it."""
     node = lmq_broker(cluster)
     with RemotingClient(node.admin_addr) as b:
         before = int(offset_query(b, RequestCode.GET_MAX_OFFSET, LMQ_A))

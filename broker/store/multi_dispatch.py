@@ -36,9 +36,9 @@ def is_lmq(name: str) -> bool:
 def lmq_name_problem(name: str) -> str | None:
     """Why ``name`` (``%LMQ%...``) cannot name an LMQ queue, or None.
 
-    Apache RocketMQ checks no LMQ name on the read side, and its Java client refuses only a path separator in
-    INNER_MULTI_DISPATCH (client Validators.checkMessage); the name becomes a directory here, so anything
-    outside one path component of topic characters (``$`` included, for lite queues) is refused."""
+    Apache RocketMQ checks no LMQ name on the read side; its dispatch skips a name with a path separator, and
+    its Java client refuses one in INNER_MULTI_DISPATCH.  The name becomes a directory here, so anything outside
+    one path component of topic characters (``$`` included, for lite queues) is refused."""
     rest = name[len(LMQ_PREFIX):]
     if not rest:
         return f"LMQ queue name {name!r} names no queue after {LMQ_PREFIX}"
@@ -56,8 +56,8 @@ def eligible(topic: str) -> bool:
 
 def queues_of(props: Mapping[str, str]) -> list[str]:
     """The LMQ queues a record names in ``INNER_MULTI_DISPATCH``.  Names without the prefix are ignored, as
-    Apache does; so are names ``lmq_name_problem`` refuses (Apache's broker would make a consume queue of
-    ``%LMQ%/../x`` outside its consumequeue directory; its Java client refuses the separator before sending)."""
+    Apache does; so are names ``lmq_name_problem`` refuses: Apache's dispatch skips a name with a path
+    separator (ConsumeQueue.multiDispatchLmqQueue), which would put a consume queue outside consumequeue/."""
     raw = props.get(MULTI_DISPATCH, "")
     return [q for q in raw.split(SEPARATOR) if is_lmq(q) and lmq_name_problem(q) is None] if raw else []
 
