@@ -3,11 +3,11 @@
 Ground truth: the messages this test sends with ``INNER_MULTI_DISPATCH`` (which LMQ queues each names, in what
 order, with which body), so the LMQ offsets each queue must hold are counted here, not read from the broker.
 What Apache does, read from its sources (broker LmqTopicConfigManager, PullMessageProcessor,
-ConsumerManageProcessor, client MQClientAPIImpl): with ``enableLmq`` every ``%LMQ%`` name has a one-queue,
-read-write topic config made on the fly, so PULL_MESSAGE and UPDATE_CONSUMER_OFFSET of queue 0 are served and a
-pulled record keeps its topic's queue offset, its LMQ offsets being in ``INNER_MULTI_QUEUE_OFFSET``; without it
-an LMQ name is a topic like any other: TOPIC_NOT_EXIST.  Apache's example LMQPullConsumer reads an LMQ queue
-with GET_MIN_OFFSET and a held PULL_MESSAGE.
+ConsumerManageProcessor), and run on Apache 5.5.0 and 5.3.3 (tests/diff_lmq.py, answers recorded there): with
+``enableLmq`` every ``%LMQ%`` name has a one-queue, read-write topic config made on the fly, so PULL_MESSAGE and
+UPDATE_CONSUMER_OFFSET of queue 0 are served and a pulled record keeps its topic's queue offset, its LMQ offsets
+being in ``INNER_MULTI_QUEUE_OFFSET``; without it an LMQ name is a topic like any other: TOPIC_NOT_EXIST.
+Apache's example LMQPullConsumer reads an LMQ queue with GET_MIN_OFFSET and a held PULL_MESSAGE.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import diff_lmq
+import diff_support as d
 import grpc
 import pytest
 from cluster import BrokerNode, LocalCluster, cluster_with_namesrv, wait_until
@@ -95,8 +97,9 @@ def pull_all(b: RemotingClient, topic: str) -> list[tuple[int, bytes]]:
 
 
 def lmq_offset(props: dict[str, str], lmq: str) -> int:
-    """The record's offset in ``lmq``: where Apache's client (MQClientAPIImpl) takes it from, the position of
-    ``lmq`` in INNER_MULTI_DISPATCH picking its entry of INNER_MULTI_QUEUE_OFFSET."""
+    """The record's offset in ``lmq``: the position of ``lmq`` in INNER_MULTI_DISPATCH picks its entry of
+    INNER_MULTI_QUEUE_OFFSET (where Apache's Java client reads it for a POP of an LMQ queue, MQClientAPIImpl;
+    a pulled record keeps its topic's queueOffset)."""
     queues = props["INNER_MULTI_DISPATCH"].split(",")
     offsets = props["INNER_MULTI_QUEUE_OFFSET"].split(",")
     return int(offsets[queues.index(lmq)])
@@ -300,3 +303,22 @@ def test_go_client_pulls_an_lmq_queue(cluster: LocalCluster) -> None:
     assert [lmq_offset({"INNER_MULTI_DISPATCH": e["multiDispatch"], "INNER_MULTI_QUEUE_OFFSET": e["multiQueueOffset"]},
                        name) for e in got] == list(range(len(bodies)))
     assert summary(events)["nextOffset"] == len(bodies)
+
+
+def side_of(node: BrokerNode) -> d.Side:
+    """The broker as tests/diff_lmq.py's scenarios see a server: its remoting port and topic creation."""
+    def create_topic(topic: str, mtype: str) -> None:
+        remoting.create_topic(node.admin_addr, topic, 4, mtype)
+
+    return d.Side(node.name, node.endpoint, create_topic, lambda group, orderly, retry: None, set, node.admin_addr)
+
+
+def test_lmq_reads_as_recorded_from_apache(cluster: LocalCluster) -> None:
+    """tests/diff_lmq.py's scenarios against the answers recorded from Apache RocketMQ (5.5.0 with enableLmq,
+    5.3.3 without; compared live by tests/test_diff_priority.py and tests/test_diff_grpc.py): every code, offset
+    and record the same; malformed names refused where Apache reads them (docs/COMPATIBILITY.md R29)."""
+    on = diff_lmq.scenario_lmq_reads(side_of(lmq_broker(cluster)))
+    assert {k: v for k, v in on.items() if not k.startswith("_")} == diff_lmq.APACHE_55_LMQ
+    assert [code for code, _ in on["_bad"].values()] == [ResponseCode.INVALID_PARAMETER] * len(diff_lmq.BAD_NAMES)
+    off = diff_lmq.scenario_lmq_off(side_of(cluster.brokers["broker-plain"]))
+    assert off == diff_lmq.APACHE_533_LMQ_OFF

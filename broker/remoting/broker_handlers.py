@@ -27,6 +27,7 @@ from ..priority import LITE_TOPIC_PROPERTY, PRIORITY_PROPERTY, place
 from ..sends import PLAIN, SendKind, new_uniq_key
 from ..speedups import compiled as _C
 from ..store.message_store import PutResult, PutStatus
+from ..store.multi_dispatch import is_lmq
 from ..store.record import StoredMessage
 from ..topics import read_topic_problem, topic_name_problem
 from ..trace_hooks import NoTrace
@@ -688,7 +689,7 @@ class RemotingBroker:
         if offset == hi:
             return answer(RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE" if hi else "NO_MESSAGE_IN_QUEUE", offset)
         got = store.get(topic, queue_id, offset, max(1, min(max_nums, MAX_PULL_MESSAGES)), store_tags(tags),
-                        max_bytes=MAX_PULL_BYTES)
+                        max_bytes=MAX_PULL_BYTES, record_offsets=is_lmq(topic))
         got.messages = keep(tags, got.messages)  # SQL92: the store gave every message of the range
         if not got.messages:
             if got.next_offset > offset:  # entries there, none matching the filter: skip past them
