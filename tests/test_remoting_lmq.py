@@ -61,9 +61,11 @@ def lmq_broker(cluster: LocalCluster) -> BrokerNode:
     return cluster.brokers["broker-lmq"]
 
 
-def send(b: RemotingClient, body: bytes, lmqs: list[str]) -> None:
+def send(b: RemotingClient, body: bytes, lmqs: list[str], topic: str = PARENT) -> None:
+    """SEND_MESSAGE_V2 of ``body`` to queue 0 of ``topic``, naming ``lmqs`` in INNER_MULTI_DISPATCH (Apache's
+    example LMQProducer sets that user property)."""
     props = {"UNIQ_KEY": body.hex(), "INNER_MULTI_DISPATCH": ",".join(lmqs)}
-    header = {"a": "LmqProducer", "b": PARENT, "c": "TBW102", "d": "1", "e": "0", "f": "0",
+    header = {"a": "LmqProducer", "b": topic, "c": "TBW102", "d": "1", "e": "0", "f": "0",
               "g": str(int(time.time() * 1000)), "h": "0", "i": properties_to_string(props), "m": "false"}
     resp = b.invoke(RequestCode.SEND_MESSAGE_V2, header, body)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
@@ -322,3 +324,44 @@ def test_lmq_reads_as_recorded_from_apache(cluster: LocalCluster) -> None:
     assert [code for code, _ in on["_bad"].values()] == [ResponseCode.INVALID_PARAMETER] * len(diff_lmq.BAD_NAMES)
     off = diff_lmq.scenario_lmq_off(side_of(cluster.brokers["broker-plain"]))
     assert off == diff_lmq.APACHE_533_LMQ_OFF
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_java_client_pulls_an_lmq_queue(cluster: LocalCluster) -> None:
+    """Apache's Java client 5.3.3, unchanged (peers/java/src/RemotingLmqTool.java: DefaultMQPullConsumer as Apache's
+    example LMQPullConsumer uses it): min and max offset, pulls of a lite LMQ queue, search by time, the earliest
+    store time, an offset committed and read back.  A JVM start is seconds, hence ``long``.  Run on Apache 5.5.0
+    with enableLmq (session 24) the tool printed the same events for the same kind of sends: the records with
+    their topic's queueId and queueOffset, the LMQ offsets in INNER_MULTI_QUEUE_OFFSET."""
+    from test_remoting_java_pop import run_tool
+    from test_remoting_java_secure import java_classes
+
+    source = Path(__file__).resolve().parent.parent / "peers" / "java" / "src" / "RemotingLmqTool.java"
+    java_classes(source)  # compile (or skip without the peers) before sending
+    parent, name = "LmqJavaParent", "%LMQ%$LmqJavaParent$java"
+    node = lmq_broker(cluster)
+    remoting.create_topic(node.admin_addr, parent, queues=1)
+    wait_until(lambda: _has_route(cluster.namesrv_addr, parent), timeout=60, what=f"{parent}'s route")
+    bodies = [f"java-{i}" for i in range(4)]
+    with RemotingClient(node.admin_addr) as b:
+        for body in bodies:
+            send(b, body.encode(), [LMQ_A, name], topic=parent)
+    events = run_tool(cluster, source, "RemotingLmqTool", cluster.namesrv_addr, parent, node.name, name,
+                      "JavaLmqPuller", str(len(bodies)), "60", timeout=240)
+    by = {e["event"]: e for e in events}
+    assert (by["offsets"]["min"], by["offsets"]["max"]) == (0, len(bodies))
+    got = [e for e in events if e["event"] == "received"]
+    assert [(e["body"], e["topic"], e["queueId"], e["queueOffset"]) for e in got] == \
+        [(body, parent, 0, i) for i, body in enumerate(bodies)]
+    assert [lmq_offset({"INNER_MULTI_DISPATCH": e["multiDispatch"], "INNER_MULTI_QUEUE_OFFSET": e["multiQueueOffset"]},
+                       name) for e in got] == list(range(len(bodies)))
+    assert (by["searched"]["offset"], by["searched"]["earliest"]) == (0, True)
+    assert (by["committed"]["offset"], by["committed"]["fromBroker"]) == (len(bodies), len(bodies))
+
+
+def _has_route(namesrv: str, topic: str) -> bool:
+    try:
+        return bool(remoting.route(namesrv, topic).get("queueDatas"))
+    except remoting.RemotingError:
+        return False
