@@ -40,7 +40,7 @@ def topic_name_problem(name: str) -> str | None:
 
 def read_topic_problem(name: str) -> str | None:
     """Why ``name`` cannot be the topic of a read request (pull, offsets), or None: an LMQ queue's name
-    (``%LMQ%...``) by the LMQ rule, which allows lite queues' ``$`` (store/multi_dispatch.py), any other by
+    (``%LMQ%...``) by the LMQ rule, which allows lite queues' ``$`` (broker/store/multi_dispatch.py), any other by
     the topic rule."""
     return lmq_name_problem(name) if is_lmq(name) else topic_name_problem(name)
 
@@ -96,7 +96,7 @@ class TopicManager:
 
         Why: with enableLmq, Apache's broker uses LmqTopicConfigManager, which answers every ``%LMQ%`` name
         with a one-queue, read-write config made on the fly and stored nowhere (an LMQ queue has no topic
-        config of its own: it is filled by multi-dispatch, store/multi_dispatch.py), so pulls and offset
+        config of its own: it is filled by multi-dispatch, broker/store/multi_dispatch.py), so pulls and offset
         commits of an LMQ queue are served.  Off, an LMQ name is looked up like any topic."""
         if self.lmq_enabled and is_lmq(name):
             return TopicConfig(name, 1, 1, PERM_READ | PERM_WRITE)  # one queue: LMQ_QUEUE_ID
