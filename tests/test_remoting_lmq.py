@@ -125,6 +125,10 @@ def test_pull_and_offsets_of_two_lmq_queues(cluster: LocalCluster) -> None:
         for name, bodies in sent.items():
             got = pull_all(b, name)
             assert got == list(enumerate(bodies)), name
+            # LITE_PULL_MESSAGE (Apache's DefaultLitePullConsumer) takes the same header and path
+            lite = b.invoke(RequestCode.LITE_PULL_MESSAGE, pull_fields(name, 0))
+            assert lite.code == ResponseCode.SUCCESS, (lite.code, lite.remark)
+            assert [m.body for m in decode_messages(lite.body)] == bodies
             assert int(offset_query(b, RequestCode.GET_MAX_OFFSET, name)) == len(bodies)
             assert int(offset_query(b, RequestCode.GET_MIN_OFFSET, name)) == 0
         # store times of beta's records, as its pulls give them: search by time and the earliest store time
