@@ -114,6 +114,7 @@ class Broker:
         root = Path(s.storePathRootDir).expanduser()
         self.store = MessageStore(store_config(s, self.grpc_addr), self._store_hooks(s))
         self.topics = TopicManager(root / "config" / "topics.json", s.defaultTopicQueueNums, s.brokerPermission)
+        self.topics.lmq_enabled = s.enableLmq  # a store key: read at start, as Apache's broker does
         self.groups = GroupManager(root / "config" / "subscriptionGroup.json")
         # mqadmin setConsumeMode's table (remoting QUERY_ASSIGNMENT answers it; a slave copies it from its master)
         self.request_modes = RequestModes(root / "config" / "messageRequestMode.json")

@@ -99,7 +99,8 @@ BROKER_KEYS: list[Key] = [
     Key("enableLmq", bool, False, "Lite mode (broker/lite.py): light message queues `%LMQ%$<topic>$<liteTopic>`; "
         "with enableMultiDispatch, a lite message of a LITE topic is also indexed in its lite topic's queue, which "
         "the group's LitePushConsumers read. Off (Apache RocketMQ 5.5's default): a lite message is stored in its "
-        "topic only and a subscribed lite consumer receives nothing"),
+        "topic only and a subscribed lite consumer receives nothing. On, pulls and offset commits of any `%LMQ%` "
+        "queue (queue 0) are served, as Apache's LmqTopicConfigManager does (docs/STORAGE.md)"),
     Key("enableMultiDispatch", bool, False, "with enableLmq: index a record in the LMQ queues its property "
         "INNER_MULTI_DISPATCH names (one commit-log record, extra consume-queue entries; broker/store/"
         "multi_dispatch.py); Apache RocketMQ's key, default false"),

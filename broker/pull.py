@@ -20,7 +20,8 @@ from .convert import to_grpc
 from .filter import keep, store_tags
 from .grpc_errors import RequestError
 from .pop import origin_topic
-from .validation import check_group, check_topic, parse_filter
+from .topics import read_topic_problem
+from .validation import check_group, parse_filter
 
 if TYPE_CHECKING:
     from rocketscope.config import Settings
@@ -60,9 +61,13 @@ class PullService:
         self.broker = broker
 
     def _queue(self, mq: pb.MessageQueue) -> Any:
+        """The config of the queue's topic; an LMQ queue (``%LMQ%...``, lite queues' ``$`` allowed) is served
+        with enableLmq as Apache's broker serves it (TopicManager.select)."""
         b = self.broker
-        check_topic(mq.topic.name, "message_queue.topic.name")
-        cfg = b.topics.get(mq.topic.name)
+        problem = read_topic_problem(mq.topic.name)
+        if problem:
+            raise RequestError(Code.ILLEGAL_TOPIC, f"message_queue.topic.name: {problem}")
+        cfg = b.topics.select(mq.topic.name)
         if cfg is None:
             raise RequestError(Code.TOPIC_NOT_FOUND, f"message_queue.topic.name: topic {mq.topic.name} does not "
                                                      f"exist on broker {b.broker_name}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from rocketscope.names import is_retry_or_dlq, is_system_topic
 
 from .persistence import load_json, save_json
+from .store.multi_dispatch import is_lmq, lmq_name_problem
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,13 @@ def topic_name_problem(name: str) -> str | None:
     if not TOPIC_PATTERN.match(name):
         return f"topic name {name!r} has characters outside [%|a-zA-Z0-9_-]"
     return None
+
+
+def read_topic_problem(name: str) -> str | None:
+    """Why ``name`` cannot be the topic of a read request (pull, offsets), or None: an LMQ queue's name
+    (``%LMQ%...``) by the LMQ rule, which allows lite queues' ``$`` (broker/store/multi_dispatch.py), any other by
+    the topic rule."""
+    return lmq_name_problem(name) if is_lmq(name) else topic_name_problem(name)
 
 
 @dataclass
@@ -78,6 +86,20 @@ class TopicManager:
                               "dataVersion": list(self.data_version)})
 
     def get(self, name: str) -> TopicConfig | None:
+        return self.topics.get(name)
+
+    lmq_enabled: bool = False
+    """The broker key enableLmq (set by the broker at start): ``select`` serves LMQ queues."""
+
+    def select(self, name: str) -> TopicConfig | None:
+        """The config a read of ``name`` is served by: Apache RocketMQ's ``selectTopicConfig``.
+
+        Why: with enableLmq, Apache's broker uses LmqTopicConfigManager, which answers every ``%LMQ%`` name
+        with a one-queue, read-write config made on the fly and stored nowhere (an LMQ queue has no topic
+        config of its own: it is filled by multi-dispatch, broker/store/multi_dispatch.py), so pulls and offset
+        commits of an LMQ queue are served.  Off, an LMQ name is looked up like any topic."""
+        if self.lmq_enabled and is_lmq(name):
+            return TopicConfig(name, 1, 1, PERM_READ | PERM_WRITE)  # one queue: LMQ_QUEUE_ID
         return self.topics.get(name)
 
     def all(self) -> list[TopicConfig]:

@@ -31,8 +31,12 @@ automatically) and the small table of distinct keys reaches the driver.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, IntegerType, StructField, StructType
 
 MIN_BUCKET = 256
 BROADCAST_ACKS = 1_000_000
@@ -58,11 +62,54 @@ def choose_bucket(acks: DataFrame, keys: list[str]) -> int:
         (F.max("offset") - F.min("offset")).alias("span"), (F.count(F.lit(1)) - 1).alias("gaps"))
     widths = per_key.where(F.col("gaps") > 0).select((F.col("span") / F.col("gaps")).alias("w"))
     row = widths.where(F.col("w") > 0).agg(F.percentile_approx("w", 0.5, 1000).alias("m")).first()
-    median = int(row["m"]) if row and row["m"] else MIN_BUCKET
+    return bucket_above(int(row["m"]) if row and row["m"] else MIN_BUCKET)
+
+
+def bucket_above(median: float) -> int:
+    """The smallest power of two at or above ``median`` (and at least :data:`MIN_BUCKET`)."""
     bucket = MIN_BUCKET
     while bucket < median:
         bucket *= 2
     return bucket
+
+
+@dataclass(frozen=True)
+class AckShape:
+    """What :func:`asof_members` needs to know of its acks before it plans the join, from one small job.
+
+    ``names`` maps each key (a tuple of the key columns' values) to its members, sorted: member ``i``
+    of a key is its slot ``i + 1``.  Until session 24 each of these (the bucket, the ack count, the
+    widest key, the slots) was its own query over the acks, each re-aggregating them from the cached
+    events: 13 small Spark jobs at 1M messages, ~2.2 s of a warm run's wall time with a core mostly
+    idle (docs/ANALYTICS.md, "Session 24").  The result is a few hundred rows (groups x generations x
+    members), so it comes to the driver and goes back as two tiny broadcast tables.
+    """
+
+    acks: int
+    width: int
+    bucket: int
+    names: dict[tuple[Any, ...], list[Any]]
+
+
+def ack_shape(acks: DataFrame, keys: list[str], member: str, bucket: int | None = None) -> AckShape:
+    """The shape of ``acks`` (one row per (keys, member, offset)) for :func:`asof_members`: one Spark job.
+
+    The bucket is :func:`choose_bucket`'s rule (a power of two at or above the median over keys of
+    their mean ack interval), with the exact lower median of the few per-key means instead of an
+    approximate one; the bucket only places rows, so any width gives the same answers.
+    """
+    rows = acks.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("__n"),
+        F.count_distinct("offset").alias("__offsets"),
+        (F.max("offset") - F.min("offset")).alias("__span"),
+        F.array_sort(F.collect_set(member)).alias("__names"),
+    ).collect()
+    names = {tuple(r[k] for k in keys): list(r["__names"]) for r in rows}
+    if bucket is None:
+        means = sorted(r["__span"] / (r["__offsets"] - 1) for r in rows if r["__offsets"] > 1 and r["__span"] > 0)
+        bucket = bucket_above(means[(len(means) - 1) // 2] if means else MIN_BUCKET)
+    return AckShape(acks=sum(r["__n"] for r in rows), width=max((len(n) for n in names.values()), default=0),
+                    bucket=bucket, names=names)
 
 
 def asof_interval(
@@ -143,20 +190,22 @@ def asof_members(
     members with null times (a second, tiny broadcast table: the member names per key).
     """
     acks = acks.groupBy(*keys, member, "offset").agg(F.min("ts").alias("ts"))
-    bounds = acks.select(*keys, "offset").distinct()
-    if bucket is None:
-        bucket = choose_bucket(bounds, keys)
-    broadcast = broadcast_limit is not None and acks.count() <= broadcast_limit
-    slots = acks.select(*keys, member).distinct().withColumn(
-        "__slot", F.row_number().over(Window.partitionBy(*keys).orderBy(member)))
-    width_row = slots.agg(F.max("__slot").alias("n")).first()
-    width = int(width_row["n"]) if width_row and width_row["n"] else 0
-    names = slots.groupBy(*keys).agg(F.array_sort(F.collect_list(member)).alias("__names")).select(
-        *[F.col(k).alias(f"__n_{k}") for k in keys], "__names")
+    shape = ack_shape(acks, keys, member, bucket)  # the one small job before the join (AckShape)
+    bucket, width = shape.bucket, shape.width
+    broadcast = broadcast_limit is not None and shape.acks <= broadcast_limit
+    spark = acks.sparkSession
+    key_fields = [acks.schema[k] for k in keys]
+    member_type = acks.schema[member].dataType
+    slots = spark.createDataFrame(
+        [(*key, name, i + 1) for key, members in shape.names.items() for i, name in enumerate(members)],
+        StructType([*[StructField(f"__s_{f.name}", f.dataType) for f in key_fields],
+                    StructField("__s_m", member_type), StructField("__slot", IntegerType())]))
+    names = spark.createDataFrame(
+        [(*key, members) for key, members in shape.names.items()],
+        StructType([*[StructField(f"__n_{f.name}", f.dataType) for f in key_fields],
+                    StructField("__names", ArrayType(member_type))]))
     slotted = acks.join(
-        F.broadcast(slots.select(*[F.col(k).alias(f"__s_{k}") for k in keys], F.col(member).alias("__s_m"),
-                                 "__slot")),
-        on=[*_null_safe(keys, "__s_"), F.col(member) == F.col("__s_m")], how="inner",
+        F.broadcast(slots), on=[*_null_safe(keys, "__s_"), F.col(member) == F.col("__s_m")], how="inner",
     )
     desc = Window.partitionBy(*keys).orderBy(F.col("offset").desc())
     upto = desc.rangeBetween(Window.unboundedPreceding, Window.currentRow)

@@ -130,6 +130,16 @@ def test_priority_as_recorded_from_apache_55(rocketscope: LocalCluster) -> None:
     assert prio.remoting_priority_queues(rocketscope.brokers["broker-a"].admin_addr, topic) == prio.APACHE_55_REMOTING
 
 
+def test_lmq_names_with_lmq_off(sides: dict[str, d.Side]) -> None:
+    """enableLmq off (both defaults): a record naming LMQ queues is stored in its topic only, and a pull or an
+    offset commit of an LMQ name is TOPIC_NOT_EXIST (tests/diff_lmq.py; docs/COMPATIBILITY.md R28)."""
+    import diff_lmq
+
+    apache, ours = both(sides, diff_lmq.scenario_lmq_off)
+    assert apache == diff_lmq.APACHE_533_LMQ_OFF
+    assert ours == apache
+
+
 def test_topic_and_group_auto_creation(sides: dict[str, d.Side]) -> None:
     apache, ours = both(sides, d.scenario_auto_creation)
     assert apache["new_group_receives"] == ours["new_group_receives"] == [True]

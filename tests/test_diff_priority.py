@@ -238,3 +238,18 @@ def test_lite_order(apache55, rocketscope, tmp_path) -> None:  # type: ignore[no
     print("apache 5.5.0:", apache, "\nrocketscope: ", ours)
     assert apache == diff_lite.APACHE_55_ORDER
     assert ours == apache
+
+
+def test_lmq_reads_over_remoting(sides55) -> None:  # type: ignore[no-untyped-def]
+    """LMQ queues read over the broker's remoting port with enableLmq (tests/diff_lmq.py; docs/COMPATIBILITY.md
+    R28-R29): pulls, offsets, a consumer offset, queue 1, an empty LMQ queue; malformed names are the deviation."""
+    import diff_lmq
+    from test_diff_grpc import public
+
+    from rocketscope.broker.remoting.codec import ResponseCode
+
+    apache, ours = both(sides55, diff_lmq.scenario_lmq_reads)
+    assert public(apache) == diff_lmq.APACHE_55_LMQ
+    assert public(ours) == public(apache)
+    assert {code for code, _ in apache["_bad"].values()} == {ResponseCode.PULL_NOT_FOUND}  # read as any name
+    assert {code for code, _ in ours["_bad"].values()} == {ResponseCode.INVALID_PARAMETER}

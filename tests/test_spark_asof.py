@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from rocketscope.spark.asof import asof_join, asof_members, choose_bucket
+from rocketscope.spark.asof import ack_shape, asof_join, asof_members, choose_bucket
 from rocketscope.spark.plans import describe, shuffles
 
 pytestmark = pytest.mark.e2e
@@ -117,3 +117,39 @@ def test_asof_members_gives_every_member_per_row_as_brute_force(spark, bucket: i
     assert got["noacks"] is None and got["unstored"] is None
     assert [a["ts"] for a in got["exact"]] == [2_000] and [a["ts"] for a in got["last"]] == [None]
     assert {a["replica"] for a in got["m0"]} == {"r1", "r2"}
+
+
+def jobs_of(spark, group: str, action) -> int:  # type: ignore[no-untyped-def]
+    """How many Spark jobs ``action()`` ran (a job group of its own)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_asof_members_plans_with_one_query_of_its_acks(spark) -> None:  # type: ignore[no-untyped-def]
+    """Planning the join runs exactly the jobs of one :func:`ack_shape` query and nothing else.
+
+    Each of the bucket, the ack count, the widest key and the slots was a query of its own (13 small jobs
+    at 1M messages, ~2.2 s of a warm run's wall time with a core idle); a new driver-side query in the
+    planning makes this fail.  The answers themselves are the brute force's (the test above)."""
+    msgs, acks = cases()
+    left = spark.createDataFrame([(m, g, e, o) for (m, g, e, _, o) in msgs],
+                                 "msg_id string, grp string, gen long, offset long")
+    right = spark.createDataFrame(acks, "grp string, gen long, replica string, offset long, ts long")
+    grouped = right.groupBy("grp", "gen", "replica", "offset").agg({"ts": "min"})
+    one_query = jobs_of(spark, "shape", lambda: ack_shape(grouped, ["grp", "gen"], "replica"))
+    planning = jobs_of(spark, "plan", lambda: asof_members(left, right, ["grp", "gen"], "replica", "offset", "acks",
+                                                           broadcast_limit=1_000))
+    assert one_query >= 1 and planning == one_query
+    shape = ack_shape(grouped, ["grp", "gen"], "replica")
+    expected: dict[tuple, set[str]] = {}
+    for g, e, r, _o, _t in acks:
+        expected.setdefault((g, e), set()).add(r)
+    assert {k: set(v) for k, v in shape.names.items()} == expected
+    assert all(v == sorted(v) for v in shape.names.values())
+    assert shape.acks == len({(g, e, r, o) for g, e, r, o, _t in acks})
+    assert shape.width == max(len(v) for v in expected.values())

@@ -27,6 +27,7 @@ from ..priority import LITE_TOPIC_PROPERTY, PRIORITY_PROPERTY, place
 from ..sends import PLAIN, SendKind, new_uniq_key
 from ..speedups import compiled as _C
 from ..store.message_store import PutResult, PutStatus
+from ..store.multi_dispatch import is_lmq, lmq_name_problem
 from ..store.record import StoredMessage
 from ..topics import topic_name_problem
 from ..trace_hooks import NoTrace
@@ -285,11 +286,14 @@ class RemotingBroker:
                            store_host=self.store_addr, reconsume_times=m.reconsume_times,
                            prepared_tx_offset=m.prepared_tx_offset)
 
-    def topic_config(self, name: str, *, read: bool = False) -> Any:
-        problem = topic_name_problem(name)
+    def topic_config(self, name: str, *, read: bool = False, lmq: bool = False) -> Any:
+        """The config of the header's ``topic``; ``lmq``: the request may name an LMQ queue (``%LMQ%...``),
+        served with enableLmq as Apache's selectTopicConfig serves it (TopicManager.select)."""
+        lmq = lmq and is_lmq(name)  # any other name: the topic rule and lookup, as before LMQ reads
+        problem = lmq_name_problem(name) if lmq else topic_name_problem(name)
         if problem:
             raise HeaderError(f"topic[{name[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
-        cfg = self.b.topics.get(name)
+        cfg = self.b.topics.select(name) if lmq else self.b.topics.get(name)
         if cfg is None:
             raise HeaderError(f"topic[{name}] not exist, apply first please!", RC.TOPIC_NOT_EXIST)
         if read and not cfg.readable:
@@ -630,7 +634,7 @@ class RemotingBroker:
         commit_offset = h.int("commitOffset", default=-1)
         suspend_ms = h.int("suspendTimeoutMillis", default=0)
         self.check_group(group)
-        cfg = self.topic_config(topic, read=True)
+        cfg = self.topic_config(topic, read=True, lmq=True)
         self.check_queue_id(cfg, queue_id)
         sub = self._subscription(h, group, topic, sys_flag)
         try:  # RocketMQ's PullMessageProcessor: SQL92 needs enablePropertyFilter; a bad expression does not parse
@@ -686,7 +690,7 @@ class RemotingBroker:
         if offset == hi:
             return answer(RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE" if hi else "NO_MESSAGE_IN_QUEUE", offset)
         got = store.get(topic, queue_id, offset, max(1, min(max_nums, MAX_PULL_MESSAGES)), store_tags(tags),
-                        max_bytes=MAX_PULL_BYTES)
+                        max_bytes=MAX_PULL_BYTES, record_offsets=is_lmq(topic))
         got.messages = keep(tags, got.messages)  # SQL92: the store gave every message of the range
         if not got.messages:
             if got.next_offset > offset:  # entries there, none matching the filter: skip past them
@@ -720,7 +724,7 @@ class RemotingBroker:
         group, topic = h.str("consumerGroup"), h.str("topic")
         queue_id, offset = h.int("queueId"), h.int("commitOffset")
         self.check_group(group)
-        cfg = self.topic_config(topic)
+        cfg = self.topic_config(topic, lmq=True)
         self.check_queue_id(cfg, queue_id)
         if offset < 0:
             raise HeaderError(f"commitOffset {offset} is negative", RC.INVALID_PARAMETER)

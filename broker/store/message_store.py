@@ -1032,8 +1032,12 @@ class MessageStore:
 
     # ------------------------------------------------------------------- reads
     def get(self, topic: str, queue_id: int, offset: int, max_count: int,
-            tags: AbstractSet[str] | None = None, max_bytes: int = 8 * 1024 * 1024) -> GetResult:
-        """Up to ``max_count`` messages from ``offset`` on; ``tags`` None means every tag."""
+            tags: AbstractSet[str] | None = None, max_bytes: int = 8 * 1024 * 1024,
+            record_offsets: bool = False) -> GetResult:
+        """Up to ``max_count`` messages from ``offset`` on; ``tags`` None means every tag.  Each message's
+        ``queue_offset`` is its offset in the queue read, unless ``record_offsets``: then the one its record
+        holds (its own topic's), which is what a remoting pull of an LMQ queue answers, as Apache's broker
+        sends the stored record unchanged (its LMQ offsets are in INNER_MULTI_QUEUE_OFFSET)."""
         cq = self.cqs.get((topic, queue_id))
         if cq is None:
             return GetResult([], offset, 0, 0, found=False)
@@ -1054,7 +1058,8 @@ class MessageStore:
                 msg = self.commit_log.read(e.physical_offset, e.size)
                 if msg is None or (tags is not None and msg.tags not in tags):
                     continue
-                msg.queue_offset = e.queue_offset
+                if not record_offsets:
+                    msg.queue_offset = e.queue_offset
                 out.append(msg)
                 nbytes += e.size
                 if len(out) >= max_count or nbytes >= max_bytes:

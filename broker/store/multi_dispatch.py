@@ -14,6 +14,7 @@ carries its original's properties, and must not index the message a second time.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, MutableMapping
 
 MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
@@ -21,6 +22,31 @@ MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 LMQ_PREFIX = "%LMQ%"
 LMQ_QUEUE_ID = 0
 SEPARATOR = ","
+# an LMQ queue's name is also its consume queue's directory (consumequeue/<name>/0): one path component of
+# RocketMQ's topic characters plus ``$``, which lite queues use (``%LMQ%$<topic>$<liteTopic>``)
+LMQ_NAME_PATTERN = re.compile(r"^[%|$a-zA-Z0-9_-]+$")
+LMQ_NAME_MAX_LENGTH = 255  # a path component on Linux (NAME_MAX)
+
+
+def is_lmq(name: str) -> bool:
+    """``name`` names a light message queue (Apache's MixAll.isLmq: the ``%LMQ%`` prefix)."""
+    return name.startswith(LMQ_PREFIX)
+
+
+def lmq_name_problem(name: str) -> str | None:
+    """Why ``name`` (``%LMQ%...``) cannot name an LMQ queue, or None.
+
+    Apache RocketMQ checks no LMQ name on the read side; its dispatch skips a name with a path separator, and
+    its Java client refuses one in INNER_MULTI_DISPATCH.  The name becomes a directory here, so anything outside
+    one path component of topic characters (``$`` included, for lite queues) is refused."""
+    rest = name[len(LMQ_PREFIX):]
+    if not rest:
+        return f"LMQ queue name {name!r} names no queue after {LMQ_PREFIX}"
+    if len(name) > LMQ_NAME_MAX_LENGTH:
+        return f"LMQ queue name is longer than {LMQ_NAME_MAX_LENGTH} characters"
+    if not LMQ_NAME_PATTERN.match(rest):
+        return f"LMQ queue name {name[:200]!r} has characters outside [%|$a-zA-Z0-9_-]"
+    return None
 
 
 def eligible(topic: str) -> bool:
@@ -29,9 +55,11 @@ def eligible(topic: str) -> bool:
 
 
 def queues_of(props: Mapping[str, str]) -> list[str]:
-    """The LMQ queues a record names in ``INNER_MULTI_DISPATCH`` (other names are ignored, as Apache does)."""
+    """The LMQ queues a record names in ``INNER_MULTI_DISPATCH``.  Names without the prefix are ignored, as
+    Apache does; so are names ``lmq_name_problem`` refuses: Apache's dispatch skips a name with a path
+    separator (ConsumeQueue.multiDispatchLmqQueue), which would put a consume queue outside consumequeue/."""
     raw = props.get(MULTI_DISPATCH, "")
-    return [q for q in raw.split(SEPARATOR) if q.startswith(LMQ_PREFIX)] if raw else []
+    return [q for q in raw.split(SEPARATOR) if is_lmq(q) and lmq_name_problem(q) is None] if raw else []
 
 
 def assign(topic: str, props: MutableMapping[str, str], queue_next: Mapping[tuple[str, int], int]

@@ -2,6 +2,7 @@
 //
 //	rmqgo produce -ns ADDR -topic T -n N [-size B] [-batch K] [-depth D] [-group G] [-warmup W]
 //	rmqgo consume -ns ADDR -topic T -group G -n N [-timeout S]
+//	rmqgo pull -ns ADDR -route T -topic Q -broker B -group G -n N [-queue I] [-offset O] [-timeout S]
 //
 // -ak/-sk (both commands) sign every request with primitive.Credentials (the broker's aclEnable).
 // -tls (both commands) speaks TLS to the name server and the brokers (WithTls).
@@ -48,6 +49,8 @@ func main() {
 		produce(os.Args[2:])
 	case "consume":
 		consume(os.Args[2:])
+	case "pull":
+		pull(os.Args[2:])
 	default:
 		fail("unknown command %q", os.Args[1])
 	}
@@ -262,4 +265,59 @@ func consume(args []string) {
 	time.Sleep(time.Second)
 	_ = c.Shutdown()
 	loadstat.Emit(map[string]interface{}{"event": "summary", "received": got})
+}
+
+// pull reads one queue by offset with the client's PullConsumer.PullFrom, as Apache's example LMQPullConsumer
+// reads an LMQ queue (%LMQ%..., queue 0): no name server route exists for it, so the consumer subscribes a
+// topic (-route) whose route names the broker, then pulls the queue of -broker directly.
+func pull(args []string) {
+	fs := flag.NewFlagSet("pull", flag.ExitOnError)
+	ns := fs.String("ns", "127.0.0.1:9876", "name server")
+	route := fs.String("route", "", "a topic on the broker, read for its route (the LMQ's parent topic)")
+	topic := fs.String("topic", "", "the topic or LMQ queue to pull")
+	broker := fs.String("broker", "", "broker name of the queue")
+	group := fs.String("group", "rmqgo-puller", "consumer group")
+	queue := fs.Int("queue", 0, "queue id")
+	offset := fs.Int64("offset", 0, "first offset")
+	n := fs.Int("n", 10, "stop after this many messages")
+	timeout := fs.Int("timeout", 60, "give up after this many seconds")
+	_ = fs.Parse(args)
+	c, err := rocketmq.NewPullConsumer(
+		consumer.WithNsResolver(primitive.NewPassthroughResolver(strings.Split(*ns, ";"))),
+		consumer.WithGroupName(*group), consumer.WithConsumerModel(consumer.Clustering))
+	if err != nil {
+		fail("new pull consumer: %v", err)
+	}
+	if err := c.Subscribe(*route, consumer.MessageSelector{}); err != nil {
+		fail("subscribe %s: %v", *route, err)
+	}
+	if err := c.Start(); err != nil {
+		fail("start pull consumer: %v", err)
+	}
+	mq := &primitive.MessageQueue{Topic: *topic, BrokerName: *broker, QueueId: *queue}
+	next, got, status := *offset, 0, ""
+	deadline := time.Now().Add(time.Duration(*timeout) * time.Second)
+	for got < *n && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res, err := c.PullFrom(ctx, mq, next, 32)
+		cancel()
+		if err != nil {
+			_ = c.Shutdown()
+			fail("pull %s queue %d at %d: %v", *topic, *queue, next, err)
+		}
+		status = fmt.Sprint(res.Status)
+		for _, m := range res.GetMessageExts() {
+			loadstat.Emit(map[string]interface{}{"event": "received", "msgId": m.MsgId, "body": string(m.Body),
+				"topic": m.Topic, "queueId": m.Queue.QueueId, "queueOffset": m.QueueOffset,
+				"multiDispatch":    m.GetProperty("INNER_MULTI_DISPATCH"),
+				"multiQueueOffset": m.GetProperty("INNER_MULTI_QUEUE_OFFSET")})
+			got++
+		}
+		next = res.NextBeginOffset
+		if res.Status != primitive.PullFound {
+			break
+		}
+	}
+	_ = c.Shutdown()
+	loadstat.Emit(map[string]interface{}{"event": "summary", "received": got, "nextOffset": next, "status": status})
 }
