@@ -848,9 +848,9 @@ static PyObject *dispatch_records(PyObject *self, PyObject *const *args, Py_ssiz
     PyObject *runs = args[2], *new_run = args[3], *tag_hash = args[4], *keys = args[5], *listened = args[6];
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     if (pos == -1 && PyErr_Occurred()) return NULL;
+    if (pos < 0) { PyErr_SetString(PyExc_ValueError, "dispatch_records: pos < 0"); return NULL; }
     Py_buffer buf;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (pos < 0) pos = buf.len;
     const unsigned char *data = buf.buf;
     int any_listened = PyDict_GET_SIZE(listened) > 0;
     /* kept from one record to the next: most records of a batch share their topic, queue and tag */
