@@ -26,7 +26,8 @@ Two implementations, chosen by name (docs/ANALYTICS.md compares them):
   (38 s -> 28 s at 10M).
 
 Neither uses a cross join, and nothing but one number (the bucket width, when chosen
-automatically) and the small table of distinct keys reaches the driver.
+automatically) and the small table of distinct keys reaches the driver; :func:`asof_members`
+collects one row per key (its ack count, offset span and members: :class:`AckShape`).
 """
 
 from __future__ import annotations
