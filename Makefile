@@ -1,13 +1,14 @@
 # The two commands a new user needs: `make demo` and `make test`.
 # Both set up everything on a fresh Debian machine: the venv, the pip packages and,
-# when run as root, the Debian packages the tests use (prometheus, chromium).
+# when run as root, the Debian packages the tests and benchmarks use (prometheus, chromium, nats-server).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # the C source is in the hash: `pip install -e .` compiles it (broker/fastpath.c), so a change recompiles it
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/fastpath.c broker/raftpath.c | sha1sum | cut -c1-12)
-DEBS   := prometheus chromium
+# nats-server: JetStream, the peer bench/datapath_bench.py and the chaos bench run beside the broker (docs/BENCHMARKS.md)
+DEBS   := prometheus chromium nats-server
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-full test-unit lint typecheck setup debs toolchain bench clean proto peers go-clients otelcol prometheus3 spark-jvm
