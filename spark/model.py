@@ -423,7 +423,16 @@ class Model:
         # partitioned by message, so Spark plans no shuffle for this explicit partitioning
         # (tests/test_spark_jobs.py counts them); it stays as the guarantee that the aggregate by
         # (message, group) and its output (the cached table message_timeline reads) are partitioned by message.
-        stats = self.by_message(tagged).groupBy(
+        # Sorted by the aggregate's keys first, so that it runs as a code-generated sort aggregate (its
+        # buffers are all numbers) whose output is already in the order the cached table is kept in; as a hash
+        # aggregate keyed by the msgId string it showed 3.7 of the step's 6.4 s of task time as "aggregation
+        # build" at 1M messages, and its output was sorted again.  Quiet A/B, two rounds of three passes:
+        # the step 7.15 -> 6.43 JVM CPU s warm (docs/ANALYTICS.md, "Session 24").  The optimizer drops a sort
+        # below an aggregate whose functions all ignore row order (min, max, count: EliminateSorts), so
+        # ``dlq_pub_ts`` is a ``first``, which keeps it; it equals the minimum: of the rows of one (msgId,
+        # group) only the group's DLQ Pub row has a dlq_pub_t, and _deliveries makes one such row per
+        # (msgId, %DLQ% topic).  tests/test_spark_jobs.py checks the plan.
+        stats = self.by_message(tagged).sortWithinPartitions(MSG_KEY, "msg_id", "role_grp").groupBy(
             MSG_KEY, "msg_id", F.col("role_grp").alias("grp")
         ).agg(
             # attempts are unique per (msgId, request id) after the join: a plain count, no distinct aggregate
@@ -434,7 +443,7 @@ class Model:
             F.count(F.when(own & (F.col("success") == F.lit(False)), True)).alias("failures"),
             F.min(F.when(failed_final, F.coalesce("end_ts", "begin_ts"))).alias("dlq_retry_ts"),
             F.min(F.when(F.col("via_dlq"), F.coalesce("begin_ts", "end_ts"))).alias("dlq_read_ts"),
-            F.min("dlq_pub_t").alias("dlq_pub_ts"),
+            F.first("dlq_pub_t", ignorenulls=True).alias("dlq_pub_ts"),  # keeps the sort above: see there
         )
         dlq_topic_ts = F.least("dlq_read_ts", "dlq_pub_ts")
         joined = stats.select(

@@ -258,6 +258,18 @@ def test_message_keyed_aggregates_and_joins_stream_over_sorted_tables(written) -
             assert any(n.kind == "SortAggregateExec" for n in found), (name, describe(found))
 
 
+def test_consumers_aggregates_by_message_and_group_without_a_hash_table(written) -> None:  # type: ignore[no-untyped-def]
+    """Session 24: the (msgId, group) aggregate of consumers streams over rows sorted by its keys, and its
+    output is cached as it comes (no sort after it).  It was a hash aggregate keyed by the msgId string, most
+    of the step's task time, whose output was then sorted; a sort below an aggregate of min/max/count alone
+    is dropped by the optimizer, which is why one of its functions is a ``first`` (spark/model.py).  The
+    tables themselves are the reference's (test_message_timeline_matches_reference)."""
+    model: Model = written[1]
+    found = nodes(model.consumers, into_broadcasts=False)
+    assert not [n for n in found if n.kind in {"HashAggregateExec", "ObjectHashAggregateExec"}], describe(found)
+    assert sum(n.kind == "SortAggregateExec" for n in found) == 2, describe(found)  # the pairing, then this one
+
+
 def test_no_sort_over_message_rows_leads_with_a_string(written) -> None:  # type: ignore[no-untyped-def]
     model: Model = written[1]
     tables = {name: getattr(model, name) for name in ("records", "pubs", "copies", "messages", "consumers")}
