@@ -123,13 +123,7 @@ def py_decode_records(data: bytes) -> list[StoredMessage]:
     """The reference: the records filling ``data`` (a follower's appended entry), in order; RecordError
     names what is wrong.  The CRC is not checked: these are the bytes just written (a read of the log
     checks it)."""
-    msgs: list[StoredMessage] = []
-    pos, n = 0, len(data)
-    while pos < n:
-        m = record.decode(data, pos, verify=False)
-        msgs.append(m)
-        pos += m.size
-    return msgs
+    return record.decode_run(data)
 
 
 def py_check_records(data: bytes) -> None:

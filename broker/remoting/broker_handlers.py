@@ -27,9 +27,9 @@ from ..priority import LITE_TOPIC_PROPERTY, PRIORITY_PROPERTY, place
 from ..sends import PLAIN, SendKind, new_uniq_key
 from ..speedups import compiled as _C
 from ..store.message_store import PutResult, PutStatus
-from ..store.multi_dispatch import is_lmq, lmq_name_problem
+from ..store.multi_dispatch import is_lmq
 from ..store.record import StoredMessage
-from ..topics import topic_name_problem
+from ..topics import read_topic_problem, topic_name_problem
 from ..trace_hooks import NoTrace
 from ..transaction import CheckBack
 from .client_config import CHECK_CLIENT_CONFIG, client_config_handler
@@ -289,8 +289,8 @@ class RemotingBroker:
     def topic_config(self, name: str, *, read: bool = False, lmq: bool = False) -> Any:
         """The config of the header's ``topic``; ``lmq``: the request may name an LMQ queue (``%LMQ%...``),
         served with enableLmq as Apache's selectTopicConfig serves it (TopicManager.select)."""
-        lmq = lmq and is_lmq(name)  # any other name: the topic rule and lookup, as before LMQ reads
-        problem = lmq_name_problem(name) if lmq else topic_name_problem(name)
+        # the rule and lookup the gRPC reads use too (broker/topics.py); a name without %LMQ% takes the topic ones
+        problem = read_topic_problem(name) if lmq else topic_name_problem(name)
         if problem:
             raise HeaderError(f"topic[{name[:200]}] is not valid: {problem}", RC.INVALID_PARAMETER)
         cfg = self.b.topics.select(name) if lmq else self.b.topics.get(name)

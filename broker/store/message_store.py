@@ -935,11 +935,7 @@ class MessageStore:
             out: list[StoredMessage] = []
             for item in items:
                 if type(item) is _BytesRun:
-                    pos = item.pos
-                    while pos < len(item.data):
-                        msg = record.decode(item.data, pos, verify=False)
-                        out.append(msg)
-                        pos += msg.size
+                    out.extend(record.decode_run(item.data, item.pos))
                 else:
                     out.append(item)  # type: ignore[arg-type]
             return out

@@ -271,3 +271,16 @@ def decode(data: bytes | memoryview, pos: int = 0, verify: bool = True) -> Store
         physical_offset=physical_offset,
         size=total,
     )
+
+
+def decode_run(data: bytes | memoryview, pos: int = 0) -> list[StoredMessage]:
+    """The whole records filling ``data`` from ``pos`` on, in order, without checking their CRC: bytes in memory
+    that a replica just wrote (a DLedger follower's entry; a read of the log checks the CRC).  RecordError names
+    what is wrong with the first record that does not decode."""
+    msgs: list[StoredMessage] = []
+    n = len(data)
+    while pos < n:
+        msg = decode(data, pos, verify=False)
+        msgs.append(msg)
+        pos += msg.size
+    return msgs
