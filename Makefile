@@ -5,8 +5,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# the C source is in the hash: `pip install -e .` compiles it (broker/fastpath.c), so a change recompiles it
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/fastpath.c broker/raftpath.c | sha1sum | cut -c1-12)
+# the C sources are in the hash: `pip install -e .` compiles them (broker/fastpath.c, broker/raftpath.c and the
+# header both include, broker/store_dispatch.h), so a change to any of them recompiles both
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py broker/fastpath.c broker/raftpath.c broker/store_dispatch.h | sha1sum | cut -c1-12)
 # nats-server: JetStream, the peer bench/datapath_bench.py and the chaos bench run beside the broker (docs/BENCHMARKS.md)
 DEBS   := prometheus chromium nats-server
 PYTEST_ARGS ?=

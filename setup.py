@@ -36,9 +36,12 @@ setup(
     # CPython extension, so the build needs only a C compiler and Python's headers, nothing from a registry.
     # optional=False: a failed compile fails `pip install` (and so `make test`) instead of leaving the broker
     # silently on the pure-Python path; ROCKETSCOPE_PURE_PYTHON=1 selects that path at run time.
+    # depends=: both include broker/store_dispatch.h (the store's dispatch core), so a change to it rebuilds both.
     ext_modules=[Extension("rocketscope.broker.fastpath", ["broker/fastpath.c"], optional=False,
+                           depends=["broker/store_dispatch.h"],
                            extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"]),
                  # the Raft peer frames' RaftBatch codec (docs/RAFT.md "Peer frames"), a module of its own
                  Extension("rocketscope.broker.raftpath", ["broker/raftpath.c"], optional=False,
+                           depends=["broker/store_dispatch.h"],
                            extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"])],
 )

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <limits.h>
 
+#include "store_dispatch.h"
+
 #define INT32_MIN_ (-2147483647LL - 1)
 #define INT32_MAX_ 2147483647LL
 
@@ -814,7 +816,6 @@ static int int_attr(PyObject *o, PyObject *name, long long lo, long long hi, lon
     return ok;
 }
 
-static inline void wr_u64(unsigned char *p, uint64_t v) { wr_u32(p, (uint32_t)(v >> 32)); wr_u32(p + 4, (uint32_t)v); }
 
 /* encode_run(buf, pos, msgs, heads, i, room, cursor, crc32) -> (i, pos, cursor, room)
  * CommitLog._write_records' inner loop: from message i on, while the next record fits in ``room``, set its
@@ -857,9 +858,9 @@ static PyObject *encode_run(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_DECREF(phy);
         unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(buf) + pos;
         wr_u32(o, (uint32_t)size); wr_u32(o + 4, 0xDAA320A7u); wr_u32(o + 8, 0);
-        wr_u32(o + 12, (uint32_t)qid); wr_u32(o + 16, (uint32_t)flag); wr_u64(o + 20, (uint64_t)qoff);
-        wr_u64(o + 28, (uint64_t)cursor); wr_u32(o + 36, (uint32_t)sysf); wr_u64(o + 40, (uint64_t)born);
-        wr_u64(o + 48, (uint64_t)store); wr_u32(o + 56, (uint32_t)recon); wr_u64(o + 60, (uint64_t)prep);
+        wr_u32(o + 12, (uint32_t)qid); wr_u32(o + 16, (uint32_t)flag); sd_put_be64(o + 20, (uint64_t)qoff);
+        sd_put_be64(o + 28, (uint64_t)cursor); wr_u32(o + 36, (uint32_t)sysf); sd_put_be64(o + 40, (uint64_t)born);
+        sd_put_be64(o + 48, (uint64_t)store); wr_u32(o + 56, (uint32_t)recon); sd_put_be64(o + 60, (uint64_t)prep);
         memcpy(o + 68, PyBytes_AS_STRING(head), (size_t)hlen);
         memcpy(o + 68 + hlen, PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
         Py_DECREF(body);
@@ -1031,7 +1032,7 @@ static PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nar
         int32_t prev = rd_i32(base + slot_pos);
         if (prev <= 0 || prev >= count) { prev = 0; used++; }
         unsigned char *o = base + entry_pos;
-        wr_u32(o, (uint32_t)h); wr_u64(o + 4, (uint64_t)phy); wr_u32(o + 12, (uint32_t)diff); wr_u32(o + 16, (uint32_t)prev);
+        wr_u32(o, (uint32_t)h); sd_put_be64(o + 4, (uint64_t)phy); wr_u32(o + 12, (uint32_t)diff); wr_u32(o + 16, (uint32_t)prev);
         wr_u32(base + slot_pos, (uint32_t)count);
         count++;
         if (ts > end_ts) end_ts = ts;
@@ -1042,40 +1043,20 @@ static PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 /* ================================================================== store dispatch */
-static PyObject *a_topic, *a_properties, *a_end, *a_first, *a_packed, *k_TAGS, *k_KEYS, *k_UNIQ_KEY, *k_MQO, *s_space,
-    *s_all_prefix;
+/* The loop over StoredMessage objects; the dispatch core it shares with raftpath.c's loop over record bytes is
+ * broker/store_dispatch.h. */
+static PyObject *a_topic, *a_properties, *k_TAGS, *k_KEYS, *k_UNIQ_KEY, *k_MQO;
 
-/* An exact int attribute within [lo, hi]: a new reference in *obj and its value in *out; 0 otherwise. */
-static int exact_int_attr(PyObject *o, PyObject *name, long long lo, long long hi, PyObject **obj, long long *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL) { PyErr_Clear(); return 0; }
-    if (PyLong_CheckExact(v)) {
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (!overflow && !(x == -1 && PyErr_Occurred()) && x >= lo && x <= hi) { *obj = v; *out = x; return 1; }
-        PyErr_Clear();
-    }
-    Py_DECREF(v);
-    return 0;
-}
-
-/* An optional str value of a dict: 1 with a borrowed reference (NULL when absent); 0 when present and not a str. */
-static int opt_str(PyObject *d, PyObject *key, PyObject **out) {
+/* An optional str value of a dict as UTF-8: 1 with (*s, *n) (NULL, 0 when absent); 0 when present and not a
+ * str, or a str without a UTF-8 form (lone surrogates: the Python code then builds its keys). */
+static int opt_utf8(PyObject *d, PyObject *key, const char **s, Py_ssize_t *n) {
+    *s = NULL; *n = 0;
     PyObject *v = PyDict_GetItemWithError(d, key);
-    if (v == NULL) { if (PyErr_Occurred()) PyErr_Clear(); *out = NULL; return 1; }
+    if (v == NULL) { if (PyErr_Occurred()) PyErr_Clear(); return 1; }
     if (!PyUnicode_CheckExact(v)) return 0;
-    *out = v;
+    *s = PyUnicode_AsUTF8AndSize(v, n);
+    if (*s == NULL) { PyErr_Clear(); return 0; }
     return 1;
-}
-
-static int add_key(PyObject *keys, PyObject *key, PyObject *phy, PyObject *ts) {
-    if (key == NULL) return -1;
-    PyObject *t = PyTuple_Pack(3, key, phy, ts);
-    Py_DECREF(key);
-    if (t == NULL) return -1;
-    int r = PyList_Append(keys, t);
-    Py_DECREF(t);
-    return r;
 }
 
 /* dispatch_run(msgs, i, runs, new_run, tag_hash, keys) -> i
@@ -1083,7 +1064,8 @@ static int add_key(PyObject *keys, PyObject *key, PyObject *phy, PyObject *ts) {
  * added to its queue's run (``runs[(topic, queue_id)]``, made by ``new_run(key)`` when missing) when its queue
  * offset is new, and its index keys appended to ``keys``, in the same order and with the same values.  Stops,
  * before touching it, at a record it does not take (LMQ offsets in its properties, a field of another type or out
- * of its range, a run it does not recognise): the Python code then dispatches that one. */
+ * of its range, a run it does not recognise, a queue offset past the gap bound, which _dispatch_one refuses):
+ * the Python code then dispatches that one. */
 static PyObject *dispatch_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[5])) {
         PyErr_SetString(PyExc_TypeError, "dispatch_run(list, i, dict, new_run, tag_hash, list)");
@@ -1095,87 +1077,55 @@ static PyObject *dispatch_run(PyObject *self, PyObject *const *args, Py_ssize_t 
     const long long I32L = INT32_MIN_, I32H = INT32_MAX_, I64L = LLONG_MIN, I64H = LLONG_MAX;
     for (; i < PyList_GET_SIZE(msgs); i++) {
         PyObject *msg = PyList_GET_ITEM(msgs, i);
-        PyObject *topic = NULL, *props = NULL, *qid = NULL, *qoffo = NULL, *phy = NULL, *sizeo = NULL, *ts = NULL;
-        PyObject *key = NULL, *run = NULL, *endo = NULL, *firsto = NULL, *packed = NULL;
-        long long qidv, qoff, phyv, size, tsv, end, first;
-        PyObject *tag, *kstr, *msg_id;
+        PyObject *topic = NULL, *props = NULL, *qid = NULL, *qoffo = NULL, *key = NULL, *run = NULL;
+        SdRun rs = {NULL, 0, 0};
+        long long qidv, qoff, phyv, size, tsv;
+        const char *tag, *kstr, *msg_id, *topic_s;
+        Py_ssize_t tag_n, kstr_n, id_n, topic_n;
         int stop = 1, fail = 0;
         topic = PyObject_GetAttr(msg, a_topic);
         if (topic == NULL) { PyErr_Clear(); goto next; }
         props = PyObject_GetAttr(msg, a_properties);
         if (props == NULL) { PyErr_Clear(); goto next; }
         if (!PyUnicode_CheckExact(topic) || !PyDict_CheckExact(props)) goto next;
-        if (!exact_int_attr(msg, a_queue_id, I32L, I32H, &qid, &qidv)
-            || !exact_int_attr(msg, a_queue_offset, I64L, I64H - 1, &qoffo, &qoff)
-            || !exact_int_attr(msg, a_physical_offset, I64L, I64H, &phy, &phyv)
-            || !exact_int_attr(msg, a_size, I32L, I32H, &sizeo, &size)
-            || !exact_int_attr(msg, a_store_timestamp, I64L, I64H, &ts, &tsv))
+        if (!sd_exact_int_attr(msg, a_queue_id, I32L, I32H, &qid, &qidv)
+            || !sd_exact_int_attr(msg, a_queue_offset, I64L, I64H - 1, &qoffo, &qoff)
+            || !sd_exact_int_attr(msg, a_physical_offset, I64L, I64H, NULL, &phyv)
+            || !sd_exact_int_attr(msg, a_size, I32L, I32H, NULL, &size)
+            || !sd_exact_int_attr(msg, a_store_timestamp, I64L, I64H, NULL, &tsv))
             goto next;
         int has = PyDict_Contains(props, k_MQO);
         if (has != 0) { if (has < 0) PyErr_Clear(); goto next; }  /* LMQ entries: the Python code */
-        if (!opt_str(props, k_TAGS, &tag) || !opt_str(props, k_KEYS, &kstr) || !opt_str(props, k_UNIQ_KEY, &msg_id))
+        if (!opt_utf8(props, k_TAGS, &tag, &tag_n) || !opt_utf8(props, k_KEYS, &kstr, &kstr_n)
+            || !opt_utf8(props, k_UNIQ_KEY, &msg_id, &id_n))
             goto next;
+        if ((topic_s = PyUnicode_AsUTF8AndSize(topic, &topic_n)) == NULL) { PyErr_Clear(); goto next; }
         key = PyTuple_Pack(2, topic, qid);
         if (key == NULL) { fail = 1; goto next; }
-        run = PyDict_GetItemWithError(runs, key);
-        if (run != NULL) Py_INCREF(run);
-        else {
-            if (PyErr_Occurred()) { fail = 1; goto next; }
-            run = PyObject_CallOneArg(new_run, key);
-            if (run == NULL || PyDict_SetItem(runs, key, run) < 0) { fail = 1; goto next; }
-        }
-        if (!exact_int_attr(run, a_end, I64L, I64H, &endo, &end) || !exact_int_attr(run, a_first, I64L, I64H, &firsto, &first))
-            goto next;
-        packed = PyObject_GetAttr(run, a_packed);
-        if (packed == NULL) { PyErr_Clear(); goto next; }
-        if (!PyByteArray_CheckExact(packed)) goto next;
+        if ((run = sd_run_for(runs, new_run, key)) == NULL) { fail = 1; goto next; }
+        if (!sd_run_read(run, &rs)) goto next;
+        if (qoff >= rs.end && sd_gap_refused(qoff, rs.end)) goto next;  /* _dispatch_one refuses it and logs */
         stop = 0;  /* from here on this record is dispatched here */
-        if (qoff >= end) {
-            long long th = 0;
-            PyObject *h = PyObject_CallOneArg(tag_hash, tag != NULL ? tag : s_empty);
+        if (qoff >= rs.end) {
+            PyObject *tago = tag != NULL ? PyDict_GetItemWithError(props, k_TAGS) : s_empty;
+            if (tago == NULL) { fail = 1; goto next; }
+            PyObject *h = PyObject_CallOneArg(tag_hash, tago);
             if (h == NULL) { fail = 1; goto next; }
             int overflow = 0;
-            th = PyLong_AsLongLongAndOverflow(h, &overflow);
+            long long th = PyLong_AsLongLongAndOverflow(h, &overflow);
             Py_DECREF(h);
             if (overflow || (th == -1 && PyErr_Occurred())) {
                 if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "tag hash out of range");
                 fail = 1; goto next;
             }
-            Py_ssize_t at = PyByteArray_GET_SIZE(packed);
-            long long gaps = first < 0 ? 0 : qoff - end;
-            if (gaps > (PY_SSIZE_T_MAX - at) / 20 - 1) { PyErr_NoMemory(); fail = 1; goto next; }
-            if (PyByteArray_Resize(packed, at + (Py_ssize_t)(gaps + 1) * 20) < 0) { fail = 1; goto next; }
-            unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(packed) + at;
-            for (long long g = 0; g < gaps; g++, o += 20) {  /* ConsumeQueue's GAP: (-1, 0, 0) */
-                wr_u64(o, (uint64_t)-1LL); wr_u32(o + 8, 0); wr_u64(o + 12, 0);
+            if (sd_run_append(run, &rs, qoff, qoffo, phyv, (uint32_t)size, th) < 0
+                || sd_add_keys(keys, topic_s, topic_n, msg_id, id_n, kstr, kstr_n, phyv, tsv) < 0) {
+                fail = 1; goto next;
             }
-            wr_u64(o, (uint64_t)phyv); wr_u32(o + 8, (uint32_t)size); wr_u64(o + 12, (uint64_t)th);
-            if (first < 0) {
-                if (PyObject_SetAttr(run, a_first, qoffo) < 0) { fail = 1; goto next; }
-            }
-            PyObject *ne = PyLong_FromLongLong(qoff + 1);
-            if (ne == NULL || PyObject_SetAttr(run, a_end, ne) < 0) { Py_XDECREF(ne); fail = 1; goto next; }
-            Py_DECREF(ne);
-            /* the same keys in the same order as the Python code: *#id, topic#key..., topic#id */
-            int with_id = msg_id != NULL && PyUnicode_GET_LENGTH(msg_id) > 0;
-            if (with_id && add_key(keys, PyUnicode_Concat(s_all_prefix, msg_id), phy, ts) < 0) { fail = 1; goto next; }
-            if (kstr != NULL && PyUnicode_GET_LENGTH(kstr) > 0) {
-                PyObject *parts = PyUnicode_Split(kstr, s_space, -1);
-                if (parts == NULL) { fail = 1; goto next; }
-                for (Py_ssize_t j = 0; j < PyList_GET_SIZE(parts); j++) {
-                    PyObject *k = PyList_GET_ITEM(parts, j);
-                    if (PyUnicode_GET_LENGTH(k) == 0) continue;
-                    if (add_key(keys, PyUnicode_FromFormat("%U#%U", topic, k), phy, ts) < 0) {
-                        Py_DECREF(parts); fail = 1; goto next;
-                    }
-                }
-                Py_DECREF(parts);
-            }
-            if (with_id && add_key(keys, PyUnicode_FromFormat("%U#%U", topic, msg_id), phy, ts) < 0) { fail = 1; goto next; }
         }
     next:
-        Py_XDECREF(topic); Py_XDECREF(props); Py_XDECREF(qid); Py_XDECREF(qoffo); Py_XDECREF(phy); Py_XDECREF(sizeo);
-        Py_XDECREF(ts); Py_XDECREF(key); Py_XDECREF(run); Py_XDECREF(endo); Py_XDECREF(firsto); Py_XDECREF(packed);
+        Py_XDECREF(topic); Py_XDECREF(props); Py_XDECREF(qid); Py_XDECREF(qoffo); Py_XDECREF(key);
+        Py_XDECREF(run); Py_XDECREF(rs.packed);
         if (fail) return NULL;
         if (stop) break;
     }
@@ -1452,17 +1402,11 @@ PyMODINIT_FUNC PyInit_fastpath(void) {
     if (!a_store_host || !a_born_host) return NULL;
     a_topic = PyUnicode_InternFromString("topic");
     a_properties = PyUnicode_InternFromString("properties");
-    a_end = PyUnicode_InternFromString("end");
-    a_first = PyUnicode_InternFromString("first");
-    a_packed = PyUnicode_InternFromString("packed");
     k_TAGS = PyUnicode_InternFromString("TAGS");
     k_KEYS = PyUnicode_InternFromString("KEYS");
     k_UNIQ_KEY = PyUnicode_InternFromString("UNIQ_KEY");
     k_MQO = PyUnicode_InternFromString("INNER_MULTI_QUEUE_OFFSET");
-    s_space = PyUnicode_InternFromString(" ");
-    s_all_prefix = PyUnicode_InternFromString("*#");
-    if (!a_topic || !a_properties || !a_end || !a_first || !a_packed || !k_TAGS || !k_KEYS || !k_UNIQ_KEY || !k_MQO
-        || !s_space || !s_all_prefix)
+    if (!a_topic || !a_properties || !k_TAGS || !k_KEYS || !k_UNIQ_KEY || !k_MQO || sd_init() < 0)
         return NULL;
     if (!a_size || !a_queue_id || !a_flag || !a_queue_offset || !a_physical_offset || !a_sys_flag
         || !a_born_timestamp || !a_store_timestamp || !a_reconsume_times || !a_prepared_tx_offset || !a_body)

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <limits.h>
 
+#include "store_dispatch.h"
+
 /* set once by bind(): the Python types the decoder builds, and the enum members by value */
 static PyObject *Message_cls, *Entry_cls, *types_seq, *kinds_seq;
 
@@ -790,47 +792,8 @@ static PyObject *check_records(PyObject *self, PyObject *arg) {
 /* Session 22-23's profiles (docs/BENCHMARKS.md) found a follower's dispatch of committed records its largest
  * item: each record decoded into a StoredMessage, then six attributes of it read back by fastpath.dispatch_run.
  * dispatch_records does what MessageStore._dispatch_one (broker/store/message_store.py) does for a record decoded
- * by record.decode, straight from the bytes. */
-static PyObject *a_end, *a_first, *a_packed;
-
-static inline void put_be32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
-}
-static inline void put_be64(unsigned char *p, uint64_t v) { put_be32(p, (uint32_t)(v >> 32)); put_be32(p + 4, (uint32_t)v); }
-
-/* An exact int attribute of o -> *out; 0 when absent, of another type or beyond a long long. */
-static int int_attr(PyObject *o, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL) { PyErr_Clear(); return 0; }
-    int ok = 0;
-    if (PyLong_CheckExact(v)) {
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (!overflow && !(x == -1 && PyErr_Occurred())) { *out = x; ok = 1; }
-        PyErr_Clear();
-    }
-    Py_DECREF(v);
-    return ok;
-}
-
-/* prefix + "#" + value as a str (both valid UTF-8), appended to ``keys`` as (key, phy, ts); -1 on error */
-static int add_index_key(PyObject *keys, const unsigned char *a, Py_ssize_t an, const unsigned char *b, Py_ssize_t bn,
-                         PyObject *phy, PyObject *ts) {
-    char small[256];
-    Py_ssize_t n = an + 1 + bn;
-    char *t = n <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)n);
-    if (t == NULL) { PyErr_NoMemory(); return -1; }
-    memcpy(t, a, (size_t)an); t[an] = '#'; memcpy(t + an + 1, b, (size_t)bn);
-    PyObject *key = PyUnicode_DecodeUTF8(t, n, "strict");
-    if (t != small) PyMem_Free(t);
-    if (key == NULL) return -1;
-    PyObject *e = PyTuple_Pack(3, key, phy, ts);
-    Py_DECREF(key);
-    if (e == NULL) return -1;
-    int rc = PyList_Append(keys, e);
-    Py_DECREF(e);
-    return rc;
-}
+ * by record.decode, straight from the bytes; the dispatch core it shares with fastpath.c's dispatch_run is
+ * broker/store_dispatch.h. */
 
 /* dispatch_records(data, pos, runs, new_run, tag_hash, keys, listened) -> pos
  * MessageStore._dispatch_one for each record of ``data`` from ``pos`` on, as record.decode would give it: its
@@ -839,7 +802,8 @@ static int add_index_key(PyObject *keys, const unsigned char *a, Py_ssize_t an, 
  * topic#key..., topic#UNIQ_KEY), with the same values and in the same order.  Returns where it stopped: the
  * end of ``data``, or the start of a record it does not take, untouched: one record.decode refuses, one with
  * LMQ offsets (INNER_MULTI_QUEUE_OFFSET), one of a topic in ``listened`` (its topic listeners need the record
- * object), a run it does not recognise.  The caller dispatches that one in Python and calls again past it. */
+ * object), a run it does not recognise, one whose queue offset is past the gap bound (sd_gap_refused:
+ * _dispatch_one refuses it and logs).  The caller dispatches that one in Python and calls again past it. */
 static PyObject *dispatch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[5]) || !PyDict_CheckExact(args[6])) {
         PyErr_SetString(PyExc_TypeError, "dispatch_records(data, pos, dict, new_run, tag_hash, list, dict)");
@@ -884,77 +848,40 @@ static PyObject *dispatch_records(PyObject *self, PyObject *const *args, Py_ssiz
             PyObject *key = qo ? PyTuple_Pack(2, topic, qo) : NULL;
             Py_XDECREF(qo);
             if (key == NULL) goto done;
-            run = PyDict_GetItemWithError(runs, key);
-            if (run != NULL) Py_INCREF(run);
-            else if (!PyErr_Occurred()) {
-                run = PyObject_CallOneArg(new_run, key);
-                if (run != NULL && PyDict_SetItem(runs, key, run) < 0) Py_CLEAR(run);
-            }
+            run = sd_run_for(runs, new_run, key);
             Py_DECREF(key);
             if (run == NULL) goto done;
             run_qid = qid;
         }
-        long long end, first;
-        if (!int_attr(run, a_end, &end) || !int_attr(run, a_first, &first)) break;
-        PyObject *packed = PyObject_GetAttr(run, a_packed);
-        if (packed == NULL) { PyErr_Clear(); break; }
-        if (!PyByteArray_CheckExact(packed)) { Py_DECREF(packed); break; }
-        if (qoff >= end) {
+        SdRun rs;
+        if (!sd_run_read(run, &rs)) break;
+        if (qoff >= rs.end && sd_gap_refused(qoff, rs.end)) { Py_DECREF(rs.packed); break; }  /* Python refuses it */
+        if (qoff >= rs.end) {
             const unsigned char *tag = pr.v[P_TAGS];
             Py_ssize_t tn = tag ? pr.n[P_TAGS] : 0;
             if (tag_n != tn || (tn && memcmp(tag_s, tag, (size_t)tn) != 0)) {
                 PyObject *ts = PyUnicode_DecodeUTF8(tn ? (const char *)tag : "", tn, "strict");
                 PyObject *h = ts ? PyObject_CallOneArg(tag_hash, ts) : NULL;
                 Py_XDECREF(ts);
-                if (h == NULL) { Py_DECREF(packed); goto done; }
+                if (h == NULL) { Py_DECREF(rs.packed); goto done; }
                 int overflow = 0;
                 th = PyLong_AsLongLongAndOverflow(h, &overflow);
                 Py_DECREF(h);
                 if (overflow || (th == -1 && PyErr_Occurred())) {
                     if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "tag hash out of range");
-                    Py_DECREF(packed); goto done;
+                    Py_DECREF(rs.packed); goto done;
                 }
                 tag_s = tag; tag_n = tn;
             }
-            Py_ssize_t at = PyByteArray_GET_SIZE(packed);
-            long long gaps = first < 0 ? 0 : qoff - end;
-            if (gaps > (PY_SSIZE_T_MAX - at) / 20 - 1) { PyErr_NoMemory(); Py_DECREF(packed); goto done; }
-            if (PyByteArray_Resize(packed, at + (Py_ssize_t)(gaps + 1) * 20) < 0) { Py_DECREF(packed); goto done; }
-            unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(packed) + at;
-            Py_DECREF(packed);
-            for (long long g = 0; g < gaps; g++, o += 20) {  /* ConsumeQueue's GAP: (-1, 0, 0) */
-                put_be64(o, (uint64_t)-1LL); put_be32(o + 8, 0); put_be64(o + 12, 0);
-            }
-            put_be64(o, (uint64_t)phyv); put_be32(o + 8, r.total); put_be64(o + 12, (uint64_t)th);
-            if (first < 0) {
-                PyObject *fo = PyLong_FromLongLong(qoff);
-                int rc = fo ? PyObject_SetAttr(run, a_first, fo) : -1;
-                Py_XDECREF(fo);
-                if (rc < 0) goto done;
-            }
-            PyObject *ne = PyLong_FromLongLong(qoff + 1);
-            int rc = ne ? PyObject_SetAttr(run, a_end, ne) : -1;
-            Py_XDECREF(ne);
+            int rc = sd_run_append(run, &rs, qoff, NULL, phyv, r.total, th);
+            Py_DECREF(rs.packed);
             if (rc < 0) goto done;
-            /* the same keys in the same order as _dispatch_one: *#id, topic#key..., topic#id */
             const unsigned char *id = pr.v[P_UNIQ_KEY], *ks = pr.v[P_KEYS];
-            Py_ssize_t idn = id ? pr.n[P_UNIQ_KEY] : 0, ksn = ks ? pr.n[P_KEYS] : 0;
-            if (idn || ksn) {
-                PyObject *phy = PyLong_FromLongLong(phyv), *ts = phy ? PyLong_FromLongLong(tsv) : NULL;
-                int bad = ts == NULL;
-                if (!bad && idn) bad = add_index_key(keys, (const unsigned char *)"*", 1, id, idn, phy, ts) < 0;
-                for (Py_ssize_t j = 0; !bad && j < ksn;) {  /* str.split(" "), empty items skipped */
-                    const unsigned char *sp = memchr(ks + j, ' ', (size_t)(ksn - j));
-                    Py_ssize_t e = sp ? sp - ks : ksn;
-                    if (e > j) bad = add_index_key(keys, r.s[2], r.len[2], ks + j, e - j, phy, ts) < 0;
-                    j = e + 1;
-                }
-                if (!bad && idn) bad = add_index_key(keys, r.s[2], r.len[2], id, idn, phy, ts) < 0;
-                Py_XDECREF(phy); Py_XDECREF(ts);
-                if (bad) goto done;
-            }
+            if (sd_add_keys(keys, (const char *)r.s[2], r.len[2], (const char *)id, id ? pr.n[P_UNIQ_KEY] : 0,
+                            (const char *)ks, ks ? pr.n[P_KEYS] : 0, phyv, tsv) < 0)
+                goto done;
         } else {
-            Py_DECREF(packed);
+            Py_DECREF(rs.packed);
         }
         pos += r.total;
     }
@@ -991,7 +918,8 @@ PyMODINIT_FUNC PyInit_raftpath(void) {
     INTERN(a_type, "type"); INTERN(a_frm, "frm"); INTERN(a_to, "to"); INTERN(a_term, "term");
     INTERN(a_log_term, "log_term"); INTERN(a_index, "index"); INTERN(a_entries, "entries");
     INTERN(a_commit, "commit"); INTERN(a_reject, "reject"); INTERN(a_reject_hint, "reject_hint");
-    INTERN(a_force, "force"); INTERN(a_end, "end"); INTERN(a_first, "first"); INTERN(a_packed, "packed");
+    INTERN(a_force, "force");
 #undef INTERN
+    if (sd_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

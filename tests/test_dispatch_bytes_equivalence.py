@@ -212,7 +212,8 @@ def test_damaged_bytes_handed_to_the_store_give_the_same_either_way(case: tuple[
 
     Only bytes that do not decode: damage that still decodes (a flipped byte inside a number) is a record like
     any other for both paths, whose equivalence the test above checks, and a flipped queue offset can ask the
-    dispatch for a gap of 10^16 entries (a MemoryError on either path, found by this test in session 24)."""
+    dispatch for a gap of 10^16 entries: found by this test in session 24, refused since session 25 on either
+    path, tests/test_store_wild_offset.py)."""
     recs, how, at, junk = case
     data = damage(b"".join(encode(recs, 0)), how, at, junk)
     assume(data and not python_decodes(data))

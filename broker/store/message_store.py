@@ -52,6 +52,14 @@ def _tag_hash(tag: str) -> int:
     return h
 
 ALL_TOPICS_KEY = "*"
+# The widest gap (queue offsets with no record) the dispatch fills after a queue's last entry.  A record whose
+# queue offset lies further past the queue's end is refused (not dispatched, one WARNING): a gap "should not
+# happen" (ConsumeQueue.append), and a wild offset (damaged or hostile bytes, e.g. 10**16) would otherwise fill
+# that many 20-byte GAP entries in memory, a MemoryError that stops the whole batch and every queue behind it.
+# 1 << 20 is 20 MiB of GAP entries.  An empty queue (end 0) starts at its first record without a gap.  The same
+# bound in C: SD_MAX_QUEUE_GAP, broker/store_dispatch.h (the compiled loops stop at such a record and leave it
+# to _dispatch_one).
+MAX_QUEUE_GAP = 1 << 20
 _DISPATCH_CHUNK = 1024  # records per dispatch batch when they are read back from the log (see _dispatch_many)
 
 
@@ -962,8 +970,11 @@ class MessageStore:
                       keys: list[tuple[str, int, int]]) -> None:
         """One record of ``_dispatch_each``: its entry added to its queue's run when its queue offset is new (the
         test of ``ConsumeQueue.append``: an entry below the queue's end, a replay, is left as is and indexes
-        nothing; a gap is filled), its index keys to ``keys``, its LMQ entries.  The reference for the compiled
-        loop (broker/fastpath.c ``dispatch_run``; tests/test_fastpath_equivalence.py runs both)."""
+        nothing; a gap is filled), its index keys to ``keys``, its LMQ entries.  A record whose queue offset is
+        more than ``MAX_QUEUE_GAP`` past its queue's end is refused whole, with one WARNING.  The reference for
+        the compiled loops (broker/fastpath.c ``dispatch_run``, broker/raftpath.c ``dispatch_records``, their core
+        in broker/store_dispatch.h; tests/test_fastpath_equivalence.py and tests/test_dispatch_bytes_equivalence.py
+        run them against it)."""
         topic = msg.topic
         key = (topic, msg.queue_id)
         run = runs.get(key)
@@ -972,6 +983,11 @@ class MessageStore:
         props = msg.properties
         qoff = msg.queue_offset
         expected = run.end
+        if expected > 0 and qoff - expected > MAX_QUEUE_GAP:
+            log.warning("dispatch refused a record of %s queue %d at queue offset %d: the queue ends at %d, a gap "
+                        "over %d (commit-log offset %d)", topic, msg.queue_id, qoff, expected, MAX_QUEUE_GAP,
+                        msg.physical_offset)
+            return  # no entry, no index keys, no LMQ entries: the record is not dispatched
         if qoff >= expected:
             phy = msg.physical_offset
             if run.first < 0:
@@ -1018,6 +1034,11 @@ class MessageStore:
                 run = runs[key] = self._run(key)
             expected = run.end
             if off < expected:
+                continue
+            if expected > 0 and off - expected > MAX_QUEUE_GAP:
+                log.warning("dispatch refused an LMQ entry of %s in %s at queue offset %d: the queue ends at %d, "
+                            "a gap over %d (commit-log offset %d)", msg.topic, lmq, off, expected, MAX_QUEUE_GAP,
+                            msg.physical_offset)
                 continue
             if run.first < 0:
                 run.first = off
