@@ -82,7 +82,15 @@ def plan_entries(store: MessageStore, messages: list[StoredMessage], cursor: int
     where a record rolls to the next segment (``MessageStore.prepare`` moved it past the
     segment's end) or where the entry would pass ``max_bytes`` (one record larger than that
     is an entry of its own).  A record is never split.
+
+    The common case is compiled (``MessageStore.prepare_run``: the same entries, laid out in C); the loop below
+    is its reference and takes every group it declines (a message to refuse, LMQ dispatch, no compiled module).
     """
+    fast = store.prepare_run(messages, cursor, max_bytes)
+    if fast is not None:
+        datas, entry_of, end = fast
+        ok = PutStatus.PUT_OK
+        return EntryPlan([PutResult(ok, m) for m in messages], datas, list(messages), entry_of, end)
     plan = EntryPlan([], [], [], [], cursor)
     chunk: list[bytes] = []
     size = 0
