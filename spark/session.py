@@ -103,6 +103,23 @@ def jar_conf() -> dict[str, str]:
     return {"spark.jars": str(jar)} if jar else {}
 
 
+ROW_CACHE_SERIALIZER = "io.rocketscope.spark.RowCacheSerializer"
+"""How the jobs' cached tables are kept when the jar is on the class path (``spark.sql.cache.serializer``):
+as the rows' own bytes instead of Spark's default columnar batches with per-column statistics, which cost
+a third of the decode step's CPU at 1M messages and prune nothing the jobs read (spark/jvm
+RowCacheSerializer.java; docs/ANALYTICS.md, "Session 25")."""
+
+
+def cache_conf() -> dict[str, str]:
+    """``spark.sql.cache.serializer`` for a session whose JVM starts with the jar (:func:`jar_conf`), else nothing.
+
+    A static setting: it must be given before the JVM's first session.  Under spark-submit the driver
+    starts before this code runs, so there it goes on the command line beside ``--jars``
+    (deploy/spark/README.md); without the jar the class would be missing at the first cache.
+    """
+    return {"spark.sql.cache.serializer": ROW_CACHE_SERIALIZER} if decoder_jar() else {}
+
+
 def local_cores(master: str) -> int:
     """Cores of a ``local[N]`` / ``local[*]`` / ``local`` master."""
     inside = master[len("local["):-1] if master.startswith("local[") else "1"
@@ -164,6 +181,10 @@ def get_session(master: str | None = "local[*]", app_name: str = "rocketscope-an
         builder = builder.config("spark.driver.memory", driver_memory)
     for key, value in {**TABLE_CONF, **jar_conf()}.items():
         builder = builder.config(key, value)
+    if master:
+        # the JVM starts here with the jar on its class path (spark-submit: see cache_conf)
+        for key, value in cache_conf().items():
+            builder = builder.config(key, value)
     if not shuffle_partitions and master and master.startswith("local"):
         shuffle_partitions = 2 * local_cores(master)
         if "spark.sql.shuffle.partitions" not in (conf or {}):

@@ -45,10 +45,11 @@ def spark() -> Iterator[object]:
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    from rocketscope.spark.session import TABLE_CONF, jar_conf
+    from rocketscope.spark.session import TABLE_CONF, cache_conf, jar_conf
 
-    # how the jobs write their tables, and the JVM trace decoder (spark/jvm) when `make` built it
-    for key, value in {**TABLE_CONF, **jar_conf()}.items():
+    # how the jobs write their tables, and the JVM trace decoder and cache serializer (spark/jvm) when
+    # `make` built them
+    for key, value in {**TABLE_CONF, **jar_conf(), **cache_conf()}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     try:

@@ -204,12 +204,14 @@ def test_spark_submit_against_standalone_cluster(standalone, tmp_path: Path) -> 
 
 def _jars() -> list[str]:
     """``--jars`` with the JVM trace decoder (built by make): spark-submit starts the driver JVM before the
-    session exists, so the session's own spark.jars would reach the executors but not the driver."""
-    from rocketscope.spark.session import decoder_jar
+    session exists, so the session's own spark.jars would reach the executors but not the driver.  The same
+    jar's cache serializer goes with it (deploy/spark/README.md), so the cached tables travel between the
+    driver and an executor JVM as its row batches."""
+    from rocketscope.spark.session import cache_conf, decoder_jar
 
     jar = decoder_jar()
     assert jar is not None, "build/spark-jvm/rocketscope-spark.jar is missing: run make"
-    return ["--jars", str(jar)]
+    return ["--jars", str(jar), *[arg for key, value in cache_conf().items() for arg in ("--conf", f"{key}={value}")]]
 
 
 def _submit_cmd(master: str, *args: str) -> list[str]:
