@@ -124,6 +124,31 @@ def _without_earlier_messages(spark: SparkSession, df: DataFrame, model: Model, 
     return df.join(F.broadcast(seen), "msg_id", "left_anti")
 
 
+def window_rows(spark: SparkSession, rows_dir: Path, from_slot: int | None) -> DataFrame:
+    """The stored rows of the slots from ``from_slot`` on (every slot when None), read from those slots' directories.
+
+    The same rows as the whole table filtered on ``slot``, but the DataFrame's input files are the window's
+    only: the run's shuffle partition count is sized by them (spark/partitions.py reads ``inputFiles()``,
+    which lists every file of a table whatever its partition filter), and a 1M-message window on a 10M
+    history was planned with the history's 73 partitions, eight times the window's.
+    """
+    if from_slot is not None:
+        dirs = []
+        for path in sorted(rows_dir.iterdir()):
+            name, _, value = path.name.partition("=")
+            try:
+                slot = int(value)
+            except ValueError:
+                continue  # not a slot (a null slot's directory is never in a window: the filter below drops it)
+            if name == "slot" and path.is_dir() and slot >= from_slot:
+                dirs.append(str(path))
+        if dirs:
+            stored = spark.read.option("basePath", str(rows_dir)).parquet(*dirs)
+            return stored.where(F.col("slot") >= from_slot)
+    stored = spark.read.parquet(str(rows_dir))
+    return stored if from_slot is None else stored.where(F.col("slot") >= from_slot)
+
+
 def run_incremental(spark: SparkSession, inputs: Iterable[str | Path], output: str | Path, jobs: Iterable[str],
                     *, asof_method: str = "interval", lateness_ms: int = DEFAULT_LATENESS_MS,
                     slot_ms: int = DEFAULT_SLOT_MS, progress: bool = True) -> dict[str, Any]:
@@ -167,14 +192,12 @@ def run_incremental(spark: SparkSession, inputs: Iterable[str | Path], output: s
         + ("everything (first run)" if from_ms is None else
            f"from {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(from_ms / 1000))} UTC "
            f"(earliest new row minus {lateness_ms / 1000:.0f} s lateness)"))
-    stored = spark.read.parquet(str(state / "rows"))
-    if from_ms is not None:
-        # Read one lateness further back than the output window, so that a message born
-        # there is seen whole (its Pub included) and is left out by its born time, not
-        # mistaken for a message known only from Sub records.  Partition pruning: only
-        # these slots are read, not the history.
-        stored = stored.where(F.col("slot") >= (from_ms - lateness_ms) // slot_ms)
-    rows = stored.select(*ROW_SCHEMA.names)
+    # Read one lateness further back than the output window, so that a message born
+    # there is seen whole (its Pub included) and is left out by its born time, not
+    # mistaken for a message known only from Sub records.  Only these slots are read,
+    # not the history (window_rows).
+    from_slot = None if from_ms is None else (from_ms - lateness_ms) // slot_ms
+    rows = window_rows(spark, state / "rows", from_slot).select(*ROW_SCHEMA.names)
     if (state / "control").exists():
         rows = rows.unionByName(spark.read.schema(ROW_SCHEMA).parquet(str(state / "control")))
     model = Model(spark, rows, asof_method=asof_method)
