@@ -494,11 +494,17 @@ static int plain_int(PyObject *s, long long *out) {
 
 /* send_fields(ext, code) -> (group, topic, queueId, sysFlag, bornTimestamp, flag, reconsumeTimes, batch, properties)
  * as broker_handlers._send_fields reads them, or None (a missing or non-plain field: its HeaderError). */
+static PyObject *send_fields_of(PyObject *ext, long code);
+
 static PyObject *send_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyDict_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) Py_RETURN_NONE;
-    PyObject *ext = args[0];
     long code = PyLong_AsLong(args[1]);
     if (code == -1 && PyErr_Occurred()) { PyErr_Clear(); Py_RETURN_NONE; }
+    return send_fields_of(args[0], code);
+}
+
+/* send_fields' work on an extFields dict (also decode_frames' for each send it reads). */
+static PyObject *send_fields_of(PyObject *ext, long code) {
     int v2 = code != 10 && PyDict_GetItemWithError(ext, send_short[1]) != NULL;
     if (PyErr_Occurred()) return NULL;
     PyObject *raw[9];
@@ -532,6 +538,123 @@ static PyObject *send_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (props == NULL || PyUnicode_GET_LENGTH(props) == 0) props = s_empty;
     return Py_BuildValue("(OOLLLLLOO)", raw[0], raw[1], num[0], num[1], num[2], num[3], num[4],
                          batch ? Py_True : Py_False, props);
+}
+
+/* ================================================================== a read's frames */
+/* One frame (without its length prefix) -> a ``cls`` instance, as codec.decode gives it, with its ``send`` slot set
+ * for a request of SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) or SEND_BATCH_MESSAGE (320) whose header fields are
+ * in their plain form: (send_fields' tuple, the properties dict or None for a batch).  FALLBACK: the frame is not
+ * in the common JSON form (decode_python reads it, or names what is wrong). */
+static int decode_one(const unsigned char *p, Py_ssize_t n, PyObject *cls, PyObject **out, long long *code_out,
+                      long long *flag_out) {
+    Header h = {0};
+    int rc = FALLBACK;
+    if (n < 4) return FALLBACK;
+    int32_t mark = rd_i32(p);
+    if (((mark >> 24) & 0xFF) != 0) return FALLBACK;
+    Py_ssize_t hlen = mark & 0xFFFFFF;
+    if (hlen > n - 4) return FALLBACK;
+    rc = parse_header(p + 4, hlen, &h);
+    if (rc != OK || !h.has_code) { header_clear(&h); return rc == FAIL ? FAIL : FALLBACK; }
+    PyObject *argv[11] = {NULL};
+    PyObject *send = NULL;
+    rc = FAIL;
+    if (h.ext != NULL && !(h.flag & 1) && (h.code == 10 || h.code == 310 || h.code == 320)) {
+        PyObject *fields = send_fields_of(h.ext, (long)h.code);
+        if (fields == NULL) goto done;
+        if (fields == Py_None) {
+            send = fields;  /* not plain: _send_fields reads the dict and names the field */
+        } else {
+            PyObject *props = Py_None, *text = PyTuple_GET_ITEM(fields, 8);
+            if (PyTuple_GET_ITEM(fields, 7) == Py_False) {
+                props = PyDict_New();
+                if (props == NULL || (PyUnicode_GET_LENGTH(text) && parse_props_into(props, text) < 0)) {
+                    Py_XDECREF(props); Py_DECREF(fields); goto done;
+                }
+            } else {
+                Py_INCREF(props);
+            }
+            send = PyTuple_Pack(2, fields, props);
+            Py_DECREF(fields); Py_DECREF(props);
+            if (send == NULL) goto done;
+        }
+    } else {
+        send = Py_NewRef(Py_None);
+    }
+    argv[0] = PyLong_FromLongLong(h.code);
+    argv[1] = Py_NewRef(h.ext ? h.ext : Py_None);
+    argv[2] = (n - 4 - hlen) ? PyBytes_FromStringAndSize((const char *)p + 4 + hlen, n - 4 - hlen)
+                             : Py_NewRef(s_empty_bytes);
+    argv[3] = Py_NewRef(h.remark ? h.remark : Py_None);
+    argv[4] = PyLong_FromLongLong(h.opaque);
+    argv[5] = PyLong_FromLongLong(h.flag);
+    argv[6] = Py_NewRef(h.language ? h.language : s_JAVA);
+    argv[7] = PyLong_FromLongLong(h.version);
+    argv[8] = PyLong_FromLong(0);
+    argv[9] = PyDict_New();
+    argv[10] = send;
+    send = NULL;
+    for (int i = 0; i < 11; i++) if (argv[i] == NULL) goto done;
+    *out = PyObject_Vectorcall(cls, argv, 11, NULL);
+    if (*out == NULL) goto done;
+    *code_out = h.code;
+    *flag_out = h.flag;
+    rc = OK;
+done:
+    for (int i = 0; i < 11; i++) Py_XDECREF(argv[i]);
+    Py_XDECREF(send);
+    header_clear(&h);
+    return rc;
+}
+
+/* decode_frames(data, pos, max_frame, cls, group_codes) -> (pos, [cmd, ...]): RemotingServer.frames' loop over the
+ * whole frames of a read from ``pos``, in C.  It stops before a frame it cannot take (a length to refuse, an
+ * incomplete frame, a header that is not in the common JSON form: the Python loop raises, waits or decodes it) and
+ * after a frame that is not a request of a code in ``group_codes`` (the caller routes it and checks its in-flight
+ * limit before calling again), so the caller's order of work is unchanged. */
+static PyObject *decode_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "decode_frames(data, pos, max_frame, cls, group_codes)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    long long max_frame = PyLong_AsLongLong(args[2]);
+    if (max_frame == -1 && PyErr_Occurred()) return NULL;
+    PyObject *cls = args[3], *groups = args[4];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *base = view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) goto error;
+    while (pos >= 0 && end - pos >= 4) {
+        long long length = rd_i32(base + pos);
+        if (length < 4 || length + 4 > max_frame) break;
+        if (end - pos - 4 < length) break;
+        PyObject *cmd = NULL;
+        long long code = 0, flag = 0;
+        int rc = decode_one(base + pos + 4, (Py_ssize_t)length, cls, &cmd, &code, &flag);
+        if (rc == FAIL) goto error;
+        if (rc == FALLBACK) break;
+        int appended = PyList_Append(out, cmd);
+        Py_DECREF(cmd);
+        if (appended < 0) goto error;
+        pos += 4 + (Py_ssize_t)length;
+        if (flag & 1) break;
+        PyObject *key = PyLong_FromLongLong(code);
+        if (key == NULL) goto error;
+        int grouped = PySequence_Contains(groups, key);
+        Py_DECREF(key);
+        if (grouped < 0) goto error;
+        if (!grouped) break;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nN)", pos, out);
+error:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 /* ================================================================== SEND_BATCH_MESSAGE body */
@@ -1344,6 +1467,8 @@ static PyMethodDef methods[] = {
      "RemotingCommand's fields -> the JSON-header frame with its length prefix, or None."},
     {"parse_properties", parse_properties, METH_O, "string_to_properties for a str, or None."},
     {"send_fields", (PyCFunction)(void (*)(void))send_fields, METH_FASTCALL, "_send_fields' tuple, or None."},
+    {"decode_frames", (PyCFunction)(void (*)(void))decode_frames, METH_FASTCALL,
+     "A read's whole frames from pos -> (pos, commands), sends with their fields read (RemotingServer.frames)."},
     {"decode_batch", decode_batch, METH_O, "A SEND_BATCH_MESSAGE body -> [(body, flag, properties)], or None."},
     {"send_answers", (PyCFunction)(void (*)(void))send_answers, METH_FASTCALL,
      "The answer frames of a run of plain stored single sends, concatenated, or None."},

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rocketscope.broker import speedups
-from rocketscope.broker.remoting import broker_handlers, codec
+from rocketscope.broker.remoting import broker_handlers, codec, server
 from rocketscope.broker.remoting.codec import BatchEntry, RemotingCommand, RequestCode
 from rocketscope.broker.store import commitlog, flush, index, message_store, record
 from rocketscope.broker.store.message_store import MessageStore, StoreConfig
@@ -38,7 +38,8 @@ from rocketscope.broker.store.record import StoredMessage
 
 C = speedups.compiled
 needs_c = pytest.mark.skipif(C is None, reason=f"{speedups.PURE_ENV} is set: the compiled module is not loaded")
-MODULES = (codec, broker_handlers, record, commitlog, index, message_store, flush)  # flush: test_store.py runs both
+# flush: test_store.py runs both
+MODULES = (codec, broker_handlers, server, record, commitlog, index, message_store, flush)
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketscope.broker import speedups
-from rocketscope.broker.remoting import broker_handlers, codec
+from rocketscope.broker.remoting import broker_handlers, codec, server
 from rocketscope.broker.remoting.broker_handlers import RemotingBroker, _PreparedSend
 from rocketscope.broker.remoting.codec import FLAG_ONEWAY, RemotingCommand
 from rocketscope.broker.store.message_store import PutResult, PutStatus
@@ -133,12 +133,12 @@ def test_a_run_with_any_other_answer_is_left_to_python(odd: str) -> None:
 # ------------------------------------------------------------------ through a broker's front door
 @contextlib.contextmanager
 def _pure_python() -> Iterator[None]:
-    saved = broker_handlers._C, codec._C
-    broker_handlers._C = codec._C = None
+    saved = broker_handlers._C, codec._C, server._C
+    broker_handlers._C = codec._C = server._C = None
     try:
         yield
     finally:
-        broker_handlers._C, codec._C = saved
+        broker_handlers._C, codec._C, server._C = saved
 
 
 class _Transport(asyncio.WriteTransport):

@@ -112,7 +112,11 @@ _SPECIAL_PROPERTIES = frozenset((PRIORITY_PROPERTY, LITE_TOPIC_PROPERTY, "TRAN_M
 
 def _send_fields(cmd: RemotingCommand) -> tuple[str, str, int, int, int, int, int, bool, str]:
     """``_send_fields_python``'s result, read by the compiled reader (broker/fastpath.c) when every field is in its
-    plain form; a missing or malformed field goes to the Python reader, which names it."""
+    plain form; a missing or malformed field goes to the Python reader, which names it.  A frame the server's
+    compiled loop decoded carries them already (``RemotingCommand.send``, fastpath.decode_frames)."""
+    pre = cmd.send
+    if pre is not None:
+        return pre[0]  # type: ignore[no-any-return]
     ext = cmd.ext_fields
     if _C is not None and ext is not None:
         got = _C.send_fields(ext, cmd.code)
@@ -153,6 +157,16 @@ def _send_fields_python(cmd: RemotingCommand) -> tuple[str, str, int, int, int, 
             raise HeaderError(f"the custom field <{name}> is not a number: {value[:64]!r}") from None
     is_batch = (batch is not None and batch.lower() == "true") or cmd.code == RequestCode.SEND_BATCH_MESSAGE
     return group, topic, numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], is_batch, props or ""
+
+
+def _header_properties(cmd: RemotingCommand, text: str) -> dict[str, str]:
+    """A single send's properties: the dict fastpath.decode_frames parsed with the frame (handed out once: the
+    send path adds UNIQ_KEY to it, so a second call parses the text again), else ``string_to_properties``."""
+    pre = cmd.send
+    if pre is not None and pre[1] is not None:
+        cmd.send = None  # _send_fields reads the same fields from ext_fields after this
+        return pre[1]
+    return string_to_properties(text)
 
 
 CODE_TO_METHOD = {
@@ -481,7 +495,7 @@ class RemotingBroker:
             # the common single send first: no property asks for a queue, a lite topic, a delay or a transaction
             # (one set test instead of five lookups); any that does goes on to the checks below, which repeat the
             # size and UNIQ_KEY steps with the same outcome
-            body, props = cmd.body, string_to_properties(header_props)
+            body, props = cmd.body, _header_properties(cmd, header_props)
             if len(body) > max_size:
                 raise HeaderError(f"message body of {len(body)} bytes exceeds maxMessageSize {max_size}",
                                   RC.MESSAGE_ILLEGAL)
@@ -500,7 +514,7 @@ class RemotingBroker:
             if not entries:
                 raise HeaderError("batch body holds no message", RC.MESSAGE_ILLEGAL)
         else:
-            entries = [(cmd.body, flag, string_to_properties(header_props))]
+            entries = [(cmd.body, flag, _header_properties(cmd, header_props))]
         settings = b.settings
         topic_name = cfg.name
         peer = conn.peer

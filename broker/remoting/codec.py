@@ -165,6 +165,9 @@ class RemotingCommand:
     version: int = SERVER_VERSION
     serialize_type: int = JSON
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # unknown JSON keys, kept for symmetry
+    # a send request's header fields and properties as fastpath.decode_frames read them with the frame (None: not
+    # read; _send_fields and _prepare_send then read ext_fields); not part of the command's value
+    send: tuple[Any, dict[str, str] | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_response(self) -> bool:
