@@ -377,15 +377,32 @@ class RemotingBroker:
         topics: dict[str, Any] = {}
         now_ms = int(time.time() * 1000)
         max_size = self.b.settings.maxMessageSize  # read once per run, not per send
+        peer = conn.peer
         for i, cmd in enumerate(cmds):
             try:
-                fields = _send_fields(cmd)
+                pre = cmd.send  # the fields and properties the server's compiled loop read (fastpath.decode_frames)
+                fields = pre[0] if pre is not None else _send_fields(cmd)
                 topic = fields[1]
                 cfg = topics.get(topic)
                 if cfg is None:
                     cfg = await self._send_topic(topic, fields[7])
                     if not topic.startswith(RETRY_PREFIX):  # a retry topic checks its group each time
                         topics[topic] = cfg
+                props = pre[1] if pre is not None and not fields[3] else None  # a single send, sysFlag 0
+                if props is not None:
+                    # _prepare_send's first path inline, taken only where it gives the same: a queue id in range,
+                    # a body within maxMessageSize, no property asking for more than a plain send (else the
+                    # general path below, which parses the properties again from the header's text)
+                    queue_id, body = fields[2], cmd.body
+                    if (0 <= queue_id < cfg.write_queue_nums and len(body) <= max_size
+                            and _SPECIAL_PROPERTIES.isdisjoint(props)):
+                        cmd.send = None
+                        if not props.get("UNIQ_KEY"):
+                            props["UNIQ_KEY"] = new_uniq_key()
+                        ready.append((i, _PreparedSend(cfg, queue_id, [StoredMessage(
+                            topic=cfg.name, queue_id=queue_id, body=body, properties=props, flag=fields[5],
+                            born_timestamp=fields[4], born_host=peer, reconsume_times=fields[6])], [PLAIN])))
+                        continue
                 ready.append((i, self._prepare_send(cmd, conn, fields, cfg, now_ms, max_size)))
             except HeaderError as exc:
                 out[i] = cmd.response(exc.code, str(exc))
