@@ -536,8 +536,18 @@ static PyObject *send_fields_of(PyObject *ext, long code) {
     PyObject *props = raw[8];
     if (props != NULL && !PyUnicode_CheckExact(props)) Py_RETURN_NONE;
     if (props == NULL || PyUnicode_GET_LENGTH(props) == 0) props = s_empty;
-    return Py_BuildValue("(OOLLLLLOO)", raw[0], raw[1], num[0], num[1], num[2], num[3], num[4],
-                         batch ? Py_True : Py_False, props);
+    PyObject *t = PyTuple_New(9);  /* built directly: Py_BuildValue parses its format on every send */
+    if (t == NULL) return NULL;
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(raw[0]));
+    PyTuple_SET_ITEM(t, 1, Py_NewRef(raw[1]));
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = PyLong_FromLongLong(num[i]);
+        if (v == NULL) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, 2 + i, v);
+    }
+    PyTuple_SET_ITEM(t, 7, Py_NewRef(batch ? Py_True : Py_False));
+    PyTuple_SET_ITEM(t, 8, Py_NewRef(props));
+    return t;
 }
 
 /* ================================================================== a read's frames */
