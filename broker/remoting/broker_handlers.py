@@ -378,6 +378,10 @@ class RemotingBroker:
         now_ms = int(time.time() * 1000)
         max_size = self.b.settings.maxMessageSize  # read once per run, not per send
         peer = conn.peer
+        # the plain single sends built inline, in order: when they are the whole run (the common case) the checks
+        # below are known and their passes over the run are skipped
+        plain_stored: list[StoredMessage] = []
+        plain_prepared: list[_PreparedSend] = []
         for i, cmd in enumerate(cmds):
             try:
                 pre = cmd.send  # the fields and properties the server's compiled loop read (fastpath.decode_frames)
@@ -399,9 +403,13 @@ class RemotingBroker:
                         cmd.send = None
                         if not props.get("UNIQ_KEY"):
                             props["UNIQ_KEY"] = new_uniq_key()
-                        ready.append((i, _PreparedSend(cfg, queue_id, [StoredMessage(
-                            topic=cfg.name, queue_id=queue_id, body=body, properties=props, flag=fields[5],
-                            born_timestamp=fields[4], born_host=peer, reconsume_times=fields[6])], [PLAIN])))
+                        msg = StoredMessage(topic=cfg.name, queue_id=queue_id, body=body, properties=props,
+                                            flag=fields[5], born_timestamp=fields[4], born_host=peer,
+                                            reconsume_times=fields[6])
+                        prepared = _PreparedSend(cfg, queue_id, [msg], [PLAIN])
+                        ready.append((i, prepared))
+                        plain_stored.append(msg)
+                        plain_prepared.append(prepared)
                         continue
                 ready.append((i, self._prepare_send(cmd, conn, fields, cfg, now_ms, max_size)))
             except HeaderError as exc:
@@ -409,8 +417,11 @@ class RemotingBroker:
         if not ready:
             return out
         cid = self.client_id(conn)
-        singles = len(ready) == len(cmds) and all(len(p.stored) == 1 for _, p in ready)
         untraced = isinstance(self.b.trace_hooks, NoTrace)
+        tried = len(plain_stored) == len(cmds) and untraced  # every send a plain single built inline
+        if tried and self.b.put_plain_run(plain_stored):  # the general case's first test below, its passes skipped
+            return self._answer_plain_run(cmds, plain_stored, plain_prepared, cid)
+        singles = len(ready) == len(cmds) and all(len(p.stored) == 1 for _, p in ready)
         if singles:
             stored = [p.stored[0] for _, p in ready]
             kinds = [p.kinds[0] for _, p in ready]
@@ -418,7 +429,7 @@ class RemotingBroker:
             stored = [m for _, p in ready for m in p.stored]
             kinds = [k for _, p in ready for k in p.kinds]
         results: list[Any]
-        if untraced and all(k is PLAIN for k in kinds) and self.b.put_plain_run(stored):
+        if not tried and untraced and all(k is PLAIN for k in kinds) and self.b.put_plain_run(stored):
             # the run stored as one: no await, and for singles no PutResult per message (Broker.put_plain_run)
             if singles:
                 return self._answer_plain_run(cmds, stored, [p for _, p in ready], cid)
