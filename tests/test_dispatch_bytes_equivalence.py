@@ -17,7 +17,6 @@ commit log the same way on either path.  No process is started.
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from store_support import close_store
 
 from rocketscope.broker import speedups
 from rocketscope.broker.dledger import raft_codec as rc
@@ -63,17 +63,6 @@ def encode(specs: list[tuple[Any, ...]], start: int) -> list[bytes]:
     return out
 
 
-def _close(store: MessageStore) -> None:
-    for cq in store.cqs.values():
-        with contextlib.suppress(Exception):
-            cq.close()
-    for f in store.index.files:
-        with contextlib.suppress(Exception):
-            f.flush()
-        f.mm.close()
-        os.close(f.fd)
-    store.commit_log.close()
-
 
 def run_follower(entries: list[bytes], bounds: list[list[int]], way: str, listen: bool) -> tuple[Any, ...]:
     """A store fed ``entries`` (bytes at consecutive offsets from 0) as a follower's appends, the confirm offset
@@ -105,7 +94,7 @@ def run_follower(entries: list[bytes], bounds: list[list[int]], way: str, listen
             lookups = {(t, k): store.index.query(t, k, 100)
                        for t in ("*", "T", "Tópico", LISTENED) for k in ("ID1", "ID2", "k1", "k2", "é", "a#b")}
         finally:
-            _close(store)
+            close_store(store)
     return queues, idx, lookups, dict(store.queue_next), store.dispatched, calls, len(store._pending)
 
 
@@ -248,4 +237,4 @@ def test_the_compiled_dispatch_takes_plain_records_and_declines_the_others() -> 
         assert R.dispatch_records(data, starts[7], *args, {}) == len(data)
         bad = data[:starts[8] + 5] + b"\x00" + data[starts[8] + 6:]  # the last record's magic
         assert R.dispatch_records(bad, starts[7], *args, {}) == starts[8]
-        _close(store)
+        close_store(store)

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from store_support import close_store
 
 from rocketscope.broker import speedups
 from rocketscope.broker.remoting import broker_handlers, codec, server
@@ -436,22 +437,9 @@ def _dispatched(specs: list[tuple[Any, ...]], cut: int) -> tuple[Any, ...]:
             idx = [(f.count, f.slots_used, f.begin_ts, f.end_ts, f.begin_phy, f.end_phy, bytes(f.mm))
                    for f in store.index.files]
         finally:
-            _close(store)
+            close_store(store)
     return got, queues, dict(store.queue_next), store.dispatched, idx
 
-
-def _close(store: MessageStore) -> None:
-    """Release every file of ``store`` even when a value it holds cannot be written (the header of an index file
-    given a timestamp that is not a number)."""
-    for cq in store.cqs.values():
-        with contextlib.suppress(Exception):
-            cq.close()
-    for f in store.index.files:
-        with contextlib.suppress(Exception):
-            f.flush()
-        f.mm.close()
-        os.close(f.fd)
-    store.commit_log.close()
 
 
 lmq_props = st.fixed_dictionaries({MULTI_DISPATCH: st.just("%LMQ%$T$a,%LMQ%$T$b"),
@@ -493,7 +481,7 @@ def test_the_compiled_dispatch_takes_plain_records() -> None:
         assert [(k, r.first, r.end, len(r.packed)) for k, r in runs.items()] == [(("T", 0), 0, 3, 60),
                                                                                  (("T", 1), 0, 3, 60)]
         assert keys[:4] == [("*#ID0", 0, 5), ("T#a", 0, 5), ("T#b", 0, 5), ("T#ID0", 0, 5)]
-        _close(store)
+        close_store(store)
 
 
 # ------------------------------------------------------------------ the whole send path of a broker

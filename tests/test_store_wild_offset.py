@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from store_support import close_store
 
 from rocketscope.broker import speedups
 from rocketscope.broker.store import message_store, record
@@ -65,17 +65,6 @@ def encode(specs: list[tuple[str, int, int, str]]) -> list[bytes]:
     return out
 
 
-def _close(store: MessageStore) -> None:
-    for cq in store.cqs.values():
-        with contextlib.suppress(Exception):
-            cq.close()
-    for f in store.index.files:
-        with contextlib.suppress(Exception):
-            f.flush()
-        f.mm.close()
-        os.close(f.fd)
-    store.commit_log.close()
-
 
 def feed(batches: list[list[bytes]], way: str, mode: str) -> dict[str, Any]:
     """A store given ``batches`` of records (consecutive in the commit log) one batch after the other, ``way``:
@@ -110,7 +99,7 @@ def feed(batches: list[list[bytes]], way: str, mode: str) -> dict[str, Any]:
                    for uid in ("a0", "a1", "wild", "b0", "a2")}
             return {"queues": queues, "ids": ids, "dispatched": store.dispatched, "end": pos}
         finally:
-            _close(store)
+            close_store(store)
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -380,42 +380,33 @@ class RemotingServer:
             while end - pos >= 4:
                 if len(inflight) >= limit:
                     return pos, grouped, True
+                cmds: list[RemotingCommand] | None = None
                 if _C is not None:
                     # the compiled loop: whole frames up to and including the first one not to group (a send's
                     # fields read with its frame, RemotingCommand.send); it stops before what this loop must do
                     # itself (a bad length, a partial frame, a header decode_python reads)
                     pos, cmds = _C.decode_frames(data, pos, max_frame, RemotingCommand, group_codes)
-                    if cmds:
-                        for cmd in cmds:
-                            code = cmd.code
-                            if code in group_codes and not cmd.flag & FLAG_RESPONSE:
-                                run = grouped.get(code)
-                                if run is None:
-                                    grouped[code] = [cmd]
-                                else:
-                                    run.append(cmd)
-                            else:
-                                self._start(cmd, conn, track, grouped, loop)
-                        continue
-                    if end - pos < 4:
+                    if not cmds and end - pos < 4:
                         break
-                (length,) = _I32.unpack_from(data, pos)
-                if length < 4 or length + 4 > max_frame:
-                    check_length(length, max_frame)  # raises, naming the problem
-                if end - pos - 4 < length:
-                    break
-                with view[pos + 4:pos + 4 + length] as frame:  # released: the caller resizes ``data``
-                    cmd = decode(frame)
-                pos += 4 + length
-                code = cmd.code
-                if code in group_codes and not cmd.flag & FLAG_RESPONSE:
-                    run = grouped.get(code)
-                    if run is None:
-                        grouped[code] = [cmd]
+                if not cmds:
+                    (length,) = _I32.unpack_from(data, pos)
+                    if length < 4 or length + 4 > max_frame:
+                        check_length(length, max_frame)  # raises, naming the problem
+                    if end - pos - 4 < length:
+                        break
+                    with view[pos + 4:pos + 4 + length] as frame:  # released: the caller resizes ``data``
+                        cmds = [decode(frame)]
+                    pos += 4 + length
+                for cmd in cmds:
+                    code = cmd.code
+                    if code in group_codes and not cmd.flag & FLAG_RESPONSE:
+                        run = grouped.get(code)
+                        if run is None:
+                            grouped[code] = [cmd]
+                        else:
+                            run.append(cmd)
                     else:
-                        run.append(cmd)
-                else:
-                    self._start(cmd, conn, track, grouped, loop)
+                        self._start(cmd, conn, track, grouped, loop)
         finally:
             view.release()
         return pos, grouped, False
