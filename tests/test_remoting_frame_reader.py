@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transport_support import RecordingTransport
 
 from rocketscope.broker import speedups
 from rocketscope.broker.remoting import broker_handlers, codec, server
@@ -142,24 +143,6 @@ def reads(draw: st.DrawFn) -> bytes:
 
 
 # ------------------------------------------------------------------ the loop, compared
-class _Transport(asyncio.WriteTransport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.out = bytearray()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def write(self, data: Any) -> None:
-        self.out += data
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-
 def _outcome(fn: Any, *args: Any) -> tuple[Any, ...]:
     try:
         return ("ok", fn(*args))
@@ -173,7 +156,7 @@ async def _loop_outcome(data: bytes, limit: int, buffered: bool) -> tuple[Any, .
     counts in flight as its task would), or the error it raised."""
     srv = server.RemotingServer("t", {}, group_handlers=dict.fromkeys((10, 310, 320), None), max_frame=1 << 20)
     proto = server._FrameProtocol(srv)
-    proto.connection_made(_Transport())
+    proto.connection_made(RecordingTransport())
     started: list[RemotingCommand] = []
 
     def start(cmd: RemotingCommand, conn: Any, track: Any, grouped: Any, loop: Any) -> None:
@@ -259,7 +242,7 @@ async def _serve(root: Path, reads: list[bytes]) -> tuple[bytes, list[Any]]:
     try:
         b.topics.create_if_absent("FR", 4)
         b.topics.create_if_absent("FR2", 2)
-        transport = _Transport()
+        transport = RecordingTransport()
         proto = server._FrameProtocol(b.remoting.server)  # type: ignore[attr-defined]
         proto.connection_made(transport)
         for data in reads:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transport_support import RecordingTransport
 
 from rocketscope.broker import speedups
 from rocketscope.broker.remoting import broker_handlers, codec, server
@@ -141,24 +142,6 @@ def _pure_python() -> Iterator[None]:
         broker_handlers._C, codec._C, server._C = saved
 
 
-class _Transport(asyncio.WriteTransport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.out = bytearray()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def write(self, data: Any) -> None:
-        self.out += data
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-
 def _read() -> bytes:
     """One read: 12 V2 sends, of which #4 and #9 are oneway, #6 asks for a delay level and #8 is a transaction half."""
     frames = []
@@ -201,7 +184,7 @@ async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: 
         b.put_plain_run = lambda stored: False  # type: ignore[method-assign]
     try:
         b.topics.create_if_absent("ANS", 4)
-        transport = _Transport()
+        transport = RecordingTransport()
         proto = _FrameProtocol(b.remoting.server)  # type: ignore[attr-defined]
         proto.connection_made(transport)
         for data in reads:
