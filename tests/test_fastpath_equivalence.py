@@ -20,11 +20,12 @@ import json
 import os
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from compiled_support import compiled_off
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from store_support import close_store
@@ -43,16 +44,8 @@ needs_c = pytest.mark.skipif(C is None, reason=f"{speedups.PURE_ENV} is set: the
 MODULES = (codec, broker_handlers, server, record, commitlog, index, message_store, flush)
 
 
-@contextlib.contextmanager
-def pure_python() -> Iterator[None]:
-    saved = [m._C for m in MODULES]  # type: ignore[attr-defined]
-    for m in MODULES:
-        m._C = None  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for m, c in zip(MODULES, saved, strict=True):
-            m._C = c  # type: ignore[attr-defined]
+def pure_python() -> contextlib.AbstractContextManager[None]:
+    return compiled_off(MODULES)
 
 
 def outcome(fn: Callable[..., Any], *args: Any) -> tuple[Any, ...]:

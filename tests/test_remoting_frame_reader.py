@@ -20,11 +20,11 @@ import asyncio
 import contextlib
 import json
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from compiled_support import compiled_off
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transport_support import RecordingTransport
@@ -40,16 +40,8 @@ SWITCHED = (codec, broker_handlers, server)
 LONG_TO_SHORT = {v: k for k, v in V2_NAMES.items()}
 
 
-@contextlib.contextmanager
-def pure_python() -> Iterator[None]:
-    saved = [m._C for m in SWITCHED]  # type: ignore[attr-defined]
-    for m in SWITCHED:
-        m._C = None  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for m, c in zip(SWITCHED, saved, strict=True):
-            m._C = c  # type: ignore[attr-defined]
+def pure_python() -> contextlib.AbstractContextManager[None]:
+    return compiled_off(SWITCHED)
 
 
 # ------------------------------------------------------------------ generated reads

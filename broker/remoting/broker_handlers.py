@@ -208,6 +208,17 @@ class _PreparedSend:
     kinds: list[SendKind]
 
 
+def _plain_single(cfg: Any, queue_id: int, body: bytes, props: dict[str, str],
+                  fields: tuple[str, str, int, int, int, int, int, bool, str], peer: str) -> _PreparedSend:
+    """A plain single send's one message (its UNIQ_KEY made when the client sent none): the one place both of
+    ``send_group``'s ways build it, the fields read with the frame and ``_prepare_send``'s first path."""
+    if not props.get("UNIQ_KEY"):
+        props["UNIQ_KEY"] = new_uniq_key()
+    return _PreparedSend(cfg, queue_id, [StoredMessage(
+        topic=cfg.name, queue_id=queue_id, body=body, properties=props, flag=fields[5], born_timestamp=fields[4],
+        born_host=peer, reconsume_times=fields[6])], [PLAIN])
+
+
 class TransactionCheckOutbox:
     """Stands in for a gRPC client's Telemetry outbox: a check-back becomes CHECK_TRANSACTION_STATE."""
 
@@ -401,14 +412,9 @@ class RemotingBroker:
                     if (0 <= queue_id < cfg.write_queue_nums and len(body) <= max_size
                             and _SPECIAL_PROPERTIES.isdisjoint(props)):
                         cmd.send = None
-                        if not props.get("UNIQ_KEY"):
-                            props["UNIQ_KEY"] = new_uniq_key()
-                        msg = StoredMessage(topic=cfg.name, queue_id=queue_id, body=body, properties=props,
-                                            flag=fields[5], born_timestamp=fields[4], born_host=peer,
-                                            reconsume_times=fields[6])
-                        prepared = _PreparedSend(cfg, queue_id, [msg], [PLAIN])
+                        prepared = _plain_single(cfg, queue_id, body, props, fields, peer)
                         ready.append((i, prepared))
-                        plain_stored.append(msg)
+                        plain_stored.append(prepared.stored[0])
                         plain_prepared.append(prepared)
                         continue
                 ready.append((i, self._prepare_send(cmd, conn, fields, cfg, now_ms, max_size)))
@@ -527,13 +533,9 @@ class RemotingBroker:
             if len(body) > max_size:
                 raise HeaderError(f"message body of {len(body)} bytes exceeds maxMessageSize {max_size}",
                                   RC.MESSAGE_ILLEGAL)
-            if not props.get("UNIQ_KEY"):
-                props["UNIQ_KEY"] = new_uniq_key()
             if not half_flag and _SPECIAL_PROPERTIES.isdisjoint(props):
-                return _PreparedSend(cfg, queue_id, [StoredMessage(
-                    topic=cfg.name, queue_id=queue_id, body=body, properties=props, flag=flag, born_timestamp=born,
-                    born_host=conn.peer, reconsume_times=reconsume)], [PLAIN])
-            entries = [(body, flag, props)]
+                return _plain_single(cfg, queue_id, body, props, fields, conn.peer)
+            entries = [(body, flag, props)]  # the loop below makes its UNIQ_KEY
         elif batch:
             try:
                 entries = batch_entries(cmd.body)
