@@ -15,6 +15,13 @@ The measured run's cost should follow the new rows plus the recomputed window (o
 the lateness before the earliest new row: spark/incremental.py), not the history; the JSON
 records the window's messages (message_timeline rows at or after ``recompute_from_ms``) beside
 the new ones, and the driver JVM's CPU seconds beside the wall.
+
+``--history-snapshot DIR`` keeps a copy of the state after the history run in DIR and, when DIR
+already holds one made from the same files, starts from it instead of running the history again:
+the measured run can then be repeated (an A/B of the incremental path) in a few minutes instead of
+the history's six.  A run from the snapshot first makes the new run once on a scratch copy ("warm-up"
+in the JSON), so that the measured run is warm, as it is after a history run in the same JVM.
+``--conf KEY=VALUE`` sets a Spark setting (the event log, an A/B's switch).
 """
 
 from __future__ import annotations
@@ -32,6 +39,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from spark_bench import CpuClock, split_files
 
 
+def _snapshot_matches(snapshot: Path, history_files: list[str]) -> bool:
+    """Whether ``snapshot`` is the state of a history run over exactly ``history_files``."""
+    ckpt = snapshot / "_incremental" / "checkpoint.json"
+    if not ckpt.exists():
+        return False
+    from rocketscope.spark.incremental import input_files
+
+    return json.loads(ckpt.read_text())["files"] == sorted(input_files(history_files))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path, help="a generated data set (trace/ and ha/ Parquet, _SUCCESS.json)")
@@ -39,6 +56,10 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--work", type=Path, default=None, help="output directory (default: a sibling of DATA)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--history-snapshot", type=Path, default=None,
+                        help="keep the state after the history run here, and start from it when it is there")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable)")
     args = parser.parse_args()
 
     from pyspark.sql import functions as F
@@ -50,20 +71,41 @@ def main() -> None:
     old, new = split_files(args.data, args.new_fraction)
     work = args.work or args.data.parent / f"incremental-{args.data.name}"
     shutil.rmtree(work, ignore_errors=True)
-    spark = get_session("local[2]", app_name="rocketscope-incremental-bench", driver_memory=args.driver_memory)
+    snapshot = args.history_snapshot
+    from_snapshot = snapshot is not None and _snapshot_matches(snapshot, old)
+    if from_snapshot:
+        print(f"incremental bench: history state copied from {snapshot}", flush=True)
+        shutil.copytree(snapshot, work)
+    conf = dict(c.split("=", 1) for c in args.conf)
+    spark = get_session("local[2]", app_name="rocketscope-incremental-bench", driver_memory=args.driver_memory,
+                        conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     cpu = CpuClock(spark)
     report: dict[str, Any] = {"data": str(args.data), "messages": messages, "files_old": len(old),
-                              "files_new": len(new), "load_start": os.getloadavg()}
+                              "files_new": len(new), "load_start": os.getloadavg(), "conf": conf,
+                              "history_from_snapshot": from_snapshot}
     runs: list[dict[str, Any]] = []
-    for label, inputs in (("history", old), ("new", old + new)):
+    for label, inputs in (("history", old), ("warm-up", old + new), ("new", old + new)):
+        if (label == "history" and from_snapshot) or (label == "warm-up" and not from_snapshot):
+            continue
+        target = work
+        if label == "warm-up" and snapshot is not None:
+            target = work.with_name(work.name + "-warmup")
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(snapshot, target)
         print(f"incremental bench: {label} run over {len(inputs)} files (load {os.getloadavg()[0]:.1f})", flush=True)
         cpu.start()
         wall = time.monotonic()
-        result = run_incremental(spark, inputs, work, ["all"])
+        result = run_incremental(spark, inputs, target, ["all"])
         result.update(label=label, wall_s=round(time.monotonic() - wall, 1), jvm_cpu_s=cpu.seconds(),
                       load_end=os.getloadavg())
         runs.append(result)
+        if label == "warm-up":
+            shutil.rmtree(target, ignore_errors=True)
+        if label == "history" and snapshot is not None:
+            shutil.rmtree(snapshot, ignore_errors=True)
+            shutil.copytree(work, snapshot)
+            print(f"incremental bench: history state kept in {snapshot}", flush=True)
         print(f"incremental bench: {label} run {result['wall_s']} s wall, {result['jvm_cpu_s']} CPU s; "
               f"steps {result['seconds']}", flush=True)
     from_ms = runs[-1].get("recompute_from_ms")
