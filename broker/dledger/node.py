@@ -120,6 +120,10 @@ class EventSink(Protocol):
 
     def emit(self, type_: str, **fields: Any) -> Any: ...
 
+    def advance(self, type_: str, offset: int, term: int, replica: str = "") -> Any:
+        """``emit(type_, term=term, replica=replica, offset=offset)`` of a throttled type, cheaper."""
+        ...
+
 
 class DLedgerMetrics(Protocol):
     """The member's metric hooks (``BrokerMetrics``, broker/metrics.py)."""
@@ -153,6 +157,9 @@ class NoEvents:
     """An event sink that drops everything (the simulator, tests)."""
 
     def emit(self, type_: str, **fields: Any) -> None:
+        return None
+
+    def advance(self, type_: str, offset: int, term: int, replica: str = "") -> None:
         return None
 
 
@@ -567,9 +574,9 @@ class DLedgerNode(DrivenMember):
         ha = self.events
         if kind == EventKind.REPLICA_ACK:
             self.metrics().on_dledger_replica_ack(e.peer, e.index)
-            ha.emit(ev.REPLICA_ACK, term=self.term, replica=e.peer, offset=lg.end_offset(e.index))
+            ha.advance(ev.REPLICA_ACK, lg.end_offset(e.index), self.term, e.peer)
         elif kind == EventKind.COMMIT_ADVANCED:
-            ha.emit(ev.COMMIT_ADVANCED, term=self.term, offset=lg.end_offset(e.index))
+            ha.advance(ev.COMMIT_ADVANCED, lg.end_offset(e.index), self.term)
         elif kind == EventKind.ROLE_CHANGE:
             ha.emit(ev.ROLE_CHANGE, term=e.term, role=str(e.role).upper())
         elif kind == EventKind.ELECTION_STARTED and not e.pre_vote:

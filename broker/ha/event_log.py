@@ -100,6 +100,8 @@ class HaEventLog:
         self._last_emit: dict[str, int] = {}
         self._last_offset: dict[str, int] = {}
         self._deferred: dict[str, dict[str, Any]] = {}  # newest throttled event per key, emitted at interval end
+        self._keys: dict[tuple[str, str], str] = {}  # (type, replica) -> its throttle key (``advance``)
+        self._unreported: dict[str, int] = {REPLICA_ACK: 0, COMMIT_ADVANCED: 0}  # folded, not yet on_throttled
         self.data_end = 0  # end of the newest record that is not itself a replication event
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -149,11 +151,68 @@ class HaEventLog:
             self._last_offset[key] = offset
         return self._record(type_, now, fields)
 
+    def advance(self, type_: str, offset: int, term: int, replica: str = "") -> HaEvent | None:
+        """``emit(type_, term=term, replica=replica, offset=offset)`` for a throttled type (``replica`` only for
+        ``replica_ack``), with the same events, times, steps and counts (tests/test_ha_event_advance.py).
+
+        Why a method of its own: a DLedger leader reports an ack per follower and a commit advance per Ready
+        (thousands a second), and nearly all of them are dropped or folded into the event waiting for its
+        interval's end; ``emit``'s general path (the keyword dict, the key's f-string, the field look-ups and
+        conversions, a method call per step) was most of what such a call cost (docs/BENCHMARKS.md, session 26).
+        """
+        key = self._keys.get((type_, replica))
+        if key is None:
+            key = self._keys[(type_, replica)] = f"{type_}:{replica}"
+        last = self._last_offset.get(key, -1)
+        if self.data_end <= last or offset <= last:
+            return None
+        deferred = self._deferred.get(key)
+        if deferred is not None:
+            if offset <= deferred.get("offset", -1):
+                return None  # no advance: the offset was first reached when the waiting event says
+            del self._deferred[key]
+            steps = _folded(deferred, offset)
+            self.throttled[type_] += 1
+            self._unreported[type_] += 1
+        else:
+            steps = []
+        now = int(time.time() * 1000)
+        interval = self.ack_interval_ms if type_ == REPLICA_ACK else self.commit_interval_ms
+        if now - self._last_emit.get(key, 0) < interval:
+            if type_ == REPLICA_ACK:
+                self._deferred[key] = {"term": term, "replica": replica, "offset": offset, "_type": type_,
+                                       "_at": now, "_steps": steps}
+            else:
+                self._deferred[key] = {"term": term, "offset": offset, "_type": type_, "_at": now, "_steps": steps}
+            if deferred is None:  # a new due time for _run; a replaced event keeps its key's due time
+                self._wake.set()
+            return None
+        fields: dict[str, Any] = {"term": term, "replica": replica, "offset": offset} if type_ == REPLICA_ACK \
+            else {"term": term, "offset": offset}
+        if steps:
+            fields["steps"] = tuple(steps)
+        self._last_emit[key] = now
+        self._last_offset[key] = offset
+        return self._record(type_, now, fields)
+
     def _count_throttled(self, type_: str) -> None:
         self.throttled[type_] = self.throttled.get(type_, 0) + 1
-        self.on_throttled(type_, 1)
+        self._unreported[type_] = self._unreported.get(type_, 0) + 1
+
+    def _report_throttled(self) -> None:
+        """Hand the events folded since the last report to ``on_throttled``, one call per type.
+
+        Why batched: it was one call per folded event (a metric update with its attributes, thousands a
+        second on a DLedger leader); the folded events are now counted when an event is recorded (the one
+        carrying them, or any other) and when the log stops.  ``throttled`` is counted at once as before."""
+        for type_, n in self._unreported.items():
+            if n:
+                self._unreported[type_] = 0
+                self.on_throttled(type_, n)
 
     def _record(self, type_: str, now: int, fields: dict[str, Any]) -> HaEvent:
+        if self._unreported[REPLICA_ACK] or self._unreported[COMMIT_ADVANCED]:
+            self._report_throttled()
         ctx = self.context()
         for name in ("term", "epoch"):
             if int(fields.get(name, -1)) < 0 and int(ctx.get(name, -1)) >= 0:
@@ -282,6 +341,7 @@ class HaEventLog:
         cancellation alone let the task run on and ``stop`` wait for it for ever (a broker's stop then
         gave up on this step after its 3 s, broker/broker.py ``_stop_step``)."""
         self._stopping = True
+        self._report_throttled()
         if self._task:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
