@@ -52,7 +52,6 @@ INDEX = struct.Struct(">qqiI")  # term, commit-log offset, size (0 for a no-op),
 HEADER = struct.Struct(">qqqqqq")  # index.v2: magic, base index, base term, base end offset, 0, 0 (two slots)
 MAGIC = 0x524B5344_4C494458  # "RKSDLIDX"
 _PHYS_AT = 28  # the physical_offset field inside a record
-_PHYS = struct.Struct(">q")
 RECENT_MAX_BYTES = 8 << 20  # the newest entries' bytes kept in memory (``DLedgerLog.recent``), at least one entry
 
 
@@ -222,55 +221,31 @@ class DLedgerLog:
         return start, old_end
 
     def append(self, entries: list[Entry]) -> tuple[int, int] | None:
-        """Store entries (replacing a divergent tail); return the truncated range, if any.
-
-        Entries whose records follow each other in the commit log are written together
-        (``CommitLog.append_records_at``: one vectored write while they fit a segment) rather than one
-        ``pwrite`` per entry: the same bytes at the same offsets, fewer system calls per Ready
-        (docs/BENCHMARKS.md, session 26).  A no-op entry takes the log end as its offset, so what is
-        gathered before it is written first.
-        """
+        """Store entries (replacing a divergent tail); return the truncated range, if any."""
         truncated = None
         if entries and entries[0].index <= self.last_index():
             truncated = self.truncate_from(entries[0].index)
-        commit_log = self.commit_log
         buf = bytearray()
-        run: list[bytes] = []  # records gathered, consecutive from run_at, not yet written
-        run_at = run_end = 0
-        terms, offsets, sizes, kinds = self.terms, self.offsets, self.sizes, self.kinds
         for e in entries:
-            if e.index != self.base + len(terms) + 1:
-                if run:
-                    commit_log.append_records_at(run_at, run)
+            if e.index != self.last_index() + 1:
                 raise ValueError(f"entry {e.index} does not follow the log end {self.last_index()}")
             if e.kind == EntryKind.NOOP or not e.data:
-                if run:
-                    commit_log.append_records_at(run_at, run)
-                    run = []
-                offset, size, kind = commit_log.max_offset, 0, EntryKind.NOOP
+                offset, size, kind = self.commit_log.max_offset, 0, EntryKind.NOOP
                 self._remember(Entry(e.index, e.term, EntryKind.NOOP, b""))
             else:
-                (offset,) = _PHYS.unpack_from(e.data, _PHYS_AT)
+                (offset,) = struct.unpack_from(">q", e.data, _PHYS_AT)
+                self.commit_log.append_record_at(offset, e.data)
+                size, kind = len(e.data), EntryKind.NORMAL
                 data = e.data if type(e.data) is bytes else bytes(e.data)  # kept: must not change under us
-                size, kind = len(data), EntryKind.NORMAL
-                if run and offset == run_end:
-                    run.append(data)
-                else:
-                    if run:
-                        commit_log.append_records_at(run_at, run)
-                    run, run_at = [data], offset
-                run_end = offset + size
                 self._remember(e if e.kind is EntryKind.NORMAL and data is e.data
                                else Entry(e.index, e.term, EntryKind.NORMAL, data))
-            terms.append(e.term)
-            offsets.append(offset)
-            sizes.append(size)
-            kinds.append(int(kind))
+            self.terms.append(e.term)
+            self.offsets.append(offset)
+            self.sizes.append(size)
+            self.kinds.append(int(kind))
             buf += INDEX.pack(e.term, offset, size, int(kind))
-        if run:
-            commit_log.append_records_at(run_at, run)
         if buf:
-            os.pwrite(self.fd, bytes(buf), self.header_size + (len(terms) - len(entries)) * INDEX.size)
+            os.pwrite(self.fd, bytes(buf), self.header_size + (len(self.terms) - len(entries)) * INDEX.size)
         return truncated
 
     def _remember(self, e: Entry) -> None:

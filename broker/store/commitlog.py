@@ -178,12 +178,6 @@ class CommitLog:
 
     def append_record_at(self, offset: int, data: bytes) -> None:
         """Write a record encoded elsewhere (a Raft leader) at ``offset``, filling a segment end first."""
-        self._make_room_at(offset)
-        self.log.append(data)
-
-    def _make_room_at(self, offset: int) -> None:
-        """Make the log end ``offset``: the first segment started there, or the current one's end filled with
-        a blank record when ``offset`` is the next segment's start; then a new segment when this one is full."""
         end = self.log.max_offset
         if offset < end:
             raise ValueError(f"record at {offset} is below the log end {end}")
@@ -199,21 +193,7 @@ class CommitLog:
             self.log.append(record.encode_blank(room))
         if self.log.remaining() == 0:
             self.log.roll()
-
-    def append_records_at(self, offset: int, datas: list[bytes]) -> None:
-        """Write records encoded elsewhere, consecutive from ``offset`` on (each starting where the one before
-        ends), as ``append_record_at`` would one by one: with one vectored write when they all fit the
-        segment the first one goes to, else one by one."""
-        if len(datas) == 1:
-            self.append_record_at(offset, datas[0])
-            return
-        self._make_room_at(offset)
-        if self.log.remaining() >= sum(map(len, datas)):
-            self.log.append_many(datas)
-            return
-        for data in datas:
-            self.append_record_at(offset, data)
-            offset += len(data)
+        self.log.append(data)
 
     def truncate(self, offset: int) -> None:
         self.log.truncate(offset)

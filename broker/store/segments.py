@@ -140,28 +140,6 @@ class SegmentedLog:
         seg.length += len(data)
         return seg.start + pos
 
-    def append_many(self, datas: list[bytes]) -> int:
-        """Append ``datas`` back to back with one ``pwritev`` (they must fit the current segment together);
-        return the first one's offset.
-
-        Why: a DLedger member writes the records of a Ready's entries, consecutive in the log, one
-        ``pwrite`` each; one vectored write puts the same bytes at the same offsets with one system call
-        and no copy into a joined buffer (docs/BENCHMARKS.md, session 26).
-        """
-        if not self.segments:
-            self._new_segment(0)
-        seg = self.segments[-1]
-        total = sum(map(len, datas))
-        if seg.length + total > seg.capacity:
-            raise ValueError(f"append of {total} bytes overflows segment {seg.path}")
-        pos = seg.length
-        written = os.pwritev(seg.fd, datas, pos)
-        while written < total:  # a short write (not seen on a regular file, but allowed): the rest one by one
-            rest = b"".join(datas)[written:]
-            written += os.pwrite(seg.fd, rest, pos + written)
-        seg.length += total
-        return seg.start + pos
-
     def truncate(self, offset: int) -> None:
         """Drop everything at and after ``offset``."""
         while self.segments and self.segments[-1].start > offset:
