@@ -24,7 +24,7 @@ from rocketscope.names import HA_EVENTS_TOPIC, TIMER_TOPIC, is_system_topic
 from rocketscope.telemetry import Telemetry, TelemetryConfig
 
 from .admin_service import BrokerAdminService
-from .broker_config import namesrv_addresses
+from .broker_config import implied_ha_port, namesrv_addresses
 from .client_metrics import ClientMetricsProxy
 from .clients import ClientRegistry
 from .errors import BrokerError, ErrorKind
@@ -106,8 +106,8 @@ class Broker:
         self._role = str(s.brokerRole)
         self.grpc_addr = f"{s.brokerIP1}:{s.grpcServerPort}"
         self.internal_addr = f"{s.brokerIP1}:{s.listenPort}"
-        self.ha_port = s.haListenPort or s.listenPort + 1
-        self.ha_addr = f"{s.brokerIP2 or s.brokerIP1}:{self.ha_port}"
+        self.ha_port = implied_ha_port(s)
+        self.ha_addr = f"{s.brokerIP2 or s.brokerIP1}:{self.ha_port}"  # the bound port once bound (ephemeral: 0)
         # listeners bind the advertised address unless bindAddress / haBindAddress say otherwise
         self.bind_host = s.bindAddress or s.brokerIP1
         self.ha_bind_host = s.haBindAddress or s.brokerIP2 or s.brokerIP1
@@ -350,6 +350,9 @@ class Broker:
                                       self.replication_master.open_session, who="slave", key="haListenPort",
                                       secret=sec.client_tls.peer_secret, tls=internal)
         self.ha_listener.bind(self.ha_bind_host, self.ha_port)
+        if not self.ha_port:  # an ephemeral port (listenPort 0): advertise the one the kernel gave
+            self.ha_port = self.ha_listener.port
+            self.ha_addr = f"{s.brokerIP2 or s.brokerIP1}:{self.ha_port}"
         self._listeners.append(self.ha_listener)
         self._servers = [self.client_server, self.admin_server]
         if self.dledger is not None:

@@ -36,7 +36,8 @@ BROKER_KEYS: list[Key] = [
         "HA port and this member's host in dLegerPeers for the Raft port, `0.0.0.0` for every interface"),
     Key("grpcServerPort", int, 8081, "client-facing RocketMQ 5 gRPC port (the proxy's key)", check=port),
     Key("listenPort", int, 10911, "internal gRPC port: admin and broker-to-broker traffic", check=port),
-    Key("haListenPort", int, 0, "port of the replication service; 0 means listenPort + 1", check=port),
+    Key("haListenPort", int, 0, "port of the replication service; 0 means listenPort + 1 (an ephemeral port when "
+        "listenPort is 0 too)", check=port),
     Key("haMasterAddress", str, "", "a slave's master HA address (default: learned from the name server)"),
     Key("haSendHeartbeatInterval", int, 200, "ms between the HA master's heartbeats to an idle slave, each "
         "answered by the slave's report (RocketMQ: 5000, the slave's heartbeat)", check=positive),
@@ -217,12 +218,21 @@ def _fit_message_size(settings: Settings) -> None:
         settings.set("maxMessageSize", fits)
 
 
+def implied_ha_port(settings: Settings) -> int:
+    """``haListenPort``, or what its 0 means: ``listenPort + 1`` (Apache RocketMQ's default), or an ephemeral port
+    (0) when ``listenPort`` is itself ephemeral.  Why the last: ``0 + 1`` made every such broker (the tests' in-process
+    brokers) listen for replication on the fixed port 1, and two of them at once collided."""
+    if settings.haListenPort:
+        return settings.haListenPort
+    return settings.listenPort + 1 if settings.listenPort else 0
+
+
 def _check_distinct_ports(settings: Settings) -> None:
     """Two listeners on one port would not fail to bind (see grpc_options.py): refuse the config instead."""
     from rocketscope.config import ConfigError
 
     ports = {"grpcServerPort": settings.grpcServerPort, "listenPort": settings.listenPort,
-             "haListenPort": settings.haListenPort or settings.listenPort + 1,
+             "haListenPort": implied_ha_port(settings),
              "remotingListenPort": settings.remotingListenPort}
     seen: dict[int, str] = {}
     for key, value in ports.items():

@@ -267,3 +267,34 @@ def test_a_read_of_plain_sends_is_stored_in_one_call_and_answered_as_put_answers
     assert [a.opaque for a in answers[:10]] == [500 + i for i in range(10) if i != 3] + [500]
     assert run_seen["read"] == put_seen["read"]
     assert len(run_seen["read"]) == 10 + 1 + 12 - 2  # the delayed and the half wait in their own topics
+
+
+def test_an_ephemeral_listen_port_gives_an_ephemeral_ha_port(tmp_path: Path) -> None:
+    """listenPort 0 with haListenPort 0 listens for replication on a port the kernel gives, and advertises that
+    one; it used to be 0 + 1 = port 1 for every such broker, so two at once failed ("haListenPort ... in use")."""
+    import socket
+
+    from rocketscope.broker.broker import Broker
+    from rocketscope.broker.broker_config import load_broker_config
+
+    async def main() -> None:
+        taken = socket.socket()  # port 1 held by someone else, as another test's broker held it
+        with contextlib.suppress(OSError):
+            taken.bind(("127.0.0.1", 1))
+            taken.listen()
+        brokers = [Broker(load_broker_config({"brokerName": f"eph{i}", "namesrvAddr": "", "grpcServerPort": "0",
+                                              "listenPort": "0", "storePathRootDir": str(tmp_path / str(i))}))
+                   for i in range(2)]
+        try:
+            for b in brokers:
+                await b.start()
+            ports = [b.ha_listener.port for b in brokers]
+            assert 1 not in ports and ports[0] != ports[1]
+            assert [b.ha_port for b in brokers] == ports
+            assert [b.ha_addr.rpartition(":")[2] for b in brokers] == [str(p) for p in ports]
+        finally:
+            for b in brokers:
+                await b.stop()
+            taken.close()
+
+    asyncio.run(main())
