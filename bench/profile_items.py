@@ -22,7 +22,7 @@ ITEMS: list[tuple[str, list[str]]] = [
     ("fdatasync (fsync thread, blocked: not CPU)", ["fdatasync"]),
     ("garbage collector", ["gc_collect"]),
     ("HA events (emit, record, spool, their proposals)", ["HaEventLog", "_append_ha_events", "DLedgerNode._emit"]),
-    ("records encoded (plan_entries / prepare_run)", ["plan_entries"]),
+    ("records encoded (plan_entries / prepare_run)", ["plan_entries", "MessageStore.prepare_run"]),
     ("dispatch of committed records (dispatch_confirmed)", ["dispatch_confirmed"]),
     ("proposal: propose/submit/wait (DLedgerNode.propose rest)", ["DLedgerNode.propose"]),
     ("remoting front door: answers written (Connection.flush, send)", ["Connection.flush"]),
