@@ -184,11 +184,17 @@ class Simulation:
                     return self._run()
             return self._run()
         finally:
-            for node in self.nodes.values():
-                if hasattr(node, "disk"):
-                    node.close()  # type: ignore[attr-defined]
-            if self.tmp is not None:
-                shutil.rmtree(self.tmp, ignore_errors=True)
+            self.close()
+
+    def close(self) -> None:
+        """Close the members' files and remove their directory (a simulation that never ``run``s needs this too:
+        a dledger-profile one makes its directory under /dev/shm when it is built)."""
+        for node in self.nodes.values():
+            if hasattr(node, "disk"):
+                node.close()  # type: ignore[attr-defined]
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
     def _run(self) -> SimStats:
         try:
