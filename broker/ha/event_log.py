@@ -124,80 +124,59 @@ class HaEventLog:
         return self.ack_interval_ms if type_ == REPLICA_ACK else self.commit_interval_ms
 
     def emit(self, type_: str, **fields: Any) -> HaEvent | None:
-        now = int(time.time() * 1000)
         if type_ in THROTTLED_TYPES:
-            # events are records too: an ack or commit that only covers event records says nothing new
-            # (and would feed back: its own event record would be acked again)
-            key = f"{type_}:{fields.get('replica', '')}"
-            offset = int(fields.get("offset", -1))
-            if self.data_end <= self._last_offset.get(key, -1) or offset <= self._last_offset.get(key, -1):
-                return None
-            waiting = self._deferred.get(key)
-            if waiting is not None and offset <= int(waiting.get("offset", -1)):
-                return None  # no advance: the offset was first reached when the waiting event says
-            deferred = self._deferred.pop(key, None)
-            steps = _folded(deferred, offset)
-            if deferred is not None:  # superseded: written only as a step of this newer event
-                self._count_throttled(type_)
-            if now - self._last_emit.get(key, 0) < self._interval_ms(type_):
-                fields["_type"], fields["_at"], fields["_steps"] = type_, now, steps
-                self._deferred[key] = fields  # emit's own keyword dict: nobody else holds it
-                if deferred is None:  # a new due time for _run; a replaced event keeps its key's due time
-                    self._wake.set()
-                return None
-            if steps:
-                fields["steps"] = tuple(steps)
-            self._last_emit[key] = now
-            self._last_offset[key] = offset
-        return self._record(type_, now, fields)
+            return self._throttled(type_, self._key(type_, fields.get("replica", "")), int(fields.get("offset", -1)),
+                                   fields)  # emit's own keyword dict: nobody else holds it
+        return self._record(type_, int(time.time() * 1000), fields)
 
     def advance(self, type_: str, offset: int, term: int, replica: str = "") -> HaEvent | None:
         """``emit(type_, term=term, replica=replica, offset=offset)`` for a throttled type (``replica`` only for
-        ``replica_ack``), with the same events, times, steps and counts (tests/test_ha_event_advance.py).
+        ``replica_ack``): the same path without the keyword dict and its look-ups (tests/test_ha_event_advance.py).
 
-        Why a method of its own: a DLedger leader reports an ack per follower and a commit advance per Ready
+        Why an entry of its own: a DLedger leader reports an ack per follower and a commit advance per Ready
         (thousands a second), and nearly all of them are dropped or folded into the event waiting for its
-        interval's end; ``emit``'s general path (the keyword dict, the key's f-string, the field look-ups and
-        conversions, a method call per step) was most of what such a call cost (docs/BENCHMARKS.md, session 26).
+        interval's end (docs/BENCHMARKS.md, session 26).
         """
+        fields: dict[str, Any] = {"term": term, "replica": replica, "offset": offset} if type_ == REPLICA_ACK \
+            else {"term": term, "offset": offset}
+        return self._throttled(type_, self._key(type_, replica), offset, fields)
+
+    def _key(self, type_: str, replica: str) -> str:
+        """The throttle key of a (type, replica), made once."""
         key = self._keys.get((type_, replica))
         if key is None:
             key = self._keys[(type_, replica)] = f"{type_}:{replica}"
+        return key
+
+    def _throttled(self, type_: str, key: str, offset: int, fields: dict[str, Any]) -> HaEvent | None:
+        """An ack or commit advance: dropped, folded into the event waiting for its interval's end, or recorded."""
+        # events are records too: an ack or commit that only covers event records says nothing new
+        # (and would feed back: its own event record would be acked again)
         last = self._last_offset.get(key, -1)
         if self.data_end <= last or offset <= last:
             return None
         deferred = self._deferred.get(key)
         if deferred is not None:
-            if offset <= deferred.get("offset", -1):
+            if offset <= int(deferred.get("offset", -1)):
                 return None  # no advance: the offset was first reached when the waiting event says
             del self._deferred[key]
-            steps = _folded(deferred, offset)
+            steps = _folded(deferred, offset)  # superseded: written only as a step of this newer event
             self.throttled[type_] += 1
             self._unreported[type_] += 1
         else:
             steps = []
         now = int(time.time() * 1000)
-        interval = self.ack_interval_ms if type_ == REPLICA_ACK else self.commit_interval_ms
-        if now - self._last_emit.get(key, 0) < interval:
-            if type_ == REPLICA_ACK:
-                self._deferred[key] = {"term": term, "replica": replica, "offset": offset, "_type": type_,
-                                       "_at": now, "_steps": steps}
-            else:
-                self._deferred[key] = {"term": term, "offset": offset, "_type": type_, "_at": now, "_steps": steps}
+        if now - self._last_emit.get(key, 0) < self._interval_ms(type_):
+            fields["_type"], fields["_at"], fields["_steps"] = type_, now, steps
+            self._deferred[key] = fields
             if deferred is None:  # a new due time for _run; a replaced event keeps its key's due time
                 self._wake.set()
             return None
-        fields: dict[str, Any] = {"term": term, "replica": replica, "offset": offset} if type_ == REPLICA_ACK \
-            else {"term": term, "offset": offset}
         if steps:
             fields["steps"] = tuple(steps)
         self._last_emit[key] = now
         self._last_offset[key] = offset
         return self._record(type_, now, fields)
-
-    def _count_throttled(self, type_: str) -> None:
-        self.throttled[type_] = self.throttled.get(type_, 0) + 1
-        self._unreported[type_] = self._unreported.get(type_, 0) + 1
 
     def _report_throttled(self) -> None:
         """Hand the events folded since the last report to ``on_throttled``, one call per type.
