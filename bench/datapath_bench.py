@@ -13,13 +13,17 @@ rs-sync    the same with SYNC_FLUSH
 rs-master  SYNC_MASTER (SYNC_FLUSH) + SLAVE
 rs-master-async  SYNC_MASTER + SLAVE with ASYNC_FLUSH: a send waits for the slave's copy, not for a disk;
            JetStream R3's policy (nats-server 2.9 fsyncs in the background: bench/common.py nats_jetstream)
-rs-dledger DLedger group of 3 (SYNC_FLUSH)
+rs-dledger DLedger group of 3, each member fsyncing its appends before they count (dLegerSyncAppends true:
+           Raft as written; the default)
+rs-dledger-async  the same with dLegerSyncAppends false: appends count once written, the log fsynced every 10 ms in
+           the background: Apache DLedger's policy (its FlushDataService, flushFileInterval 10 ms; its SYNC_FLUSH
+           setting does not reach the DLedger log) and JetStream R3's
 js-r1      nats-server 2.9, JetStream R1 file stream (it fsyncs in the background: ASYNC_FLUSH's peer)
 js-r3      3 nats-servers, JetStream R3 file stream
 apache     Apache RocketMQ 5.3.3 name server + broker (ASYNC_FLUSH) + proxy (``make peers``)
 apache-master  Apache's SYNC_MASTER (SYNC_FLUSH) + SLAVE: the peer of rs-master
 apache-master-async  the same with ASYNC_FLUSH: the peer of rs-master-async
-apache-dledger Apache's DLedger group of 3 (SYNC_FLUSH): the peer of rs-dledger
+apache-dledger Apache's DLedger group of 3: the peer of rs-dledger-async by policy (see above), compared with both
 grpc-floor a bare ``grpc.aio`` server answering SendMessage with protobuf and nothing else
            (bench/grpc_floor.py): the floor of any gRPC send in this design; ``grpc-floor-raw``: the same
            without protobuf (grpc.aio alone)
@@ -102,8 +106,8 @@ from common import (  # noqa: E402
 BODY = 1024
 SUBJECT = "bench.data"
 progress = Progress("datapath")
-SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-master-async", "rs-dledger", "js-r1", "js-r3", "apache",
-          "apache-master", "apache-master-async",
+SETUPS = ("rs-async", "rs-sync", "rs-master", "rs-master-async", "rs-dledger", "rs-dledger-async", "js-r1", "js-r3",
+          "apache", "apache-master", "apache-master-async",
           "apache-dledger", "grpc-floor", "grpc-floor-raw")
 
 
@@ -386,7 +390,9 @@ def setup(name: str) -> Iterator[Target]:
                              create_topic=_rs_create(c, master.admin_addr), profile_pid=pids["master"],
                              notable_logs=_notable_lines(c))
             else:
-                nodes = start_dledger_group(c, "broker-d", 3, flushDiskType="SYNC_FLUSH", **BIG)
+                sync_appends = "false" if name == "rs-dledger-async" else "true"
+                nodes = start_dledger_group(c, "broker-d", 3, flushDiskType="SYNC_FLUSH",
+                                            dLegerSyncAppends=sync_appends, **BIG)
 
                 def leader() -> Any:
                     for n in nodes:
@@ -468,6 +474,7 @@ LOADS = {
     "rs-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-master-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "rs-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
+    "rs-dledger-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
     "js-r1": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
     "js-r3": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
     "apache": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC"),
@@ -480,9 +487,10 @@ LOADS = {
     "grpc-floor-raw": [Load("go-grpc", "go gRPC")],
 }
 PEER_OF = {"rs-async": "js-r1", "rs-sync": "js-r1", "rs-master": "js-r3", "rs-master-async": "js-r3",
-           "rs-dledger": "js-r3"}
+           "rs-dledger": "js-r3", "rs-dledger-async": "js-r3"}
 # Apache's setup each RocketScope setup is compared with (the same replication; "apache" when not run)
-APACHE_OF = {"rs-master": "apache-master", "rs-master-async": "apache-master-async", "rs-dledger": "apache-dledger"}
+APACHE_OF = {"rs-master": "apache-master", "rs-master-async": "apache-master-async", "rs-dledger": "apache-dledger",
+             "rs-dledger-async": "apache-dledger"}
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:

@@ -61,6 +61,13 @@ BROKER_KEYS: list[Key] = [
         "failover; DLedger's own defaults take 6 s)", check=positive),
     Key("dLegerElectionTicksMax", int, 12, "longest election timeout, ticks", check=positive),
     Key("maxWaitAckTimeMs", int, 2500, "ms a DLedger send waits to be committed at a majority", check=positive),
+    Key("dLegerSyncAppends", bool, True, "true: a member fsyncs the entries it appends before they count toward "
+        "the commit (Raft as written: an acknowledged send survives a power cut of the whole group); false: "
+        "appends count once written to the page cache and the log is fsynced every dLegerFlushIntervalMillis in "
+        "the background, as Apache DLedger (flushFileInterval) and JetStream do: a killed process loses nothing, a "
+        "power cut of a majority at once can lose acknowledged sends (RocketScope; docs/RAFT.md)"),
+    Key("dLegerFlushIntervalMillis", int, 10, "ms between background fsyncs of the Raft log when dLegerSyncAppends "
+        "is false (Apache DLedger's flushFileInterval: 10)", check=positive),
     Key("storePathRootDir", str, "~/store", "root directory of the store (`~` expands to the home directory)"),
     Key("flushDiskType", str, "ASYNC_FLUSH",
         "SYNC_FLUSH acknowledges after fsync; ASYNC_FLUSH flushes in the background",

@@ -15,6 +15,7 @@ otherwise the client gets an error, never SEND_OK.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -176,6 +177,9 @@ class DLedgerConfig:
     raft: RaftConfig
     tick_s: float  # one Raft tick in the clock's seconds
     max_wait_ack_s: float  # how long a proposal waits for its commit (maxWaitAckTimeMs)
+    # between background fsyncs of the log when appends are not synced (raft.sync_appends false;
+    # dLegerFlushIntervalMillis, DLedger's flushFileInterval)
+    flush_interval_s: float = 0.01
 
     @property
     def self_id(self) -> str:
@@ -192,9 +196,9 @@ class DLedgerConfig:
                           election_ticks_min=s.dLegerElectionTicksMin, election_ticks_max=s.dLegerElectionTicksMax,
                           preferred_leader=s.preferredLeaderId or None,
                           # the commit rides on the next entries: half the messages per entry (docs/RAFT.md)
-                          eager_commit_broadcast=False)
+                          eager_commit_broadcast=False, sync_appends=s.dLegerSyncAppends)
         return cls(group=s.dLegerGroup or s.brokerName, peers=peers, raft=raft, tick_s=s.dLegerTickMillis / 1000,
-                   max_wait_ack_s=s.maxWaitAckTimeMs / 1000)
+                   max_wait_ack_s=s.maxWaitAckTimeMs / 1000, flush_interval_s=s.dLegerFlushIntervalMillis / 1000)
 
 
 class DLedgerNode(DrivenMember):
@@ -229,6 +233,7 @@ class DLedgerNode(DrivenMember):
         self.self_index = list(self.peers).index(self.self_id)
         self.tick_s = config.tick_s
         self.max_wait_ack_s = config.max_wait_ack_s
+        self.flush_interval_s = config.flush_interval_s
         self.config = config.raft
         self.clock: Clock = clock if clock is not None else AsyncioClock()
         self.thread_syncer: ThreadSyncer | None = None  # the default fsync runner, drained by ``stop``
@@ -248,6 +253,9 @@ class DLedgerNode(DrivenMember):
         self._pending_end: int | None = None
         self.append_latencies: list[float] = []
         self._heard: dict[str, float] = {}  # peer id -> clock time of its last batch
+        self._background_flush: asyncio.Task[None] | None = None  # when appends are not synced: _flush_in_background
+        self._flush_round: asyncio.Future[None] | None = None  # its fsync in flight (or the last one)
+        self._stopping = False
 
     # the driver's view, for status pages, metrics and retention
     @property
@@ -323,6 +331,39 @@ class DLedgerNode(DrivenMember):
                     link.start()
         assert self.driver is not None
         self.driver.start()
+        if not self.config.sync_appends and self.thread_syncer is not None:
+            # only with the production fsync runner: the simulator's disk decides itself what a crash keeps
+            log.info("dledger %s/%s: appends count once written; the log is fsynced every %.0f ms in the background "
+                     "(dLegerSyncAppends false)", self.group, self.self_id, self.flush_interval_s * 1000)
+            self._background_flush = asyncio.get_running_loop().create_task(self._flush_in_background())
+
+    async def _flush_in_background(self) -> None:
+        """fsync the log every ``flush_interval_s`` while it grows (DLedger's FlushDataService, flushFileInterval).
+
+        Why a task with the loop's executor and not the driver's fsync runner: at 100 rounds a second its cost
+        does not matter, and a failed round must be logged and retried, where the runner's failure stops the
+        member (a Ready's fsync that failed must never be acknowledged).  ``stop`` cancels the task and waits for
+        the round in flight (shielded: its thread cannot be cancelled) before it closes the files.
+        """
+        flushed: tuple[int, int] | None = None
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            await asyncio.sleep(self.flush_interval_s)
+            lg = self.log
+            if self._stopping or lg is None:
+                return
+            last = lg.last_index()
+            end = (last, lg.term(last))  # with the term: a follower's truncated and rewritten tail is new
+            if end == flushed:
+                continue
+            self._flush_round = loop.run_in_executor(None, lg.sync)
+            try:
+                await asyncio.shield(self._flush_round)
+            except OSError:
+                log.exception("dledger %s/%s: a background fsync of the log failed; retried in %.0f ms", self.group,
+                              self.self_id, self.flush_interval_s * 1000)
+                continue
+            flushed = end
 
     async def hand_off(self, timeout_s: float = 1.0) -> str | None:
         """A leader about to stop first hands leadership to its most caught-up live follower (Raft's
@@ -353,8 +394,16 @@ class DLedgerNode(DrivenMember):
         return self.leader_id
 
     async def stop(self) -> None:
+        self._stopping = True
         if self.driver is not None:
             self.driver.stop("the broker is shutting down")
+        if self._background_flush is not None:
+            self._background_flush.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._background_flush
+            if self._flush_round is not None:
+                with contextlib.suppress(OSError):
+                    await self._flush_round  # the thread's fdatasync ends before the files close
         if self.thread_syncer is not None:
             await self.thread_syncer.drain()
         for link in self.links.values():

@@ -65,6 +65,12 @@ class RaftConfig:
     # follower per commit); a follower then learns the commit one entry or one tick later, which
     # Raft allows (the commit index is never needed for safety, only to apply).  DLedger: lazy.
     eager_commit_broadcast: bool = True
+    # Whether the driver fsyncs a Ready's entries before its acknowledgements leave and before the
+    # leader counts them (Raft as written).  False: a written entry counts at once and the embedding
+    # code fsyncs the log in the background (DLedger's flushFileInterval, JetStream's default): a
+    # killed process loses nothing, a power cut of a majority at once can lose committed entries.
+    # Term and vote are fsynced before any message that depends on them either way (hard_state_file.py).
+    sync_appends: bool = True
     testing_faults: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

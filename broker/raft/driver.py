@@ -140,6 +140,7 @@ class RaftDriver:
         self._on_role = on_role
         self._on_event = on_event
         self.observer = observer
+        self._sync_appends = node.config.sync_appends
         hs = log.hard_state
         self.role = Role.FOLLOWER
         self.leader_id: str | None = None
@@ -244,7 +245,10 @@ class RaftDriver:
                         send(m)
                 self.syncing = rd
                 # the syncer may call back at once (no fsync needed, or a synchronous one): _synced finishes
-                self.syncer(self.log.sync if rd.must_sync else None, lambda rd=rd: self._synced(rd))  # type: ignore[misc]
+                # entries need the fsync only when appends are synced (RaftConfig.sync_appends); a new term or
+                # vote was fsynced by _write's save_hard_state either way
+                need = rd.must_sync and self._sync_appends
+                self.syncer(self.log.sync if need else None, lambda rd=rd: self._synced(rd))  # type: ignore[misc]
         finally:
             self._pumping = False
 

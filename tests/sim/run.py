@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="fault profile: mixed (default), chaos (every seed crashes and partitions hard), "
                              "dledger (mixed, on DLedger's real log files on a simulated disk), pipeline "
                              "(mixed, plus leaders crashing after their appends left and before their fsync) or "
-                             "lazy_commit (mixed, with DLedger's lazy commit broadcast); dledger_lazy: dledger with it")
+                             "lazy_commit (mixed, with DLedger's lazy commit broadcast); dledger_lazy: dledger with "
+                             "it; dledger_async: dledger_lazy with appends not synced, process crashes only")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failing seed")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly

@@ -36,8 +36,11 @@ FAULT_TICKS = 140
 # (tests/sim/dledger.py) on a simulated disk; pipeline: mixed, plus leaders that crash after their appends left
 # and before their own fsync completed (the window broker/raft/ready.py's early_messages opens), with slow
 # leader disks so that the followers' acknowledgements arrive first; lazy_commit: mixed with DLedger's lazy
-# commit broadcast; dledger_lazy: dledger with it
-PROFILES = ("mixed", "chaos", "dledger", "pipeline", "lazy_commit", "dledger_lazy")
+# commit broadcast; dledger_lazy: dledger with it; dledger_async: dledger_lazy with appends that count once written
+# (RaftConfig.sync_appends false, dLegerSyncAppends) and only the crashes that mode survives: process crashes, which
+# keep what was written (the page cache outlives the process)
+PROFILES = ("mixed", "chaos", "dledger", "pipeline", "lazy_commit", "dledger_lazy", "dledger_async")
+DLEDGER_FAMILY = ("dledger", "dledger_lazy", "dledger_async")
 LIVENESS_TICKS = 150  # after the heal: a leader and a committed proposal on every node within this (+ backlog)
 
 
@@ -125,6 +128,8 @@ class Simulation:
             self.p_window = rng.choice((0.05, 0.15, 0.3))
             self.p_leader_sync = rng.choice((0.15, 0.4))
             self.p_lose = rng.choice((0.5, 1.0))
+        if profile == "dledger_async":
+            self.p_lose = 0.0
         self.window_crashes = 0
         self.window_commits = 0
         self.nodes: dict[str, SimNode] = {}  # or tests/sim/dledger.py's DLedgerSimNode, the same interface
@@ -140,9 +145,10 @@ class Simulation:
                 # dledger_lazy: the dledger family with it, as DLedger runs (DLedgerConfig.from_settings).  The
                 # dledger family itself keeps the eager broadcast: its pinned seeds (tests/test_raft_sim_dledger.py)
                 # reproduce their bugs on that schedule.
-                eager_commit_broadcast=profile not in ("lazy_commit", "dledger_lazy"),
+                eager_commit_broadcast=profile not in ("lazy_commit", "dledger_lazy", "dledger_async"),
+                sync_appends=profile != "dledger_async",
             )
-            if profile in ("dledger", "dledger_lazy"):
+            if profile in DLEDGER_FAMILY:
                 from .dledger import DLedgerSimNode  # imports the broker's store: only for this family
 
                 if self.tmp is None:
