@@ -256,6 +256,14 @@ def cluster_with_namesrv(root: Path, test_failed: Callable[[], bool]) -> Iterato
         c.stop()
 
 
+def commitlog_bytes(store: Path, end: int) -> bytes:
+    """A broker's commit log below ``end``, its segments joined (to compare replicas byte for byte)."""
+    out = b""
+    for seg in sorted((store / "commitlog").iterdir()):
+        out += seg.read_bytes()
+    return out[:end]
+
+
 def _port_open(port: int) -> bool:
     return port_open(port)
 

@@ -12,7 +12,17 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import BIN, BrokerNode, LocalCluster, Proc, _port_open, ha_status, stop_together, wait_until
+from cluster import (
+    BIN,
+    BrokerNode,
+    LocalCluster,
+    Proc,
+    _port_open,
+    commitlog_bytes,
+    ha_status,
+    stop_together,
+    wait_until,
+)
 from conftest import failed_call, free_port
 from netproxy import LinkLoop, LinkProxy, link_loop
 from rmq import drain, drain_ids, message, producer, simple_consumer
@@ -156,13 +166,6 @@ def unacknowledged_send(endpoint: str, body: bytes) -> None:
 
 
 TAIL_BYTES = 6_000_000  # more than a paused slave's socket buffers and HTTP/2 window take in
-
-
-def commitlog_bytes(store: Path, end: int) -> bytes:
-    out = b""
-    for seg in sorted((store / "commitlog").iterdir()):
-        out += seg.read_bytes()
-    return out[:end]
 
 
 def where_are(g: ControllerGroup, bodies: list[bytes], statuses: list[dict[str, Any]]) -> str:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from cluster import BrokerNode, LocalCluster, ha_status, wait_until
+from cluster import BrokerNode, LocalCluster, commitlog_bytes, ha_status, wait_until
 from conftest import failed_call, free_port
 from netproxy import LinkLoop, LinkProxy, link_loop
 from rmq import drain_ids, message, producer, simple_consumer
@@ -78,13 +77,6 @@ def group(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
             raise
         finally:
             c.stop()
-
-
-def commitlog_bytes(store: Path, end: int) -> bytes:
-    out = b""
-    for seg in sorted((store / "commitlog").iterdir()):
-        out += seg.read_bytes()
-    return out[:end]
 
 
 @pytest.mark.long  # ~55 s; DLedger leader kills stay in make test (test_ha_events_history, the truth and timer tests)

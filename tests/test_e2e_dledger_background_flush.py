@@ -17,7 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import BrokerNode, LocalCluster, ha_status, start_dledger_group, wait_until
+from cluster import (
+    BrokerNode,
+    LocalCluster,
+    cluster_with_namesrv,
+    commitlog_bytes,
+    ha_status,
+    start_dledger_group,
+    wait_until,
+)
 from conftest import failed_call
 from rmq import drain_ids, message, producer, simple_consumer
 
@@ -37,30 +45,14 @@ def leader_of(nodes: list[BrokerNode], exclude: BrokerNode | None = None) -> Bro
     return None
 
 
-def commitlog_bytes(store: Path, end: int) -> bytes:
-    out = b""
-    for seg in sorted((store / "commitlog").iterdir()):
-        out += seg.read_bytes()
-    return out[:end]
-
-
 @pytest.fixture()
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path)
-    try:
+    with cluster_with_namesrv(tmp_path, lambda: failed_call(request)) as c:
         yield c
-        if failed_call(request):
-            print(c.logs())
-    except BaseException:
-        print(c.logs())
-        raise
-    finally:
-        c.stop()
 
 
 def test_unsynced_appends_lose_no_acknowledged_send_when_leaders_are_killed(cluster: LocalCluster) -> None:
     c = cluster
-    c.start_namesrv()
     nodes = start_dledger_group(c, "broker-bg", 3, dLegerSyncAppends="false")
     assert all("fsynced every 10 ms in the background" in n.proc.log() for n in nodes), "the mode is not on"
     first = wait_until(lambda: leader_of(nodes), timeout=30, what="a leader")
