@@ -733,11 +733,61 @@ class MessageStore:
         end = self.commit_log.max_offset
         bound = end if self._confirm is None else min(end, self._confirm)
         if self.dispatched < bound:
-            self._dispatch_many(self.commit_log.iter_messages(self.dispatched, bound))
+            runs = self._copied_runs(offset, data, bound) if self.dispatched == offset else None
+            if runs is None:
+                self._dispatch_many(self.commit_log.iter_messages(self.dispatched, bound))
+            elif runs:
+                self._dispatch_mixed(runs)  # type: ignore[arg-type]
         after_filler = self.commit_log.next_record_offset(self.dispatched)
         if after_filler <= bound:  # a filler copied only in part is not passed (see trim_torn_tail)
             self.dispatched = max(self.dispatched, after_filler)
         return end
+
+    def _copied_runs(self, offset: int, data: bytes, bound: int) -> list[_BytesRun] | None:
+        """The whole records of a chunk just copied (``data`` at ``offset``, where dispatch stands) that end at or
+        below ``bound``, as runs of adjacent records for ``_dispatch_mixed``; None when the read-back must take it.
+
+        Why: a Master/Slave replica dispatched every copied record by reading it back from its log and decoding
+        it into a ``StoredMessage`` (``CommitLog.iter_messages``), most of a slave's CPU; the records are in hand,
+        and ``dispatch_records`` (broker/raftpath.c, a DLedger follower's dispatch) builds their queue entries
+        and index keys from the bytes.  The walk keeps the read-back's rules: a segment-end filler or a zero
+        tail too short for one ends a run and is stepped over, a record is taken only whole, only with a
+        right magic, a right CRC and fields that decode, and the first that is not ends the walk (the read-back
+        stops there too, and ``dispatched`` stays at it).  Without the compiled module: None (the reference).
+        """
+        if _R is None or any(s < bound and e > offset for s, e in self.commit_log.corrupt):
+            return None
+        runs: list[_BytesRun] = []
+        segment = self.commit_log.log.segment_size
+        pos, n, at = 0, len(data), offset
+        start = 0  # where the run being built starts in ``data``
+
+        def close(upto: int) -> bool:
+            if upto > start:
+                run = data[start:upto]
+                if not _R.check_records(run):
+                    return False
+                runs.append(_BytesRun(run, 0, offset + start))
+            return True
+
+        while at < bound:
+            limit = at - at % segment + segment
+            size, magic = record.peek_header(data, pos)
+            if limit - at < record.MIN_BLANK or magic == record.BLANK_MAGIC:
+                if not close(pos):
+                    return None
+                if at + (limit - at) > bound:  # a filler copied only in part is not passed (trim_torn_tail)
+                    break
+                pos, at = pos + limit - at, limit
+                start = pos
+                continue
+            if magic != record.MESSAGE_MAGIC or size < record.FIXED_SIZE or at + size > bound or pos + size > n \
+                    or not record.crc_ok(data, pos, size):
+                break
+            pos, at = pos + size, at + size
+        if not close(pos):
+            return None
+        return runs
 
     def trim_torn_tail(self) -> int:
         """Cut a replica's log back to its last whole record before it starts writing; return the bytes cut.
