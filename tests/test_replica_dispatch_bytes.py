@@ -7,9 +7,10 @@ and decode it.  Two replicas are fed the same chunks of a master's log: one as t
 them (``read_chunk``: whole records within a segment) and cut anywhere; 4 KiB segments, so fillers and zero
 tails too short for one sit between records; topics, queues, tags and keys at random; with and without a
 controller-mode confirm offset moving to record ends (as a master's does), sometimes ahead of the copy; with
-a record whose CRC is broken in the copy.  Compared after every chunk: ``dispatched``, the queue ends, every
-queue's messages, every key's index lookup.  Ground truth besides the reference: with nothing broken, the
-replica's queues hold what the master's hold.
+a record whose CRC is broken in the copy; one to three chunks written before they are dispatched, as a slave
+does with the chunks of one read (``copy_replicated`` then ``dispatch_copied``).  Compared after every group:
+``dispatched``, the queue ends, every queue's messages, every key's index lookup.  Ground truth besides the
+reference: with nothing broken, the replica's queues hold what the master's hold.
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def view(store: MessageStore) -> tuple[object, ...]:
                     "the pure-Python path reads records back (what the reference here does)")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), cut=st.sampled_from(["stream", "anywhere"]),
-       confirm=st.booleans(), broken=st.booleans())
+       confirm=st.booleans(), broken=st.booleans(), grouped=st.integers(1, 3))
 def test_copied_records_dispatch_as_read_back(tmp_path_factory: pytest.TempPathFactory, seed: int, cut: str,
-                                              confirm: bool, broken: bool) -> None:
+                                              confirm: bool, broken: bool, grouped: int) -> None:
     rng = random.Random(seed)
     root = tmp_path_factory.mktemp("replica")
 
@@ -98,6 +99,7 @@ def test_copied_records_dispatch_as_read_back(tmp_path_factory: pytest.TempPathF
 
         fast._copied_runs = counting  # type: ignore[method-assign]
         pos = 0
+        group: list[tuple[int, bytes]] = []
         while pos < end:
             if confirm and rng.random() < 0.4:  # the master's confirm offset (a record's end) may run ahead of the copy
                 c = rng.choice([o + n for o, n in records if o + n >= fast.confirm_offset] or [end])
@@ -108,9 +110,16 @@ def test_copied_records_dispatch_as_read_back(tmp_path_factory: pytest.TempPathF
                 chunk = bytes(raw[pos:pos + len(chunk)]) if chunk else bytes(raw[pos:pos + 500])
             else:
                 chunk = bytes(raw[pos:pos + rng.randint(1, 3000)])
-            for store in (fast, reference):
-                store.append_replicated(pos, chunk)
+            group.append((pos, chunk))
             pos += len(chunk)
+            if len(group) < grouped and pos < end:
+                continue  # a slave writes every chunk of one read, reports, then dispatches them (slave.py)
+            for at, data in group:
+                fast.copy_replicated(at, data)
+                reference.append_replicated(at, data)
+            for at, data in group:
+                fast.dispatch_copied(at, data)
+            group.clear()
             assert view(fast) == view(reference), f"after the chunk ending at {pos}"
         if confirm:
             for store in (fast, reference):

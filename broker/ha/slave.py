@@ -175,6 +175,7 @@ class ReplicationSlave:
                 if not data:
                     raise ConnectionResetError("closed by the master")
                 payloads = decoder.feed(data)
+                copied: list[tuple[int, bytes]] = []  # chunks written, to dispatch once the report is out
                 for payload in payloads:
                     try:
                         chunk = ha_pb2.TransferChunk.FromString(payload)
@@ -187,14 +188,21 @@ class ReplicationSlave:
                         self.connected = True
                     self.master_max_offset = chunk.master_max_offset
                     self.last_chunk_at = time.time()
-                    if chunk.data:
-                        b.store.append_replicated(chunk.offset, chunk.data)
-                    if self.follow_confirm:
+                    if self.follow_confirm:  # controller mode: the chunk's confirm offset decides what is dispatched
+                        if chunk.data:
+                            b.store.append_replicated(chunk.offset, chunk.data)
                         b.store.advance_confirm_offset(chunk.confirm_offset)
+                    elif chunk.data:
+                        b.store.copy_replicated(chunk.offset, chunk.data)
+                        copied.append((chunk.offset, chunk.data))
                 if payloads:
                     # one report for what this read appended, answering heartbeats too: the master takes a
-                    # silent slave for gone (haHousekeepingInterval) even while its TCP connection stays open
+                    # silent slave for gone (haHousekeepingInterval) even while its TCP connection stays open.
+                    # It leaves before the copies are dispatched: the master waits for the copy, not for this
+                    # slave's queues (MessageStore.copy_replicated)
                     writer.write(report())
+                for offset, chunk_data in copied:
+                    b.store.dispatch_copied(offset, chunk_data)
         finally:
             writer.transport.abort()
 

@@ -729,7 +729,23 @@ class MessageStore:
         records up to it are dispatched, so a replica's consume queues, like the master's,
         hold confirmed messages only; ``set_confirm_offset`` dispatches the rest as it moves.
         """
+        end = self.copy_replicated(offset, data)
+        self.dispatch_copied(offset, data)
+        return end
+
+    def copy_replicated(self, offset: int, data: bytes) -> int:
+        """The first half of ``append_replicated``: write the copied bytes; return the log's end.
+
+        A Master/Slave slave reports its copy to the master between the halves (broker/ha/slave.py): the master
+        waits for the copy, not for the slave's queues, and the slave's dispatch then runs while the answer
+        travels (Apache's slave reports its written offset, its dispatch runs apart)."""
         self.commit_log.append_raw(offset, data)
+        return self.commit_log.max_offset
+
+    def dispatch_copied(self, offset: int, data: bytes) -> None:
+        """The second half of ``append_replicated``: dispatch the records the copy completed (up to the confirm
+        offset); ``data`` is the chunk copied at ``offset``, whose records are dispatched from its bytes when
+        dispatch stands at its start (``_copied_runs``), else read back from the log."""
         end = self.commit_log.max_offset
         bound = end if self._confirm is None else min(end, self._confirm)
         if self.dispatched < bound:
@@ -741,7 +757,6 @@ class MessageStore:
         after_filler = self.commit_log.next_record_offset(self.dispatched)
         if after_filler <= bound:  # a filler copied only in part is not passed (see trim_torn_tail)
             self.dispatched = max(self.dispatched, after_filler)
-        return end
 
     def _copied_runs(self, offset: int, data: bytes, bound: int) -> list[_BytesRun] | None:
         """The whole records of a chunk just copied (``data`` at ``offset``, where dispatch stands) that end at or
