@@ -109,6 +109,7 @@ def test_synced_appends_are_answered_after_their_fdatasync(tmp_path: Path, fdata
         node = await one_member(tmp_path, sync_appends=True, flush_interval_s=3600)
         try:
             seen = await send_all(node, fdatasyncs)
+            assert node.status()["syncAppends"] is True and "backgroundFlushedIndex" not in node.status()
         finally:
             await stop(node)
         assert min(seen) >= 1, f"a send answered without an fdatasync of the log since it was sent: {seen}"
@@ -151,6 +152,13 @@ def test_background_flush_covers_the_last_append_then_rests(tmp_path: Path, fdat
                 if done == {index_fd, last_segment_fd}:
                     break
                 assert time.monotonic() < deadline, f"no background fsync of the log within 5 s (synced: {done})"
+                await asyncio.sleep(0.01)
+            # what an operator reads (haStatus): the mode, and how far the background fsync covered the log
+            status = node.status()
+            assert status["syncAppends"] is False
+            wait_until = time.monotonic() + 5.0
+            while node.status()["backgroundFlushedIndex"] != node.log.last_index():
+                assert time.monotonic() < wait_until, node.status()
                 await asyncio.sleep(0.01)
             # the log no longer grows: once the round that covered it ended, no more rounds (each would be
             # a wasted fdatasync 50 times a second on an idle member)

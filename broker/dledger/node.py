@@ -255,6 +255,7 @@ class DLedgerNode(DrivenMember):
         self._heard: dict[str, float] = {}  # peer id -> clock time of its last batch
         self._background_flush: asyncio.Task[None] | None = None  # when appends are not synced: _flush_in_background
         self._flush_round: asyncio.Future[None] | None = None  # its fsync in flight (or the last one)
+        self.background_flushed_index = 0  # the last index a background fsync covered (status: haStatus)
         self._stopping = False
 
     # the driver's view, for status pages, metrics and retention
@@ -364,6 +365,7 @@ class DLedgerNode(DrivenMember):
                               self.self_id, self.flush_interval_s * 1000)
                 continue
             flushed = end
+            self.background_flushed_index = last
 
     async def hand_off(self, timeout_s: float = 1.0) -> str | None:
         """A leader about to stop first hands leadership to its most caught-up live follower (Raft's
@@ -653,4 +655,8 @@ class DLedgerNode(DrivenMember):
                             **({"match": progress[pid][0]} if pid in progress else {})}
                       for pid, addr in self.peers.items()},
             "hardState": HardState(self.term, None, self.commit_index)._asdict(),
+            # dLegerSyncAppends false: how far the background fsync has covered the log (a power cut may lose the
+            # entries above it; a killed process loses nothing)
+            "syncAppends": self.config.sync_appends,
+            **({} if self.config.sync_appends else {"backgroundFlushedIndex": self.background_flushed_index}),
         }
