@@ -71,6 +71,50 @@ def producer(endpoint: str, *topics: str) -> Iterator[Producer]:
         close_client_metrics(p)
 
 
+class AckedLoad:
+    """Sends from a thread, eight in flight at a time, until ``stop``: the load the e2e fault tests count on.
+
+    ``acked`` maps every acknowledged message id to its body, ``sent`` holds every body sent (a test may add
+    bodies it sent itself), ``errors`` the sends that failed (allowed while a leader or master is replaced:
+    each test says what it does with them). ``pause`` seconds between rounds of eight keeps the load steady
+    (0: flat out).
+    """
+
+    def __init__(self, endpoint: str, topic: str, prefix: str, pause: float = 0.0) -> None:
+        self.endpoint, self.topic, self.prefix, self.pause = endpoint, topic, prefix, pause
+        self.acked: dict[str, bytes] = {}
+        self.sent: set[bytes] = set()
+        self.errors: list[Exception] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> AckedLoad:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        with producer(self.endpoint, self.topic) as p:
+            i = 0
+            while not self._stop.is_set():
+                batch = []
+                for _ in range(8):
+                    body = f"{self.prefix}{i}".encode()
+                    i += 1
+                    self.sent.add(body)
+                    batch.append((body, p.send_async(message(self.topic, body))))
+                for body, fut in batch:
+                    try:
+                        self.acked[fut.result(timeout=20).message_id] = body
+                    except Exception as exc:
+                        self.errors.append(exc)
+                if self.pause:
+                    self._stop.wait(self.pause)
+
+
 @contextmanager
 def simple_consumer(endpoint: str, group: str, topic: str, await_s: int = 2,
                     tag: str = "*") -> Iterator[SimpleConsumer]:

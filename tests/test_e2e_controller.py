@@ -25,7 +25,7 @@ from cluster import (
 )
 from conftest import failed_call, free_port
 from netproxy import LinkLoop, LinkProxy, link_loop
-from rmq import drain, drain_ids, message, producer, simple_consumer
+from rmq import AckedLoad, drain, drain_ids, message, producer, simple_consumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
@@ -186,10 +186,11 @@ def where_are(g: ControllerGroup, bodies: list[bytes], statuses: list[dict[str, 
 @pytest.mark.timeout(600)
 def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> None:
     g = group
-    acked: dict[str, bytes] = {}
-    sent: set[bytes] = set()
-    send_errors: list[Exception] = []
-    stop = threading.Event()
+    # failures during a failover are allowed, losing acked ones is not; steady, not flat out (at most ~80 msg/s):
+    # every acked message is drained at the end, and an unthrottled client sent 20,000 in one round, more than the
+    # drain could take in time
+    load = AckedLoad(g.endpoint, TOPIC, "ctl-", pause=0.1).start()
+    acked, sent, send_errors = load.acked, load.sent, load.errors
 
     def acked_more_than(count: int) -> bool:
         if len(acked) > count:
@@ -198,27 +199,6 @@ def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> No
             raise AssertionError(f"{len(send_errors)} sends failed, the last with {send_errors[-1]!r}")
         return False
 
-    def load() -> None:
-        with producer(g.endpoint, TOPIC) as p:
-            i = 0
-            while not stop.is_set():
-                batch = []
-                for _ in range(8):
-                    body = f"ctl-{i}".encode()
-                    i += 1
-                    sent.add(body)
-                    batch.append((body, p.send_async(message(TOPIC, body))))
-                for body, fut in batch:
-                    try:
-                        acked[fut.result(timeout=20).message_id] = body
-                    except Exception as exc:  # failures during a failover are allowed; losing acked ones is not
-                        send_errors.append(exc)
-                # steady, not flat out (at most ~80 msg/s): every acked message is drained at the end, and
-                # an unthrottled client sent 20,000 in one round, more than the drain could take in time
-                stop.wait(0.1)
-
-    t = threading.Thread(target=load, daemon=True)
-    t.start()
     wait_until(lambda: acked_more_than(99), timeout=60, what="load running")
     truncations: list[dict[str, Any]] = []  # haStatus of a returning old master that truncated, when it did
     def one_round(round_: int) -> None:
@@ -274,8 +254,7 @@ def test_controller_failover_kill_isolate_truncate(group: ControllerGroup) -> No
 
     for round_ in range(2):
         one_round(round_)
-    stop.set()
-    t.join(60)
+    load.stop()
 
     # replicas agree up to the confirmed offset
     m = g.master()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
 from cluster import BrokerNode, LocalCluster, commitlog_bytes, ha_status, wait_until
 from conftest import failed_call, free_port
 from netproxy import LinkLoop, LinkProxy, link_loop
-from rmq import drain_ids, message, producer, simple_consumer
+from rmq import AckedLoad, drain_ids, simple_consumer
 from telemetry_support import find, scrape
 
 pytestmark = pytest.mark.e2e
@@ -82,28 +81,9 @@ def group(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
 @pytest.mark.long  # ~55 s; DLedger leader kills stay in make test (test_ha_events_history, the truth and timer tests)
 def test_dledger_survives_kills_and_partitions_under_load(group: Group) -> None:
     g = group
-    acked: dict[str, bytes] = {}
-    sent_bodies: set[bytes] = set()
-    stop = threading.Event()
-
-    def load() -> None:
-        with producer(g.endpoint, "TopicDl") as p:
-            i = 0
-            while not stop.is_set():
-                batch = []
-                for _ in range(8):
-                    body = f"dl-{i}".encode()
-                    i += 1
-                    sent_bodies.add(body)
-                    batch.append((body, p.send_async(message("TopicDl", body))))
-                for body, fut in batch:
-                    try:
-                        acked[fut.result(timeout=20).message_id] = body
-                    except Exception:
-                        pass  # failed sends during a failover are allowed; lost acknowledged ones are not
-
-    t = threading.Thread(target=load, daemon=True)
-    t.start()
+    # failed sends during a failover are allowed; lost acknowledged ones are not
+    load = AckedLoad(g.endpoint, "TopicDl", "dl-").start()
+    acked, sent_bodies = load.acked, load.sent
     wait_until(lambda: len(acked) >= 100, timeout=60, what="load running")
     # 1. kill -9 the leader, wait for a new one, restart the old one
     old = g.leader()
@@ -125,8 +105,7 @@ def test_dledger_survives_kills_and_partitions_under_load(group: Group) -> None:
                what="every node back in the group")
     count = len(acked)
     wait_until(lambda: len(acked) > count + 50, timeout=60, what="sends after healing")
-    stop.set()
-    t.join(60)
+    load.stop()
 
     # every member converges on the same committed log
     def converged() -> list | None:  # type: ignore[type-arg]

@@ -12,7 +12,6 @@ Failed sends while a leader is being replaced are allowed (the client is told); 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from cluster import (
     wait_until,
 )
 from conftest import failed_call
-from rmq import drain_ids, message, producer, simple_consumer
+from rmq import AckedLoad, drain_ids, simple_consumer
 
 pytestmark = pytest.mark.e2e
 TOPIC = "TopicBgFlush"
@@ -58,26 +57,10 @@ def test_unsynced_appends_lose_no_acknowledged_send_when_leaders_are_killed(clus
     first = wait_until(lambda: leader_of(nodes), timeout=30, what="a leader")
     c.admin("updateTopic", "-b", first.admin_addr, "-t", TOPIC, "-r", "4", "-w", "4")
     endpoint = ";".join(n.endpoint for n in nodes)
-    acked: dict[str, bytes] = {}
-    stop = threading.Event()
+    # a failed send during a failover is allowed (the client was told); a lost acknowledged one is not
+    load = AckedLoad(endpoint, TOPIC, "bg-").start()
+    acked = load.acked
 
-    def load() -> None:
-        with producer(endpoint, TOPIC) as p:
-            i = 0
-            while not stop.is_set():
-                batch = []
-                for _ in range(8):
-                    body = f"bg-{i}".encode()
-                    i += 1
-                    batch.append((body, p.send_async(message(TOPIC, body))))
-                for body, fut in batch:
-                    try:
-                        acked[fut.result(timeout=20).message_id] = body
-                    except Exception:
-                        pass  # a failed send during a failover is allowed: the client was told
-
-    t = threading.Thread(target=load, daemon=True)
-    t.start()
     def acked_more(than: int) -> bool:
         return len(acked) >= than
 
@@ -92,8 +75,7 @@ def test_unsynced_appends_lose_no_acknowledged_send_when_leaders_are_killed(clus
             c.start_broker(victim.name)
         wait_until(lambda n=len(acked) + 50: acked_more(n), timeout=60, what="sends with every member back")
     finally:
-        stop.set()
-        t.join(60)
+        load.stop()
 
     def converged() -> list | None:  # type: ignore[type-arg]
         sts = [ha_status(n.admin_addr) for n in nodes]

@@ -13,19 +13,14 @@ unsynced.  ``RAFT_SIM_DLEDGER_SEEDS=A-B`` overrides the range; the long run is
 from __future__ import annotations
 
 import logging
-import os
 
 import pytest
+from sim.dledger import seeds_in_tests
 from sim.scenario import Simulation, SimulationFailure, run_seed
 
 
-def _seeds() -> range:
-    lo, hi = os.environ.get("RAFT_SIM_DLEDGER_SEEDS", "0-24").split("-", 1)
-    return range(int(lo), int(hi))
-
-
 def test_unsynced_appends_keep_raft_safe_through_process_crashes() -> None:
-    stats = [run_seed(seed, profile="dledger_async") for seed in _seeds()]
+    stats = [run_seed(seed, profile="dledger_async") for seed in seeds_in_tests()]
     assert sum(s.crashes for s in stats) > 0, "no seed crashed a node: the mode's one promise was never tested"
     assert all(s.committed > 0 for s in stats)
 

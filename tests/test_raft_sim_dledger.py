@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from sim.disk import SimDisk, intercept
-from sim.dledger import SEGMENT, store_config
+from sim.dledger import SEGMENT, seeds_in_tests, store_config
 from sim.scenario import SimulationFailure, run_seed
 
 from rocketscope.broker.dledger.log_store import DLedgerLog
@@ -29,13 +29,8 @@ from rocketscope.broker.store.record import StoredMessage
 from rocketscope.broker.store.segments import SegmentedLog
 
 
-def _seeds() -> range:
-    lo, hi = os.environ.get("RAFT_SIM_DLEDGER_SEEDS", "0-24").split("-", 1)
-    return range(int(lo), int(hi))
-
-
 def test_dledger_log_files_keep_raft_safe_through_crashes_on_a_simulated_disk() -> None:
-    stats = [run_seed(seed, profile="dledger") for seed in _seeds()]
+    stats = [run_seed(seed, profile="dledger") for seed in seeds_in_tests()]
     assert sum(s.crashes for s in stats) > 0, "no seed crashed a node: the disk was never tested"
     assert all(s.committed > 0 for s in stats)
 
@@ -44,7 +39,7 @@ def test_dledger_log_files_keep_raft_safe_with_the_lazy_commit_broadcast_dledger
     """The same seeds with ``eager_commit_broadcast`` off, as DLedgerConfig.from_settings configures it: followers
     learn the commit index from the next append or tick, and their consume queues must still end equal to the
     committed log (the family's queue check) with every Raft invariant kept."""
-    stats = [run_seed(seed, profile="dledger_lazy") for seed in _seeds()]
+    stats = [run_seed(seed, profile="dledger_lazy") for seed in seeds_in_tests()]
     assert sum(s.crashes for s in stats) > 0, "no seed crashed a node: the disk was never tested"
     assert all(s.committed > 0 for s in stats)
 

@@ -256,7 +256,6 @@ class DLedgerNode(DrivenMember):
         self._background_flush: asyncio.Task[None] | None = None  # when appends are not synced: _flush_in_background
         self._flush_round: asyncio.Future[None] | None = None  # its fsync in flight (or the last one)
         self.background_flushed_index = 0  # the last index a background fsync covered (status: haStatus)
-        self._stopping = False
 
     # the driver's view, for status pages, metrics and retention
     @property
@@ -348,10 +347,10 @@ class DLedgerNode(DrivenMember):
         """
         flushed: tuple[int, int] | None = None
         loop = asyncio.get_running_loop()
-        while not self._stopping:
+        while True:
             await asyncio.sleep(self.flush_interval_s)
             lg = self.log
-            if self._stopping or lg is None:
+            if lg is None:
                 return
             last = lg.last_index()
             end = (last, lg.term(last))  # with the term: a follower's truncated and rewritten tail is new
@@ -396,7 +395,6 @@ class DLedgerNode(DrivenMember):
         return self.leader_id
 
     async def stop(self) -> None:
-        self._stopping = True
         if self.driver is not None:
             self.driver.stop("the broker is shutting down")
         if self._background_flush is not None:

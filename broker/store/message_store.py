@@ -791,7 +791,7 @@ class MessageStore:
             if limit - at < record.MIN_BLANK or magic == record.BLANK_MAGIC:
                 if not close(pos):
                     return None
-                if at + (limit - at) > bound:  # a filler copied only in part is not passed (trim_torn_tail)
+                if limit > bound:  # a filler copied only in part is not passed (trim_torn_tail)
                     break
                 pos, at = pos + limit - at, limit
                 start = pos

@@ -17,6 +17,7 @@ promised it).
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,12 @@ from .node import DeferredSync, SimClock
 
 TICK_S = 0.05  # one simulated tick in seconds, for the log's lazy commit writes (DLedger's default tick)
 SEGMENT = 4096  # small segments: records roll over and entries end at segment boundaries
+
+
+def seeds_in_tests() -> range:
+    """The seeds the dledger family's tests run: 0-24, or ``RAFT_SIM_DLEDGER_SEEDS=A-B`` (A <= seed < B)."""
+    lo, hi = os.environ.get("RAFT_SIM_DLEDGER_SEEDS", "0-24").split("-", 1)
+    return range(int(lo), int(hi))
 
 
 def store_config(root: Path) -> StoreConfig:
