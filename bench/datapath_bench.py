@@ -44,6 +44,12 @@ and, per setup, the load generators that are cheaper per message than the server
   threads (at least 2), against RocketScope's and Apache's name server (compiled on first use);
 * ``go nats``: nats.go (tests/clients/go natspub), ``depth`` goroutines each publishing to the
   JetStream stream and waiting for its ack (the ratios use this row);
+* ``go remoting raw`` and ``go nats raw``: the same sends with no client library (tests/clients/go remotingraw
+  and natsraw: SEND_MESSAGE_V2 frames with the Go client's fields and properties, JetStream publishes with a
+  reply inbox; ``depth`` goroutines over one connection whose writer sends everything queued in one write, as
+  nats.go's flusher does).  Apache's Go remoting client costs 40-50 µs of CPU per single send, nats.go 16-21:
+  on two shared cores that difference, not the servers, can decide a ratio.  The raw rows cost a few µs per
+  message on every side, so their ratio (``go remoting raw`` against ``go nats raw``) compares the servers;
 * ``nats-py``: JetStream publishes awaiting their acks, ``depth`` in flight split over
   ``--nats-procs`` processes (one nats-py process costs more CPU per message than nats-server).
 
@@ -237,6 +243,14 @@ def generator_cmds(load: Load, t: Target, topic: str, n: int, depth: int, batch:
         d = max(2, -(-depth // b)) if b > 1 else depth
         return [[*remoting_java_cmd(), t.namesrv, topic, str(n), str(d), str(BODY), str(max(warmup, java_warmup)),
                  str(b)]]
+    if load.kind == "go-raw":
+        exe = str(Path(go_binary()).with_name("remotingraw"))
+        return [[exe, "-ns", t.namesrv, "-topic", topic, "-n", str(n), "-size", str(BODY), "-depth", str(depth),
+                 "-warmup", str(warmup)]]
+    if load.kind == "natsraw":
+        exe = str(Path(go_binary()).with_name("natsraw"))
+        return [[exe, "-url", t.nats[0], "-subject", SUBJECT, "-n", str(n), "-size", str(BODY), "-depth", str(depth),
+                 "-warmup", str(warmup)]]
     if load.kind == "natsgo":
         exe = str(Path(go_binary()).with_name("natspub"))
         return [[exe, "-url", t.nats[0], "-subject", SUBJECT, "-n", str(n), "-size", str(BODY), "-depth", str(depth),
@@ -466,23 +480,23 @@ async def _js_stream(url: str, replicas: int) -> None:
     await nc.close()
 
 
+GO_REMOTING = [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("go-raw", "go remoting raw")]
+GO_NATS = [Load("natsgo", "go nats"), Load("nats", "nats-py"), Load("natsraw", "go nats raw")]
+JVM_AND_GRPC = [Load("java", "java gRPC"), Load("java-remoting", "java remoting"),
+                Load("java-remoting-batch", "java remoting batch"), Load("go-grpc", "go gRPC")]
 LOADS = {
-    "rs-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC"),
-                 Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch"),
-                 Load("go-grpc", "go gRPC")],
-    "rs-sync": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
-    "rs-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
-    "rs-master-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
-    "rs-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
-    "rs-dledger-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
-    "js-r1": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
-    "js-r3": [Load("natsgo", "go nats"), Load("nats", "nats-py")],
-    "apache": [Load("go", "go remoting"), Load("go-batch", "go remoting batch"), Load("java", "java gRPC"),
-               Load("java-remoting", "java remoting"), Load("java-remoting-batch", "java remoting batch"),
-               Load("go-grpc", "go gRPC")],
-    "apache-master": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
-    "apache-master-async": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
-    "apache-dledger": [Load("go", "go remoting"), Load("go-batch", "go remoting batch")],
+    "rs-async": [*GO_REMOTING, *JVM_AND_GRPC],
+    "rs-sync": GO_REMOTING,
+    "rs-master": GO_REMOTING,
+    "rs-master-async": GO_REMOTING,
+    "rs-dledger": GO_REMOTING,
+    "rs-dledger-async": GO_REMOTING,
+    "js-r1": GO_NATS,
+    "js-r3": GO_NATS,
+    "apache": [*GO_REMOTING, *JVM_AND_GRPC],
+    "apache-master": GO_REMOTING,
+    "apache-master-async": GO_REMOTING,
+    "apache-dledger": GO_REMOTING,
     "grpc-floor": [Load("go-grpc", "go gRPC")],
     "grpc-floor-raw": [Load("go-grpc", "go gRPC")],
 }
@@ -502,7 +516,9 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
             rows.append([setup_name, label, "error", "", "", "", "", "", "", r["error"][:60]])
             continue
         peer = PEER_OF.get(setup_name)
-        js = results.get(f"{peer} / go nats{at}") if peer else None  # the Go client: nats-py is the slower side
+        # the Go client: nats-py is the slower side; a raw row against the raw JetStream row
+        js_path = "go nats raw" if label.startswith("go remoting raw") else "go nats"
+        js = results.get(f"{peer} / {js_path}{at}") if peer else None
         js = js if js and "error" not in js else None
         ap = results.get(f"{APACHE_OF.get(setup_name, 'apache')} / {label}") or results.get(f"apache / {label}")
         ratio_js = f"{r['msgs_per_s'] / js['msgs_per_s']:.2f}" if js and setup_name.startswith("rs") else ""
