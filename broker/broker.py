@@ -627,6 +627,14 @@ class Broker:
         self._route_cache[topic] = (time.monotonic(), route)
         return route
 
+    def writable_topic(self, name: str) -> TopicConfig | None:
+        """The config ``topic_for_send`` returns for ``name`` when it returns one without creating the topic; None
+        when it would create it or refuse the send (the caller then asks ``topic_for_send``, which says why)."""
+        cfg = self.topics.get(name)
+        if cfg is None or not (self.is_master and cfg.writable and self.writable):
+            return None
+        return cfg
+
     async def topic_for_send(self, name: str) -> TopicConfig:
         """The topic a send writes to, created when autoCreateTopicEnable allows; a BrokerError (NOT_WRITER,
         TOPIC_NOT_FOUND, FORBIDDEN) when this broker cannot take the send, which each front door maps."""
@@ -688,15 +696,20 @@ class Broker:
                 self.timer.accepted(msg)
         return results
 
+    @property
+    def stores_plain_runs(self) -> bool:
+        """Whether ``put_plain_run`` can store a run here: a put that waits for no fsync and no replica."""
+        return self.store.takes_plain_runs and self.replicas is None and self._role != "SYNC_MASTER"
+
     def put_plain_run(self, stored: list[StoredMessage]) -> bool:
         """Store a run of plain messages (no transaction, no delivery time) without waiting: True when all are
         stored (``put_messages``'s PUT_OK for each, their offsets set on them), False when the store declined
         the run (a store that waits for flush or replicas, a message it would refuse): nothing was stored, and
         ``put_messages`` does it.  The remoting front door's run of single sends (issue 20): no ``PutResult``
         per message and no await."""
-        store = self.store
-        if not store.takes_plain_runs or self.replicas is not None or self._role == "SYNC_MASTER":
+        if not self.stores_plain_runs:
             return False  # a put that waits (fsync, replicas): put_messages, whose one future serves the run
+        store = self.store
         s = self.settings
         region, trace_on = s.regionId, "true" if s.traceOn else "false"
         for m in stored:

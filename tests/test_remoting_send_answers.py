@@ -158,17 +158,20 @@ def _read() -> bytes:
     return b"".join(frames)
 
 
-async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: dict[str, Any] | None = None) -> bytes:
+async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: dict[str, Any] | None = None,
+                 now: bool = True, conf: dict[str, str] | None = None) -> bytes:
     """The answers a broker writes for ``reads`` on one connection; ``plain_runs`` False takes every run through
-    ``put_messages`` (the path before ``Broker.put_plain_run``); ``seen`` gets the store's ``put`` calls holding a
-    message of topic ANS and the
-    messages of queue ANS/0-3 read back."""
+    ``put_messages`` (the path before ``Broker.put_plain_run``); ``now`` False turns off the answers made inside
+    the read's callback (``RemotingServer.answer_now``: every group in a task, the path before it); ``conf``:
+    more broker settings.  ``seen`` gets the store's ``put`` calls holding a message of topic ANS, the messages of
+    queue ANS/0-3 read back, and per read the answer bytes written before ``data_received`` returned and whether
+    a task was left in flight then."""
     from rocketscope.broker.broker import Broker
     from rocketscope.broker.broker_config import load_broker_config
     from rocketscope.broker.remoting.server import _FrameProtocol
 
     b = Broker(load_broker_config({"brokerName": "ans", "namesrvAddr": "", "grpcServerPort": "0", "listenPort": "0",
-                                   "storePathRootDir": str(root), "traceOn": "false"}))
+                                   "storePathRootDir": str(root), "traceOn": "false", **(conf or {})}))
     await b.start()
     puts = 0
     store_put = b.store.put
@@ -182,13 +185,18 @@ async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: 
     b.store.put = counted_put  # type: ignore[method-assign]
     if not plain_runs:
         b.put_plain_run = lambda stored: False  # type: ignore[method-assign]
+    if not now:
+        b.remoting.server.group_handlers_now = {}  # type: ignore[attr-defined]
+    at_once: list[tuple[bytes, bool]] = []
     try:
         b.topics.create_if_absent("ANS", 4)
         transport = RecordingTransport()
         proto = _FrameProtocol(b.remoting.server)  # type: ignore[attr-defined]
         proto.connection_made(transport)
         for data in reads:
+            before = len(transport.out)
             proto.data_received(data)
+            at_once.append((bytes(transport.out[before:]), bool(proto.inflight)))
             for _ in range(400):
                 await asyncio.sleep(0.005)
                 if not proto.inflight:
@@ -197,6 +205,7 @@ async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: 
         await asyncio.sleep(0)  # the answers' write (Connection.flush) is one call_soon away
         if seen is not None:
             seen["puts"] = puts
+            seen["at_once"] = at_once
             seen["read"] = [(m.queue_id, m.queue_offset, m.physical_offset, m.body, m.properties)
                             for q in range(4) for m in b.store.get("ANS", q, 0, 100).messages]
         return bytes(transport.out)

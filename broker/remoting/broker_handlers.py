@@ -208,6 +208,23 @@ class _PreparedSend:
     kinds: list[SendKind]
 
 
+def _inline_plain(cmd: RemotingCommand, cfg: Any, max_size: int, peer: str) -> _PreparedSend | None:
+    """``cmd``'s one message when it is a plain single send the server's compiled loop read whole (its fields and
+    properties in ``cmd.send``, sysFlag 0) with a queue id in range, a body within ``max_size`` and no property
+    asking for more than a plain send; else None, and the general path (``_prepare_send``) reads it."""
+    pre = cmd.send  # the fields and properties the server's compiled loop read (fastpath.decode_frames)
+    if pre is None:
+        return None
+    fields = pre[0]
+    props = pre[1] if not fields[3] else None  # a single send, sysFlag 0
+    if props is None:
+        return None
+    queue_id, body = fields[2], cmd.body
+    if not (0 <= queue_id < cfg.write_queue_nums and len(body) <= max_size and _SPECIAL_PROPERTIES.isdisjoint(props)):
+        return None
+    return _plain_single(cfg, queue_id, body, props, fields, peer)
+
+
 def _plain_single(cfg: Any, queue_id: int, body: bytes, props: dict[str, str],
                   fields: tuple[str, str, int, int, int, int, int, bool, str], peer: str) -> _PreparedSend:
     """A plain single send's one message (its UNIQ_KEY made when the client sent none): the one place both of
@@ -265,7 +282,9 @@ class RemotingBroker:
                                      idle_s=s.serverChannelMaxIdleTimeSeconds, recorder=self._record,
                                      group_handlers={R.SEND_MESSAGE: self.send_group,
                                                      R.SEND_MESSAGE_V2: self.send_group,
-                                                     R.SEND_BATCH_MESSAGE: self.send_group})
+                                                     R.SEND_BATCH_MESSAGE: self.send_group},
+                                     group_handlers_now={R.SEND_MESSAGE: self.send_group_now,
+                                                         R.SEND_MESSAGE_V2: self.send_group_now})
         self._latency: Any = None
 
     # ------------------------------------------------------------ plumbing
@@ -371,6 +390,45 @@ class RemotingBroker:
         results = await self.b.put_messages(stored, prepared.kinds, cid)
         return cmd.response(*self._answer_send(prepared, results, cid, int((time.perf_counter() - started) * 1000)))
 
+    def send_group_now(self, cmds: list[RemotingCommand], conn: Connection
+                       ) -> list[RemotingCommand | bytes | None] | bytes | None:
+        """``send_group``'s answers without a wait, for the common read: every send a plain single to a topic this
+        broker takes sends for as it is, on a broker whose store takes the run without a wait (``Broker.
+        put_plain_run``), trace off.  None, having stored nothing, for any other read: ``send_group`` then runs it
+        in a task (RemotingServer.answer_now says why this costs less).  The messages, their records and the
+        answers are those ``send_group`` makes of the same read (tests/test_remoting_send_now.py)."""
+        b = self.b
+        if not b.stores_plain_runs or not isinstance(b.trace_hooks, NoTrace):
+            return None
+        max_size = b.settings.maxMessageSize
+        peer = conn.peer
+        valid = self._valid_topic_names
+        stored: list[StoredMessage] = []
+        prepared: list[_PreparedSend] = []
+        last_topic, cfg = "", None
+        for cmd in cmds:
+            pre = cmd.send
+            if pre is None:
+                return None
+            topic = pre[0][1]
+            if topic != last_topic:
+                # a name _send_topic checked already, not a retry topic (their group is checked each time), and
+                # a config topic_for_send would return without creating or refusing
+                cfg = b.writable_topic(topic) if topic in valid and not topic.startswith(RETRY_PREFIX) else None
+                if cfg is None:
+                    return None
+                last_topic = topic
+            p = _inline_plain(cmd, cfg, max_size, peer)
+            if p is None:
+                return None
+            stored.append(p.stored[0])
+            prepared.append(p)
+        if not b.put_plain_run(stored):
+            return None  # declined, nothing stored: send_group reads the same sends again
+        for cmd in cmds:
+            cmd.send = None
+        return self._answer_plain_run(cmds, stored, prepared, self.client_id(conn))
+
     async def send_group(self, cmds: list[RemotingCommand], conn: Connection
                          ) -> list[RemotingCommand | bytes | None] | bytes:
         """The sends of one connection that arrived in one read: one ``put_messages`` for all their messages.
@@ -403,20 +461,15 @@ class RemotingBroker:
                     cfg = await self._send_topic(topic, fields[7])
                     if not topic.startswith(RETRY_PREFIX):  # a retry topic checks its group each time
                         topics[topic] = cfg
-                props = pre[1] if pre is not None and not fields[3] else None  # a single send, sysFlag 0
-                if props is not None:
-                    # _prepare_send's first path inline, taken only where it gives the same: a queue id in range,
-                    # a body within maxMessageSize, no property asking for more than a plain send (else the
-                    # general path below, which parses the properties again from the header's text)
-                    queue_id, body = fields[2], cmd.body
-                    if (0 <= queue_id < cfg.write_queue_nums and len(body) <= max_size
-                            and _SPECIAL_PROPERTIES.isdisjoint(props)):
-                        cmd.send = None
-                        prepared = _plain_single(cfg, queue_id, body, props, fields, peer)
-                        ready.append((i, prepared))
-                        plain_stored.append(prepared.stored[0])
-                        plain_prepared.append(prepared)
-                        continue
+                # _prepare_send's first path inline, taken only where it gives the same (else the general path
+                # below, which parses the properties again from the header's text)
+                prepared = _inline_plain(cmd, cfg, max_size, peer)
+                if prepared is not None:
+                    cmd.send = None
+                    ready.append((i, prepared))
+                    plain_stored.append(prepared.stored[0])
+                    plain_prepared.append(prepared)
+                    continue
                 ready.append((i, self._prepare_send(cmd, conn, fields, cfg, now_ms, max_size)))
             except HeaderError as exc:
                 out[i] = cmd.response(exc.code, str(exc))

@@ -53,6 +53,9 @@ Recorder = Callable[[int, int, float], None]
 # answers, one bytes of their frames in request order (none for a oneway request)
 GroupAnswers = list[RemotingCommand | bytes | None] | bytes
 GroupHandler = Callable[[list[RemotingCommand], "Connection"], Awaitable[GroupAnswers]]
+# a group handler's synchronous first try: the answers when it handled the whole group without waiting, else None
+# having changed nothing (the group then goes to its GroupHandler in a task)
+GroupHandlerNow = Callable[[list[RemotingCommand], "Connection"], "GroupAnswers | None"]
 # back-pressure per connection: reading stops at PAUSE_ABOVE requests in flight, resumes at RESUME_BELOW
 PAUSE_ABOVE = 1024
 RESUME_BELOW = 256
@@ -84,6 +87,9 @@ class Connection:
         # answers encoded during one event-loop iteration, written with one write (one send syscall for
         # all the sends a batch of requests completed, instead of one each: issue 20's profile)
         self._out: list[bytes] = []
+        # set while answers made inside a read's callback are queued: the caller writes them itself before the
+        # callback returns (RemotingServer.answer_now), so no flush is scheduled for them
+        self.writing_now = False
         # set while the transport's write buffer is above its high-water mark (the protocol's pause_writing)
         self.write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -97,7 +103,7 @@ class Connection:
             log.warning("cannot encode answer in type %d (%s); answering in JSON", cmd.serialize_type, exc)
             cmd.serialize_type = 0
             data = encode(cmd)
-        if not self._out:
+        if not self._out and not self.writing_now:
             self.loop.call_soon(self.flush)
         self._out.append(data)
 
@@ -105,7 +111,7 @@ class Connection:
         """Queue answer frames already encoded (``codec.encode_response``), in order, after what ``send`` queued."""
         if not frames or not frames[0] or self.closed or self.transport.is_closing():
             return
-        if not self._out:
+        if not self._out and not self.writing_now:
             self.loop.call_soon(self.flush)
         self._out.extend(frames)
 
@@ -229,7 +235,11 @@ class _FrameProtocol(asyncio.Protocol):
         elif pos < len(data):
             self.buf += memoryview(data)[pos:]
         loop = conn.loop
+        now_handlers = server.group_handlers_now
         for code, cmds in grouped.items():
+            now = now_handlers.get(code)
+            if now is not None and server.answer_now(now, code, cmds, conn):
+                continue
             task = loop.create_task(server.dispatch_group(code, cmds, conn))
             self.track(task)
         if full and not self.paused:
@@ -295,12 +305,16 @@ class RemotingServer:
 
     def __init__(self, name: str, handlers: dict[int, Handler], *, max_frame: int = DEFAULT_MAX_FRAME,
                  idle_s: float = 120.0, recorder: Recorder | None = None,
-                 group_handlers: dict[int, GroupHandler] | None = None) -> None:
+                 group_handlers: dict[int, GroupHandler] | None = None,
+                 group_handlers_now: dict[int, GroupHandlerNow] | None = None) -> None:
         self.name = name
         self.handlers = handlers
         # codes whose requests, when several arrive in one read of a connection, are handled by one call
         # (the sends of a pipelining producer: one store put, one task, one write for all of them)
         self.group_handlers = group_handlers or {}
+        # tried first, inside the read's callback: a group they handle costs no task, no coroutine and no later
+        # loop iteration, and its answers leave before the callback returns (``answer_now``)
+        self.group_handlers_now = group_handlers_now or {}
         self.max_frame = max_frame
         self.idle_s = idle_s
         self.recorder = recorder
@@ -475,10 +489,45 @@ class RemotingServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("%s remoting: %d requests of code %d from %s failed", self.name, len(cmds), code,
-                          conn.peer)
-            resps = [cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}") for cmd in cmds]
-        elapsed = time.perf_counter() - started
+            resps = self._group_failed(code, cmds, conn, exc)
+        self._answer_group(code, cmds, resps, conn, time.perf_counter() - started)
+        await conn.drain()
+
+    def answer_now(self, handler: GroupHandlerNow, code: int, cmds: list[RemotingCommand], conn: Connection) -> bool:
+        """Handle a group inside the read's callback when ``handler`` can (True: answered, the answers written before it
+        returns); False when it declined and changed nothing.
+
+        Why: a read of plain single sends on a broker whose store takes them without a wait (broker/remoting/
+        broker_handlers.py ``send_group_now``) spent a task, four coroutine frames, a done callback and two more
+        loop iterations (the task's step, the answers' flush) on top of the work itself: ~15-20 µs per read, most of
+        a send's cost when a client's reads hold a few sends each (Apache's Go client: ~4 at depth 64).  Not when the
+        client stopped reading (the answers would pile up: the task path waits in ``drain``)."""
+        if conn.write_paused:
+            return False
+        started = time.perf_counter()
+        try:
+            resps = handler(cmds, conn)
+        except Exception as exc:
+            resps = self._group_failed(code, cmds, conn, exc)
+        if resps is None:
+            return False
+        conn.writing_now = True
+        try:
+            self._answer_group(code, cmds, resps, conn, time.perf_counter() - started)
+        finally:
+            conn.writing_now = False
+        conn.flush()
+        return True
+
+    def _group_failed(self, code: int, cmds: list[RemotingCommand], conn: Connection, exc: Exception
+                      ) -> GroupAnswers:
+        log.exception("%s remoting: %d requests of code %d from %s failed", self.name, len(cmds), code, conn.peer,
+                      exc_info=exc)
+        return [cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}") for cmd in cmds]
+
+    def _answer_group(self, code: int, cmds: list[RemotingCommand], resps: GroupAnswers, conn: Connection,
+                      elapsed: float) -> None:
+        """Record and queue the answers of a group (``resps`` one per command, or all their frames in order)."""
         recorder = self.recorder
         if isinstance(resps, bytes):  # every request answered SUCCESS, the frames already in order
             if recorder is not None:
@@ -488,7 +537,6 @@ class RemotingServer:
                 except Exception:
                     log.debug("remoting recorder failed", exc_info=True)
             conn.send_frames([resps])
-            await conn.drain()
             return
         frames: list[bytes] = []  # encoded answers not yet queued: written in order with the commands'
         for cmd, resp in zip(cmds, resps, strict=True):
@@ -509,7 +557,6 @@ class RemotingServer:
             resp.flag |= FLAG_RESPONSE
             conn.send(resp)
         conn.send_frames(frames)
-        await conn.drain()
 
     async def _dispatch(self, cmd: RemotingCommand, conn: Connection) -> None:
         started = time.perf_counter()
