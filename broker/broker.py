@@ -12,6 +12,7 @@ import logging
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -701,15 +702,41 @@ class Broker:
         """Whether ``put_plain_run`` can store a run here: a put that waits for no fsync and no replica."""
         return self.store.takes_plain_runs and self.replicas is None and self._role != "SYNC_MASTER"
 
+    @property
+    def replicates_plain_runs(self) -> bool:
+        """Whether ``put_plain_run_replicated`` can store a run here: a SYNC_MASTER of Master/Slave (not controller
+        mode) whose store waits for no fsync."""
+        return self.store.takes_plain_runs and self.replicas is None and self._role == "SYNC_MASTER"
+
     def put_plain_run(self, stored: list[StoredMessage]) -> bool:
         """Store a run of plain messages (no transaction, no delivery time) without waiting: True when all are
         stored (``put_messages``'s PUT_OK for each, their offsets set on them), False when the store declined
         the run (a store that waits for flush or replicas, a message it would refuse): nothing was stored, and
         ``put_messages`` does it.  The remoting front door's run of single sends (issue 20): no ``PutResult``
         per message and no await."""
-        if not self.stores_plain_runs:
+        if not self.stores_plain_runs or not self._append_plain_run(stored):
             return False  # a put that waits (fsync, replicas): put_messages, whose one future serves the run
-        store = self.store
+        self.metrics.on_stored(stored)
+        return True
+
+    def put_plain_run_replicated(self, stored: list[StoredMessage], done: Callable[[bool], None]) -> bool:
+        """``put_plain_run`` on a SYNC_MASTER: store the run now, then ``done(True)`` once ``inSyncReplicas`` copies
+        hold it or ``done(False)`` after ``slaveTimeout`` (each message's FLUSH_SLAVE_TIMEOUT, as ``put_messages``
+        would say); False, nothing stored and ``done`` never called, when the store declined the run.  The
+        messages count as stored (the metrics) when their copies are in, as ``put_messages`` counts PUT_OK only."""
+        if not self.replicates_plain_runs or not self._append_plain_run(stored):
+            return False
+        last = stored[-1]
+
+        def replicated(ok: bool) -> None:
+            if ok:
+                self.metrics.on_stored(stored)
+            done(ok)
+
+        self.replication_master.when_replicated(last.physical_offset + last.size, replicated)
+        return True
+
+    def _append_plain_run(self, stored: list[StoredMessage]) -> bool:
         s = self.settings
         region, trace_on = s.regionId, "true" if s.traceOn else "false"
         for m in stored:
@@ -718,10 +745,7 @@ class Broker:
                 props["MSG_REGION"] = region
             if "TRACE_ON" not in props:
                 props["TRACE_ON"] = trace_on
-        if not store.append_plain_run(stored):
-            return False
-        self.metrics.on_stored(stored)
-        return True
+        return self.store.append_plain_run(stored)
 
     # ---------------------------------------------------------- consume path
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,

@@ -159,13 +159,14 @@ def _read() -> bytes:
 
 
 async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: dict[str, Any] | None = None,
-                 now: bool = True, conf: dict[str, str] | None = None) -> bytes:
+                 now: bool = True, conf: dict[str, str] | None = None, after_read: Any = None) -> bytes:
     """The answers a broker writes for ``reads`` on one connection; ``plain_runs`` False takes every run through
     ``put_messages`` (the path before ``Broker.put_plain_run``); ``now`` False turns off the answers made inside
     the read's callback (``RemotingServer.answer_now``: every group in a task, the path before it); ``conf``:
     more broker settings.  ``seen`` gets the store's ``put`` calls holding a message of topic ANS, the messages of
     queue ANS/0-3 read back, and per read the answer bytes written before ``data_received`` returned and whether
-    a task was left in flight then."""
+    a task was left in flight then (``tasks``: how many of what is in flight are tasks).  ``after_read(broker)``
+    runs right after each read is handed over."""
     from rocketscope.broker.broker import Broker
     from rocketscope.broker.broker_config import load_broker_config
     from rocketscope.broker.remoting.server import _FrameProtocol
@@ -188,7 +189,17 @@ async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: 
     if not now:
         b.remoting.server.group_handlers_now = {}  # type: ignore[attr-defined]
     at_once: list[tuple[bytes, bool]] = []
+    tasks: list[int] = []
     try:
+        # the broker's first HA event record is appended a few ms after start: wait for it, so that no read's
+        # records and that one land in an order that depends on how soon the read came
+        for _ in range(1000):
+            if any(m.topic == "RMQ_SYS_HA_EVENTS"
+                   for m in b.store.commit_log.iter_messages(0, b.store.commit_log.max_offset)):
+                break
+            await asyncio.sleep(0.005)
+        else:
+            raise AssertionError("the broker wrote no HA event record within 5 s of its start")
         b.topics.create_if_absent("ANS", 4)
         transport = RecordingTransport()
         proto = _FrameProtocol(b.remoting.server)  # type: ignore[attr-defined]
@@ -197,6 +208,9 @@ async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: 
             before = len(transport.out)
             proto.data_received(data)
             at_once.append((bytes(transport.out[before:]), bool(proto.inflight)))
+            tasks.append(sum(isinstance(f, asyncio.Task) for f in proto.inflight))
+            if after_read is not None:
+                after_read(b)
             for _ in range(400):
                 await asyncio.sleep(0.005)
                 if not proto.inflight:
@@ -206,6 +220,7 @@ async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: 
         if seen is not None:
             seen["puts"] = puts
             seen["at_once"] = at_once
+            seen["tasks"] = tasks
             seen["read"] = [(m.queue_id, m.queue_offset, m.physical_offset, m.body, m.properties)
                             for q in range(4) for m in b.store.get("ANS", q, 0, 100).messages]
         return bytes(transport.out)

@@ -30,7 +30,7 @@ from rocketscope.broker.remoting.codec import FLAG_ONEWAY, RemotingCommand
 IMPLS = ["c", "python"]
 
 
-def _both(root: Path, reads: list[bytes], impl: str, conf: dict[str, str] | None = None
+def _both(root: Path, reads: list[bytes], impl: str, conf: dict[str, str] | None = None, after_read: Any = None
           ) -> tuple[tuple[bytes, dict[str, Any]], tuple[bytes, dict[str, Any]]]:
     """(answers, seen) of the same reads with the path on and off."""
     if impl == "c" and speedups.compiled is None:
@@ -39,7 +39,8 @@ def _both(root: Path, reads: list[bytes], impl: str, conf: dict[str, str] | None
     for now in (True, False):
         seen: dict[str, Any] = {}
         with _pure_python() if impl == "python" else contextlib.nullcontext():
-            got = asyncio.run(_serve(root / f"{impl}-{now}", reads, seen=seen, now=now, conf=conf))
+            got = asyncio.run(_serve(root / f"{impl}-{now}", reads, seen=seen, now=now, conf=conf,
+                                     after_read=after_read))
         out.append((got, seen))
     return out[0], out[1]
 
@@ -173,3 +174,66 @@ def test_a_failure_inside_the_callback_is_answered_as_the_task_path_answers_it(t
     assert [a.opaque for a in answers] == [500, 502]
     assert {a.code for a in answers} == {codec.ResponseCode.SYSTEM_ERROR}
     assert all("disk gone" in (a.remark or "") for a in answers)
+
+
+SYNC_MASTER = {"brokerRole": "SYNC_MASTER", "inSyncReplicas": "2", "slaveTimeout": "300"}
+
+
+def _slave_copies_each_append(b: Any) -> None:
+    """From the first read on, a slave that reports the master's whole log one loop iteration after each append:
+    what the HA link does (``notify_appended`` pumps the new records, the slave reports its end), without it."""
+    from rocketscope.broker.ha.master import SlaveState
+
+    rm = b.replication_master
+    if 2 in rm.slaves:
+        return
+    state = rm.slaves[2] = SlaveState(2, "127.0.0.1:1", 0)
+
+    def report() -> None:
+        end = b.store.commit_log.max_offset
+        if end > state.ack_offset:
+            rm.acked(state, end)
+
+    rm.notify_appended = lambda: asyncio.get_running_loop().call_soon(report)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_sync_master_answers_a_read_once_its_slave_has_it_as_the_task_path_does(tmp_path: Path, impl: str) -> None:
+    """SYNC_MASTER with a slave that copies each append: plain reads are stored at once and
+    held by a future, not a task, until the slave's report; then answered SUCCESS as the task path answers them.
+    A read holding a delayed and a half message goes to a task."""
+    reads = [_plain_read(3), _plain_read(10, oneway=(3,)), _read(), _plain_read(5, oneway=(0,))]
+    (now_out, now_seen), (task_out, task_seen) = _both(tmp_path, reads, impl, SYNC_MASTER, _slave_copies_each_append)
+    answers = _without_drawn_ids(_frames(now_out))
+    assert answers == _without_drawn_ids(_frames(task_out))
+    assert {a.code for a in answers} == {codec.ResponseCode.SUCCESS}
+    assert now_seen["read"] == task_seen["read"]
+    assert [inflight for _, inflight in now_seen["at_once"]] == [True] * 4  # none answered before its copy
+    assert task_seen["tasks"] == [1, 1, 1, 1]
+    assert now_seen["tasks"] == ([1, 0, 1, 0] if impl == "c" else [1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_sync_master_without_its_slave_answers_flush_slave_timeout_as_the_task_path_does(tmp_path: Path,
+                                                                                          impl: str) -> None:
+    """No slave: after slaveTimeout (300 ms here) every send is answered FLUSH_SLAVE_TIMEOUT, the same answers as
+    the task path's, and the messages are stored on the master all the same."""
+    reads = [_plain_read(3), _plain_read(6, oneway=(2,))]
+    (now_out, now_seen), (task_out, task_seen) = _both(tmp_path, reads, impl, SYNC_MASTER)
+    answers = _frames(now_out)
+    assert answers == _frames(task_out)
+    assert [a.opaque for a in answers] == [500, 501, 502, 500, 501, 503, 504, 505]
+    assert {a.code for a in answers} == {codec.ResponseCode.FLUSH_SLAVE_TIMEOUT}
+    assert now_seen["read"] == task_seen["read"] and len(now_seen["read"]) == 9
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_sync_master_waiting_for_no_slave_answers_without_a_task(tmp_path: Path, impl: str) -> None:
+    """inSyncReplicas 1: the master's copy is enough, so the answer is made while the read is handled (the
+    callback runs before the put returns) and nothing stays in flight."""
+    reads = [_plain_read(3), _plain_read(4)]
+    conf = SYNC_MASTER | {"inSyncReplicas": "1"}
+    (now_out, now_seen), (task_out, _task_seen) = _both(tmp_path, reads, impl, conf)
+    assert _frames(now_out) == _frames(task_out)
+    if impl == "c":
+        assert now_seen["at_once"][1][1] is False and now_seen["tasks"][1] == 0

@@ -19,6 +19,9 @@ send's ack costs one small frame read and no coroutine switch (the grpc.aio stre
 from __future__ import annotations
 
 import asyncio
+import bisect
+import heapq
+import itertools
 import logging
 import struct
 import time
@@ -231,13 +234,37 @@ class _SlaveSession:
         self.master.resolve_waiters()
 
 
+@dataclass(slots=True)
+class _Waiter:
+    """A put waiting for ``needed`` copies of everything below ``offset`` until ``deadline`` (monotonic)."""
+
+    offset: int
+    needed: int
+    deadline: float
+    done: Callable[[bool], None] | None  # dropped once called: what it holds (a run's messages) is freed at once
+
+    def answer(self, ok: bool) -> None:
+        done, self.done = self.done, None
+        if done is not None:
+            done(ok)
+
+    @property
+    def finished(self) -> bool:
+        return self.done is None
+
+
 class ReplicationMaster:
     def __init__(self, broker: MasterHost) -> None:
         self.broker = broker
         self.slaves: dict[int, SlaveState] = {}
         self.sessions: set[_SlaveSession] = set()
         self._pump_scheduled = False
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
+        # the puts waiting for their copies, by offset (an ack answers a prefix), and by deadline (one timer for
+        # the earliest: puts register in time order with the same slaveTimeout, so it rarely moves)
+        self._waiters: list[tuple[int, int, _Waiter]] = []
+        self._deadlines: list[tuple[float, int, _Waiter]] = []
+        self._seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
         self.on_ack: list[Callable[[SlaveState], None]] = []
 
     def open_session(self, conn: Conn) -> _SlaveSession:
@@ -274,30 +301,95 @@ class ReplicationMaster:
         """How many copies (master included) hold every byte below ``offset``."""
         return 1 + sum(1 for s in self.slaves.values() if s.connected and s.ack_offset >= offset)
 
+    def _held_by(self, needed: int) -> int:
+        """The offset below which ``needed`` copies (master included) hold every byte: the (needed-1)-th
+        largest ack of the connected slaves (0 when fewer are connected)."""
+        if needed <= 1:
+            return 1 << 62
+        acks = sorted((st.ack_offset for st in self.slaves.values() if st.connected), reverse=True)
+        return acks[needed - 2] if len(acks) >= needed - 1 else 0
+
     def resolve_waiters(self) -> None:
-        keep = []
-        for offset, needed, fut in self._waiters:
-            if fut.done():
+        """Answer every waiting put whose copies are in (the waiters are by offset: a prefix of them; a put that
+        registered under another ``inSyncReplicas``, changed at run time, can wait for the next ack behind one
+        that needs more copies)."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        held: dict[int, int] = {}
+        i = 0
+        while i < len(waiters):
+            offset, _seq, w = waiters[i]
+            if w.finished:
+                i += 1
                 continue
-            if self.copies(offset) >= needed:
-                fut.set_result(True)
-            else:
-                keep.append((offset, needed, fut))
-        self._waiters = keep
+            bound = held.get(w.needed)
+            if bound is None:
+                bound = held[w.needed] = self._held_by(w.needed)
+            if offset > bound:
+                break
+            w.answer(True)
+            i += 1
+        if i:
+            del waiters[:i]
+            # and from the deadlines: the answered are their first entries in the common case (puts register in log
+            # order with one slaveTimeout), so the heap stays as small as the puts still waiting
+            deadlines = self._deadlines
+            while deadlines and deadlines[0][2].finished:
+                heapq.heappop(deadlines)
+
+    def when_replicated(self, offset: int, done: Callable[[bool], None]) -> None:
+        """Call ``done(True)`` once ``inSyncReplicas`` copies hold everything below ``offset``, or ``done(False)``
+        after ``slaveTimeout`` (SYNC_MASTER's rule); at once when they already do.
+
+        Why a callback: a SYNC_MASTER put's wait was a future, ``asyncio.wait_for`` (its own timer) and the
+        awaiting task's wake-up per put; a run of plain single sends answered from the read's callback
+        (broker/remoting/broker_handlers.py ``send_group_now``) writes its answers from here instead, and one timer
+        serves every waiting put."""
+        s = self.broker.settings
+        needed = s.inSyncReplicas
+        if needed <= 1 or self.copies(offset) >= needed:
+            done(True)
+            return
+        loop = asyncio.get_running_loop()
+        seq = next(self._seq)
+        w = _Waiter(offset, needed, loop.time() + s.slaveTimeout / 1000, done)
+        waiters = self._waiters
+        if not waiters or waiters[-1][0] <= offset:
+            waiters.append((offset, seq, w))  # the common case: puts register in log order
+        else:
+            bisect.insort(waiters, (offset, seq, w))
+        heapq.heappush(self._deadlines, (w.deadline, seq, w))
+        if self._timer is None:
+            self._timer = loop.call_at(w.deadline, self._expire)
+
+    def _expire(self) -> None:
+        """Answer ``False`` to every put whose ``slaveTimeout`` passed; arm the timer for the next deadline."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][2].finished or deadlines[0][0] <= now):
+            _deadline, _seq, w = heapq.heappop(deadlines)
+            w.answer(False)
+        if deadlines:
+            self._timer = loop.call_at(deadlines[0][0], self._expire)
+        if self._waiters and self._waiters[0][2].finished:
+            self._waiters = [x for x in self._waiters if not x[2].finished]
 
     async def wait_replicated(self, offset: int) -> PutStatus:
         """SYNC_MASTER's rule: ``inSyncReplicas`` copies within ``slaveTimeout``."""
         s = self.broker.settings
-        needed = s.inSyncReplicas
-        if needed <= 1 or self.copies(offset) >= needed:
+        if s.inSyncReplicas <= 1 or self.copies(offset) >= s.inSyncReplicas:
             return PutStatus.PUT_OK
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append((offset, needed, fut))
-        try:
-            await asyncio.wait_for(fut, s.slaveTimeout / 1000)
-            return PutStatus.PUT_OK
-        except TimeoutError:
-            return PutStatus.FLUSH_SLAVE_TIMEOUT
+
+        def done(ok: bool) -> None:
+            if not fut.done():  # the awaiting task may have been cancelled
+                fut.set_result(ok)
+
+        self.when_replicated(offset, done)
+        return PutStatus.PUT_OK if await fut else PutStatus.FLUSH_SLAVE_TIMEOUT
 
     def status(self) -> list[dict[str, object]]:
         end = self.broker.store.commit_log.max_offset

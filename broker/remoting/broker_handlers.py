@@ -54,7 +54,7 @@ from .compression import SYSFLAG_COMPRESSED, inflate
 from .config import parse_delay_levels
 from .errors import PUT_CODES, remoting_code
 from .mq_version import version_desc
-from .server import Connection, Handler, RemotingServer
+from .server import LATER, Connection, GroupReply, Handler, Later, RemotingServer
 from .tags import parse_tags
 
 if TYPE_CHECKING:
@@ -390,16 +390,23 @@ class RemotingBroker:
         results = await self.b.put_messages(stored, prepared.kinds, cid)
         return cmd.response(*self._answer_send(prepared, results, cid, int((time.perf_counter() - started) * 1000)))
 
-    def send_group_now(self, cmds: list[RemotingCommand], conn: Connection
-                       ) -> list[RemotingCommand | bytes | None] | bytes | None:
-        """``send_group``'s answers without a wait, for the common read: every send a plain single to a topic this
-        broker takes sends for as it is, on a broker whose store takes the run without a wait (``Broker.
-        put_plain_run``), trace off.  None, having stored nothing, for any other read: ``send_group`` then runs it
-        in a task (RemotingServer.answer_now says why this costs less).  The messages, their records and the
-        answers are those ``send_group`` makes of the same read (tests/test_remoting_send_now.py)."""
+    def send_group_now(self, cmds: list[RemotingCommand], conn: Connection, reply: GroupReply
+                       ) -> list[RemotingCommand | bytes | None] | bytes | Later | None:
+        """``send_group``'s answers without a task, for the common read: every send a plain single to a topic this
+        broker takes sends for as it is, trace off, on a broker whose store takes the run without a wait (``Broker.
+        put_plain_run``: the answers) or a SYNC_MASTER's (``put_plain_run_replicated``: LATER, and ``reply`` gets
+        the answers once the copies are in or slaveTimeout passed).  None, having stored nothing, for any other
+        read: ``send_group`` then runs it in a task (RemotingServer.answer_now says why this costs less).  The
+        messages, their records and the answers are those ``send_group`` makes of the same read
+        (tests/test_remoting_send_now.py)."""
         b = self.b
-        if not b.stores_plain_runs or not isinstance(b.trace_hooks, NoTrace):
+        if not isinstance(b.trace_hooks, NoTrace):
             return None
+        replicated = False
+        if not b.stores_plain_runs:
+            if not b.replicates_plain_runs:
+                return None
+            replicated = True
         max_size = b.settings.maxMessageSize
         peer = conn.peer
         valid = self._valid_topic_names
@@ -423,11 +430,30 @@ class RemotingBroker:
                 return None
             stored.append(p.stored[0])
             prepared.append(p)
-        if not b.put_plain_run(stored):
-            return None  # declined, nothing stored: send_group reads the same sends again
+        cid = self.client_id(conn)
+        if not replicated:
+            if not b.put_plain_run(stored):
+                return None  # declined, nothing stored: send_group reads the same sends again
+            for cmd in cmds:
+                cmd.send = None
+            return self._answer_plain_run(cmds, stored, prepared, cid)
+        started = time.perf_counter()
+
+        def replicated_or_not(ok: bool) -> None:
+            if ok:
+                reply(self._answer_plain_run(cmds, stored, prepared, cid))
+                return
+            # put_messages' answers when the slaves did not copy the run in time: each send FLUSH_SLAVE_TIMEOUT
+            timeout = PutStatus.FLUSH_SLAVE_TIMEOUT
+            reply(self._answer_each(cmds, [None] * len(cmds), list(enumerate(prepared)),
+                                    [PutResult(timeout, m) for m in stored], cid,
+                                    int((time.perf_counter() - started) * 1000)))
+
+        if not b.put_plain_run_replicated(stored, replicated_or_not):
+            return None
         for cmd in cmds:
             cmd.send = None
-        return self._answer_plain_run(cmds, stored, prepared, self.client_id(conn))
+        return LATER
 
     async def send_group(self, cmds: list[RemotingCommand], conn: Connection
                          ) -> list[RemotingCommand | bytes | None] | bytes:

@@ -53,9 +53,18 @@ Recorder = Callable[[int, int, float], None]
 # answers, one bytes of their frames in request order (none for a oneway request)
 GroupAnswers = list[RemotingCommand | bytes | None] | bytes
 GroupHandler = Callable[[list[RemotingCommand], "Connection"], Awaitable[GroupAnswers]]
-# a group handler's synchronous first try: the answers when it handled the whole group without waiting, else None
+
+
+class Later:
+    """What a now-handler returns when it took the group and answers it later, through its ``reply``."""
+
+
+LATER = Later()
+# a group handler's synchronous first try: the answers when it handled the whole group without waiting, LATER when
+# it took the group and will call ``reply(answers)`` once (from a later callback, or before it returns), else None
 # having changed nothing (the group then goes to its GroupHandler in a task)
-GroupHandlerNow = Callable[[list[RemotingCommand], "Connection"], "GroupAnswers | None"]
+GroupReply = Callable[[GroupAnswers], None]
+GroupHandlerNow = Callable[[list[RemotingCommand], "Connection", GroupReply], "GroupAnswers | Later | None"]
 # back-pressure per connection: reading stops at PAUSE_ABOVE requests in flight, resumes at RESUME_BELOW
 PAUSE_ABOVE = 1024
 RESUME_BELOW = 256
@@ -189,7 +198,7 @@ class _FrameProtocol(asyncio.Protocol):
         self.server = server
         self.buf = bytearray(prefix)
         self.conn: Connection | None = None
-        self.inflight: set[asyncio.Task[None]] = set()
+        self.inflight: set[asyncio.Future[None]] = set()  # tasks, and groups answered later (answer_now)
         self.paused = False  # reading paused by us (PAUSE_ABOVE), not by the transport
         self.broken = False  # a bad frame was answered: nothing more is read
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -238,7 +247,7 @@ class _FrameProtocol(asyncio.Protocol):
         now_handlers = server.group_handlers_now
         for code, cmds in grouped.items():
             now = now_handlers.get(code)
-            if now is not None and server.answer_now(now, code, cmds, conn):
+            if now is not None and server.answer_now(now, code, cmds, conn, self.track):
                 continue
             task = loop.create_task(server.dispatch_group(code, cmds, conn))
             self.track(task)
@@ -249,11 +258,11 @@ class _FrameProtocol(asyncio.Protocol):
             log.info("%s remoting: %s has %d requests in flight; reading paused until %d", server.name, conn.peer,
                      len(self.inflight), RESUME_BELOW)
 
-    def track(self, task: asyncio.Task[None]) -> None:
+    def track(self, task: asyncio.Future[None]) -> None:
         self.inflight.add(task)
         task.add_done_callback(self._finished)
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, task: asyncio.Future[None]) -> None:
         self.inflight.discard(task)
         if self.paused and len(self.inflight) <= RESUME_BELOW and self.conn is not None and not self.conn.closed:
             self.paused = False
@@ -493,24 +502,42 @@ class RemotingServer:
         self._answer_group(code, cmds, resps, conn, time.perf_counter() - started)
         await conn.drain()
 
-    def answer_now(self, handler: GroupHandlerNow, code: int, cmds: list[RemotingCommand], conn: Connection) -> bool:
-        """Handle a group inside the read's callback when ``handler`` can (True: answered, the answers written before it
-        returns); False when it declined and changed nothing.
+    def answer_now(self, handler: GroupHandlerNow, code: int, cmds: list[RemotingCommand], conn: Connection,
+                   track: Callable[[asyncio.Future[None]], None]) -> bool:
+        """Handle a group inside the read's callback when ``handler`` can (True: answered, the answers written before
+        it returns, or taken and answered later); False when it declined and changed nothing.
 
         Why: a read of plain single sends on a broker whose store takes them without a wait (broker/remoting/
         broker_handlers.py ``send_group_now``) spent a task, four coroutine frames, a done callback and two more
         loop iterations (the task's step, the answers' flush) on top of the work itself: ~15-20 µs per read, most of
-        a send's cost when a client's reads hold a few sends each (Apache's Go client: ~4 at depth 64).  Not when the
-        client stopped reading (the answers would pile up: the task path waits in ``drain``)."""
+        a send's cost when a client's reads hold a few sends each (Apache's Go client: ~4 at depth 64).  A group
+        answered later (a SYNC_MASTER's, once its copies are in) holds a future in ``track`` meanwhile, so the
+        connection's in-flight limit counts it as it counts a task.  Not when the client stopped reading (the
+        answers would pile up: the task path waits in ``drain``)."""
         if conn.write_paused:
             return False
         started = time.perf_counter()
+        held: list[asyncio.Future[None]] = []
+        replied = False
+
+        def reply(resps: GroupAnswers) -> None:
+            nonlocal replied
+            replied = True
+            self._answer_group(code, cmds, resps, conn, time.perf_counter() - started)
+            if held:
+                held[0].set_result(None)
+
         try:
-            resps = handler(cmds, conn)
+            resps = handler(cmds, conn, reply)
         except Exception as exc:
             resps = self._group_failed(code, cmds, conn, exc)
         if resps is None:
             return False
+        if isinstance(resps, Later):
+            if not replied:
+                held.append(conn.loop.create_future())
+                track(held[0])
+            return True
         conn.writing_now = True
         try:
             self._answer_group(code, cmds, resps, conn, time.perf_counter() - started)
