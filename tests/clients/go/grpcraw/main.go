@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -100,13 +99,11 @@ func main() {
 	flag.Parse()
 	request, err := os.ReadFile(*requestFile)
 	if err != nil {
-		loadstat.Emit(map[string]interface{}{"event": "error", "error": err.Error()})
-		os.Exit(1)
+		loadstat.Fail("%v", err)
 	}
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		loadstat.Emit(map[string]interface{}{"event": "error", "error": err.Error()})
-		os.Exit(1)
+		loadstat.Fail("%v", err)
 	}
 	defer conn.Close()
 	pairs := []string{}
@@ -115,8 +112,7 @@ func main() {
 		pairs = append(pairs, k, v)
 	}
 	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(pairs...))
-	var lastError atomic.Value
-	send := func() error {
+	loadstat.Run(*n, *warmup, *depth, func() error {
 		var answer []byte
 		req := request
 		err := conn.Invoke(ctx, *method, &req, &answer, grpc.ForceCodec(rawCodec{}))
@@ -125,14 +121,6 @@ func main() {
 				err = fmt.Errorf("status code %d", code)
 			}
 		}
-		if err != nil {
-			lastError.Store(err.Error())
-		}
 		return err
-	}
-	summary := loadstat.Drive(*n, *warmup, *depth, send)
-	if e := lastError.Load(); e != nil {
-		summary["last_error"] = e
-	}
-	loadstat.Emit(summary)
+	})
 }

@@ -6,6 +6,7 @@ package loadstat
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -95,4 +96,28 @@ func Drive(n, warmup, depth int, send func() error) map[string]interface{} {
 	start := time.Now()
 	failed := run(n, lat)
 	return Summary(n, failed, time.Since(start).Seconds(), CPUSeconds()-cpu0, lat)
+}
+
+// Fail prints an {"event":"error"} line (a generator that cannot start) and exits 1.
+func Fail(format string, args ...interface{}) {
+	Emit(map[string]interface{}{"event": "error", "error": fmt.Sprintf(format, args...)})
+	os.Exit(1)
+}
+
+// Run is Drive for a send whose error says why it failed: the summary line, with the last such error as
+// "last_error" (so a row of failed sends says what the server answered), is printed and returned.
+func Run(n, warmup, depth int, send func() error) map[string]interface{} {
+	var lastError atomic.Value
+	summary := Drive(n, warmup, depth, func() error {
+		err := send()
+		if err != nil {
+			lastError.Store(err.Error())
+		}
+		return err
+	})
+	if e := lastError.Load(); e != nil {
+		summary["last_error"] = e
+	}
+	Emit(summary)
+	return summary
 }

@@ -29,11 +29,6 @@ import (
 	"rocketscope/tests/clients/go/rawpipe"
 )
 
-func fail(format string, args ...interface{}) {
-	loadstat.Emit(map[string]interface{}{"event": "error", "error": fmt.Sprintf(format, args...)})
-	os.Exit(1)
-}
-
 func main() {
 	server := flag.String("url", "nats://127.0.0.1:4222", "server URL")
 	subject := flag.String("subject", "bench.data", "subject of the stream")
@@ -45,15 +40,15 @@ func main() {
 	flag.Parse()
 	u, err := url.Parse(*server)
 	if err != nil {
-		fail("url %s: %v", *server, err)
+		loadstat.Fail("url %s: %v", *server, err)
 	}
 	conn, err := net.Dial("tcp", u.Host)
 	if err != nil {
-		fail("server %s: %v", u.Host, err)
+		loadstat.Fail("server %s: %v", u.Host, err)
 	}
 	r := bufio.NewReaderSize(conn, 1<<20)
 	if line, err := r.ReadString('\n'); err != nil || len(line) < 4 || line[:4] != "INFO" {
-		fail("server %s did not send INFO: %q %v", u.Host, line, err)
+		loadstat.Fail("server %s did not send INFO: %q %v", u.Host, line, err)
 	}
 	inbox := "_INBOX.raw" + strconv.Itoa(os.Getpid()) + "."
 	// headers and no_responders, as nats.go asks: a publish no stream takes is answered 503 at once
@@ -61,18 +56,18 @@ func main() {
 		`"version":"raw"}` + "\r\n" +
 		"SUB " + inbox + "* 1\r\nPING\r\n"
 	if _, err = conn.Write([]byte(hello)); err != nil {
-		fail("server %s: %v", u.Host, err)
+		loadstat.Fail("server %s: %v", u.Host, err)
 	}
 	for { // PONG: the subscription is in place before the first publish
 		line, err := r.ReadString('\n')
 		if err != nil {
-			fail("server %s: %v", u.Host, err)
+			loadstat.Fail("server %s: %v", u.Host, err)
 		}
 		if line == "PONG\r\n" {
 			break
 		}
 		if len(line) >= 4 && line[:4] == "-ERR" {
-			fail("server %s: %s", u.Host, line)
+			loadstat.Fail("server %s: %s", u.Host, line)
 		}
 	}
 	read := func(r *bufio.Reader, resolve func(uint64, error), write func([]byte)) error {
@@ -140,8 +135,7 @@ func main() {
 	pub := []byte("PUB " + *subject + " " + inbox)
 	tail := " " + strconv.Itoa(*size) + "\r\n"
 	var next atomic.Uint64
-	var lastError atomic.Value
-	send := func() error {
+	loadstat.Run(*n, *warmup, *depth, func() error {
 		id := next.Add(1)
 		f := make([]byte, 0, len(pub)+len(tail)+24+len(body)+2)
 		f = append(f, pub...)
@@ -149,15 +143,6 @@ func main() {
 		f = append(f, tail...)
 		f = append(f, body...)
 		f = append(f, "\r\n"...)
-		err := pipe.Call(id, f)
-		if err != nil {
-			lastError.Store(err.Error())
-		}
-		return err
-	}
-	summary := loadstat.Drive(*n, *warmup, *depth, send)
-	if e := lastError.Load(); e != nil {
-		summary["last_error"] = e
-	}
-	loadstat.Emit(summary)
+		return pipe.Call(id, f)
+	})
 }

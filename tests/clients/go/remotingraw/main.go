@@ -32,11 +32,6 @@ import (
 	"rocketscope/tests/clients/go/rawpipe"
 )
 
-func fail(format string, args ...interface{}) {
-	loadstat.Emit(map[string]interface{}{"event": "error", "error": fmt.Sprintf(format, args...)})
-	os.Exit(1)
-}
-
 // frame is one remoting frame with a JSON header: length, serialize type 0 and header length, header, body.
 func frame(header, body []byte) []byte {
 	out := make([]byte, 8, 8+len(header)+len(body))
@@ -89,25 +84,25 @@ var queuesRe = regexp.MustCompile(`"writeQueueNums":(\d+)`)
 func route(ns, topic string) (string, int) {
 	conn, err := net.DialTimeout("tcp", ns, 5*time.Second)
 	if err != nil {
-		fail("name server %s: %v", ns, err)
+		loadstat.Fail("name server %s: %v", ns, err)
 	}
 	defer conn.Close()
 	header, _ := json.Marshal(map[string]interface{}{"code": 105, "language": "GO", "version": 317, "opaque": 1,
 		"flag": 0, "extFields": map[string]string{"topic": topic}})
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err = conn.Write(frame(header, nil)); err != nil {
-		fail("name server %s: %v", ns, err)
+		loadstat.Fail("name server %s: %v", ns, err)
 	}
 	h, body, err := readFrame(bufio.NewReader(conn))
 	if err != nil {
-		fail("name server %s: %v", ns, err)
+		loadstat.Fail("name server %s: %v", ns, err)
 	}
 	if code, _ := intField(h, "code"); code != 0 {
-		fail("no route for topic %s: %s", topic, h)
+		loadstat.Fail("no route for topic %s: %s", topic, h)
 	}
 	b, q := brokerRe.FindSubmatch(body), queuesRe.FindSubmatch(body)
 	if b == nil || q == nil {
-		fail("route of %s has no master or queues: %s", topic, body)
+		loadstat.Fail("route of %s has no master or queues: %s", topic, body)
 	}
 	queues, _ := strconv.Atoi(string(q[1]))
 	return string(b[1]), queues
@@ -125,11 +120,11 @@ func main() {
 	flag.Parse()
 	addr, queues := route(*ns, *topic)
 	if queues < 1 {
-		fail("topic %s has no write queues", *topic)
+		loadstat.Fail("topic %s has no write queues", *topic)
 	}
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
-		fail("broker %s: %v", addr, err)
+		loadstat.Fail("broker %s: %v", addr, err)
 	}
 	read := func(r *bufio.Reader, resolve func(uint64, error), _ func([]byte)) error {
 		for {
@@ -159,8 +154,7 @@ func main() {
 		`,"c":"TBW102","d":"4","e":"`
 	pid := strconv.FormatInt(int64(os.Getpid()), 16)
 	var next atomic.Int64
-	var lastError atomic.Value
-	send := func() error {
+	loadstat.Run(*n, *warmup, *depth, func() error {
 		id := next.Add(1)
 		h := make([]byte, 0, 320)
 		h = append(h, prefix...)
@@ -175,16 +169,6 @@ func main() {
 		h = append(h, '-')
 		h = strconv.AppendInt(h, id, 16)
 		h = append(h, `\u0002WAIT\u0001true\u0002","j":"0","k":"false","m":"false"}}`...)
-		err := pipe.Call(uint64(id), frame(h, body))
-		if err != nil {
-			lastError.Store(err.Error())
-		}
-		return err
-	}
-	summary := loadstat.Drive(*n, *warmup, *depth, send)
-	if e := lastError.Load(); e != nil {
-		summary["last_error"] = e
-	}
-	summary["broker"] = addr
-	loadstat.Emit(summary)
+		return pipe.Call(uint64(id), frame(h, body))
+	})
 }
