@@ -736,7 +736,31 @@ class Broker:
         self.replication_master.when_replicated(last.physical_offset + last.size, replicated)
         return True
 
+    @property
+    def proposes_plain_runs(self) -> bool:
+        """Whether ``propose_plain_run`` can take a run here: a DLedger member whose puts are plain proposals (no
+        LMQ dispatch)."""
+        return self.dledger is not None and not self.store.config.multi_dispatch
+
+    def propose_plain_run(self, stored: list[StoredMessage], done: Callable[[list[PutResult]], None]) -> None:
+        """``put_messages`` for a run of plain messages on a DLedger member, its results handed to ``done`` once
+        the group's entries are answered (``DLedgerNode.propose_then``) instead of awaited: the same properties set,
+        the same proposal, the same metrics, the same results."""
+        assert self.dledger is not None
+        self._mark_region(stored)
+
+        def proposed(results: list[PutResult]) -> None:
+            self.metrics.on_put(results)
+            done(results)
+
+        self.dledger.propose_then(stored, proposed)
+
     def _append_plain_run(self, stored: list[StoredMessage]) -> bool:
+        self._mark_region(stored)
+        return self.store.append_plain_run(stored)
+
+    def _mark_region(self, stored: list[StoredMessage]) -> None:
+        """MSG_REGION and TRACE_ON on every message that lacks them, as ``put_messages`` sets them."""
         s = self.settings
         region, trace_on = s.regionId, "true" if s.traceOn else "false"
         for m in stored:
@@ -745,7 +769,6 @@ class Broker:
                 props["MSG_REGION"] = region
             if "TRACE_ON" not in props:
                 props["TRACE_ON"] = trace_on
-        return self.store.append_plain_run(stored)
 
     # ---------------------------------------------------------- consume path
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,

@@ -27,7 +27,7 @@ import pytest
 from compiled_support import compiled_off
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transport_support import RecordingTransport
+from transport_support import RecordingTransport, first_records_written
 
 from rocketscope.broker import speedups
 from rocketscope.broker.remoting import broker_handlers, codec, server
@@ -232,6 +232,7 @@ async def _serve(root: Path, reads: list[bytes]) -> tuple[bytes, list[Any]]:
                                    "storePathRootDir": str(root), "traceOn": "false"}))
     await b.start()
     try:
+        await first_records_written(b)
         b.topics.create_if_absent("FR", 4)
         b.topics.create_if_absent("FR2", 2)
         transport = RecordingTransport()

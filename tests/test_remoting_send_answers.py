@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transport_support import RecordingTransport
+from transport_support import RecordingTransport, first_records_written
 
 from rocketscope.broker import speedups
 from rocketscope.broker.remoting import broker_handlers, codec, server
@@ -191,15 +191,7 @@ async def _serve(root: Path, reads: list[bytes], plain_runs: bool = True, seen: 
     at_once: list[tuple[bytes, bool]] = []
     tasks: list[int] = []
     try:
-        # the broker's first HA event record is appended a few ms after start: wait for it, so that no read's
-        # records and that one land in an order that depends on how soon the read came
-        for _ in range(1000):
-            if any(m.topic == "RMQ_SYS_HA_EVENTS"
-                   for m in b.store.commit_log.iter_messages(0, b.store.commit_log.max_offset)):
-                break
-            await asyncio.sleep(0.005)
-        else:
-            raise AssertionError("the broker wrote no HA event record within 5 s of its start")
+        await first_records_written(b)
         b.topics.create_if_absent("ANS", 4)
         transport = RecordingTransport()
         proto = _FrameProtocol(b.remoting.server)  # type: ignore[attr-defined]

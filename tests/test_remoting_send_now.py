@@ -237,3 +237,33 @@ def test_a_sync_master_waiting_for_no_slave_answers_without_a_task(tmp_path: Pat
     assert _frames(now_out) == _frames(task_out)
     if impl == "c":
         assert now_seen["at_once"][1][1] is False and now_seen["tasks"][1] == 0
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_dledger_leader_answers_a_read_once_committed_as_the_task_path_does(tmp_path: Path, impl: str) -> None:
+    """A one-member DLedger group: plain reads are proposed inside the read's callback and answered from the
+    commit callback, no task; a read holding a delayed and a half message goes to a task. Answers and messages
+    equal the task path's."""
+    from conftest import free_port
+
+    conf = {"enableDLegerCommitLog": "true", "dLegerGroup": "ans", "dLegerPeers": f"n0-127.0.0.1:{free_port()}",
+            "dLegerSelfId": "n0"}
+    reads = [_plain_read(3), _plain_read(10, oneway=(3,)), _read(), _plain_read(5, oneway=(0,))]
+    (now_out, now_seen), (task_out, task_seen) = _both(tmp_path, reads, impl, conf)
+    # a DLedger member's own HA event records (commits, throttled by time) land between the sends' records
+    # wherever the clock puts them, so offsets are compared through what they point at: each answer's offset
+    # msgId names the record holding that send (its queue and queue offset), on both paths; the delayed and the
+    # half message's records are in the timer's and the transactions' topics
+    answers, reference = _without_drawn_ids(_frames(now_out)), _without_drawn_ids(_frames(task_out))
+    for got, seen in ((answers, now_seen), (reference, task_seen)):
+        at = {phy: (q, qoff) for q, qoff, phy, _body, _props in seen["read"]}
+        pointed = [(at.get(int(a.fields.pop("msgId")[-16:], 16)), (int(a.fields["queueId"]),
+                                                                  int(a.fields["queueOffset"]))) for a in got]
+        assert sum(where is None for where, _ in pointed) == 2
+        assert all(where == named for where, named in pointed if where is not None)
+    assert answers == reference
+    assert {a.code for a in answers} == {codec.ResponseCode.SUCCESS}
+    without_offsets = lambda rows: [(q, qoff, body, props) for q, qoff, _phy, body, props in rows]  # noqa: E731
+    assert without_offsets(now_seen["read"]) == without_offsets(task_seen["read"])
+    assert task_seen["tasks"] == [1, 1, 1, 1]
+    assert now_seen["tasks"] == ([1, 0, 1, 0] if impl == "c" else [1, 1, 1, 1])

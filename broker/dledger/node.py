@@ -482,21 +482,53 @@ class DLedgerNode(DrivenMember):
         its own records back from the commit log; they become visible once committed, like every
         other record.
         """
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[list[PutResult]] = loop.create_future()
+
+        def done(results: list[PutResult]) -> None:
+            if not answered.done():  # the awaiting task may have been cancelled
+                answered.set_result(results)
+
+        self.propose_then(messages, done)
+        return await answered
+
+    def propose_then(self, messages: list[StoredMessage], done: Callable[[list[PutResult]], None]) -> None:
+        """``propose`` with its results handed to ``done`` (once: when every entry is answered, at once when none
+        was proposed, or after maxWaitAckTimeMs), not awaited: a run of plain single sends answered from the read's
+        callback (broker/remoting/broker_handlers.py ``send_group_now``) writes its answers from ``done``."""
         if not self.is_leader:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=f"{self.self_id} is not the leader of "
-                              f"{self.group} (leader: {self.leader_id or 'none yet'})") for _ in messages]
+            done([PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=f"{self.self_id} is not the leader of "
+                            f"{self.group} (leader: {self.leader_id or 'none yet'})") for _ in messages])
+            return
         plan = self.plan(messages)
         results, datas = plan.results, plan.datas
         if not datas:
-            return results
+            done(results)
+            return
         loop = asyncio.get_running_loop()
-        # one future for the whole proposal, and a timer instead of ``asyncio.wait``: this runs for every
-        # group of sends, and a future per entry plus ``wait``'s waiter and callbacks showed in the profile
-        all_answered: asyncio.Future[None] = loop.create_future()
+        # one callback for the whole proposal and one timer: this runs for every group of sends, and a future per
+        # entry plus ``asyncio.wait``'s waiter and callbacks showed in the profile
         oks: list[bool | None] = [None] * len(datas)
         left = [len(datas)]
         started = time.perf_counter()
         metrics = self.metrics()
+        timer: list[asyncio.TimerHandle] = []
+        finished = [False]
+
+        def finish() -> None:
+            if finished[0]:
+                return
+            finished[0] = True
+            if timer:
+                timer[0].cancel()
+            committed = [ok is True for ok in oks]
+            if not all(committed):
+                positions = iter(plan.entry_of)
+                for r in results:
+                    if r.message is not None and not committed[next(positions)]:
+                        r.status = PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+                        r.reason = "not committed at a majority within maxWaitAckTimeMs (the leader may have changed)"
+            done(results)
 
         def answer(pos: int, ok: bool) -> None:
             if oks[pos] is not None:
@@ -508,34 +540,18 @@ class DLedgerNode(DrivenMember):
                 del self.append_latencies[:-2000]
                 metrics.on_dledger_commit(ms)
             left[0] -= 1
-            if not left[0] and not all_answered.done():
-                all_answered.set_result(None)
-
-        def timed_out() -> None:
-            if not all_answered.done():
-                all_answered.set_result(None)
+            if not left[0]:
+                finish()
 
         try:
             first = self.submit(plan, answer)
         except ProposalDropped as exc:
             reason = "not the leader" if isinstance(exc, NotLeader) else str(exc)
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=reason) if r.message else r for r in results]
+            done([PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=reason) if r.message else r for r in results])
+            return
         metrics.on_dledger_proposed(first, len(datas), started)
-        if left[0]:  # the driver may answer at once (a group of one member)
-            timer = loop.call_later(self.max_wait_ack_s, timed_out)
-            try:
-                await all_answered
-            finally:
-                timer.cancel()
-        committed = [ok is True for ok in oks]
-        if all(committed):
-            return results
-        positions = iter(plan.entry_of)
-        for r in results:
-            if r.message is not None and not committed[next(positions)]:
-                r.status = PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
-                r.reason = "not committed at a majority within maxWaitAckTimeMs (the leader may have changed)"
-        return results
+        if left[0] and not finished[0]:  # the driver may answer at once (a group of one member)
+            timer.append(loop.call_later(self.max_wait_ack_s, finish))
 
     # ------------------------------------------------------- driver callbacks
     def _on_append(self, entries: list[Entry], truncated: tuple[int, int] | None) -> None:

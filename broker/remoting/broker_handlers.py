@@ -394,19 +394,21 @@ class RemotingBroker:
                        ) -> list[RemotingCommand | bytes | None] | bytes | Later | None:
         """``send_group``'s answers without a task, for the common read: every send a plain single to a topic this
         broker takes sends for as it is, trace off, on a broker whose store takes the run without a wait (``Broker.
-        put_plain_run``: the answers) or a SYNC_MASTER's (``put_plain_run_replicated``: LATER, and ``reply`` gets
-        the answers once the copies are in or slaveTimeout passed).  None, having stored nothing, for any other
-        read: ``send_group`` then runs it in a task (RemotingServer.answer_now says why this costs less).  The
-        messages, their records and the answers are those ``send_group`` makes of the same read
+        put_plain_run``: the answers), a SYNC_MASTER's (``put_plain_run_replicated``: LATER, and ``reply`` gets
+        the answers once the copies are in or slaveTimeout passed) or a DLedger member's (``propose_plain_run``:
+        LATER, the answers once the entries are committed or maxWaitAckTimeMs passed).  None, having stored
+        nothing, for any other read: ``send_group`` then runs it in a task (RemotingServer.answer_now says why this
+        costs less).  The messages, their records and the answers are those ``send_group`` makes of the same read
         (tests/test_remoting_send_now.py)."""
         b = self.b
         if not isinstance(b.trace_hooks, NoTrace):
             return None
-        replicated = False
-        if not b.stores_plain_runs:
-            if not b.replicates_plain_runs:
-                return None
-            replicated = True
+        # how the run is stored: now ("now"), now and answered once the slaves copied it ("copied"), or as a Raft
+        # proposal answered once committed ("proposed")
+        how = "now" if b.stores_plain_runs else "copied" if b.replicates_plain_runs else \
+            "proposed" if b.proposes_plain_runs else ""
+        if not how:
+            return None
         max_size = b.settings.maxMessageSize
         peer = conn.peer
         valid = self._valid_topic_names
@@ -431,13 +433,26 @@ class RemotingBroker:
             stored.append(p.stored[0])
             prepared.append(p)
         cid = self.client_id(conn)
-        if not replicated:
+        if how == "now":
             if not b.put_plain_run(stored):
                 return None  # declined, nothing stored: send_group reads the same sends again
             for cmd in cmds:
                 cmd.send = None
             return self._answer_plain_run(cmds, stored, prepared, cid)
         started = time.perf_counter()
+        if how == "proposed":
+            def committed(results: list[PutResult]) -> None:
+                ok = PutStatus.PUT_OK
+                if all(r.status is ok and r.message is not None for r in results):
+                    reply(self._answer_plain_run(cmds, stored, prepared, cid))
+                else:  # put_messages' answers: each send's own status (not the leader, not committed in time)
+                    reply(self._answer_each(cmds, [None] * len(cmds), list(enumerate(prepared)), results, cid,
+                                            int((time.perf_counter() - started) * 1000)))
+
+            for cmd in cmds:
+                cmd.send = None
+            b.propose_plain_run(stored, committed)
+            return LATER
 
         def replicated_or_not(ok: bool) -> None:
             if ok:

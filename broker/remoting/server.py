@@ -244,11 +244,14 @@ class _FrameProtocol(asyncio.Protocol):
         elif pos < len(data):
             self.buf += memoryview(data)[pos:]
         loop = conn.loop
+        # the groups of a read are stored in the order they are started (a task's first step stores its group): once
+        # one goes to a task, the later ones follow it there rather than overtake it inside this callback
         now_handlers = server.group_handlers_now
         for code, cmds in grouped.items():
             now = now_handlers.get(code)
             if now is not None and server.answer_now(now, code, cmds, conn, self.track):
                 continue
+            now_handlers = {}
             task = loop.create_task(server.dispatch_group(code, cmds, conn))
             self.track(task)
         if full and not self.paused:
