@@ -436,38 +436,27 @@ class RemotingBroker:
         if how == "now":
             if not b.put_plain_run(stored):
                 return None  # declined, nothing stored: send_group reads the same sends again
-            for cmd in cmds:
-                cmd.send = None
             return self._answer_plain_run(cmds, stored, prepared, cid)
         started = time.perf_counter()
-        if how == "proposed":
-            def committed(results: list[PutResult]) -> None:
-                ok = PutStatus.PUT_OK
-                if all(r.status is ok and r.message is not None for r in results):
-                    reply(self._answer_plain_run(cmds, stored, prepared, cid))
-                else:  # put_messages' answers: each send's own status (not the leader, not committed in time)
-                    reply(self._answer_each(cmds, [None] * len(cmds), list(enumerate(prepared)), results, cid,
-                                            int((time.perf_counter() - started) * 1000)))
 
-            for cmd in cmds:
-                cmd.send = None
-            b.propose_plain_run(stored, committed)
-            return LATER
-
-        def replicated_or_not(ok: bool) -> None:
-            if ok:
+        def answer(results: list[PutResult] | None) -> None:
+            """``reply`` with ``put_messages``' answers: from the stored messages when every one is PUT_OK (None),
+            else each send's own status (not the leader, not committed or copied in time)."""
+            if results is None:
                 reply(self._answer_plain_run(cmds, stored, prepared, cid))
-                return
-            # put_messages' answers when the slaves did not copy the run in time: each send FLUSH_SLAVE_TIMEOUT
-            timeout = PutStatus.FLUSH_SLAVE_TIMEOUT
-            reply(self._answer_each(cmds, [None] * len(cmds), list(enumerate(prepared)),
-                                    [PutResult(timeout, m) for m in stored], cid,
-                                    int((time.perf_counter() - started) * 1000)))
+            else:
+                reply(self._answer_each(cmds, [None] * len(cmds), list(enumerate(prepared)), results, cid,
+                                        int((time.perf_counter() - started) * 1000)))
 
-        if not b.put_plain_run_replicated(stored, replicated_or_not):
+        if how == "proposed":
+            ok = PutStatus.PUT_OK
+            b.propose_plain_run(stored, lambda results: answer(
+                None if all(r.status is ok and r.message is not None for r in results) else results))
+            return LATER
+        timeout = PutStatus.FLUSH_SLAVE_TIMEOUT
+        if not b.put_plain_run_replicated(stored, lambda copied: answer(
+                None if copied else [PutResult(timeout, m) for m in stored])):
             return None
-        for cmd in cmds:
-            cmd.send = None
         return LATER
 
     async def send_group(self, cmds: list[RemotingCommand], conn: Connection
